@@ -1,0 +1,28 @@
+"""weft_actors: a durable workflow engine for Python.
+
+Write workflows as plain ``async def`` functions; the engine records every step in LMDB and
+carries each workflow to completion through crashes, restarts and takeovers.
+"""
+
+import logging as _logging
+
+from . import errors
+from .errors import WeftError
+from .shard import Engine, WorkflowHandle
+from .workflow import ActivityInfo, Context, RetryPolicy, activity, workflow
+
+__all__ = [
+    "ActivityInfo",
+    "Context",
+    "Engine",
+    "RetryPolicy",
+    "WeftError",
+    "WorkflowHandle",
+    "activity",
+    "errors",
+    "workflow",
+]
+
+__version__ = "0.1.0"
+
+_logging.getLogger("weft_actors").addHandler(_logging.NullHandler())

@@ -1,0 +1,246 @@
+"""Errors raised by weft_actors, one base class with stable string codes.
+
+    WeftError                      code
+    ├── WorkflowNotFound           workflow_not_found
+    ├── WorkflowAlreadyExists      workflow_already_exists
+    ├── WorkflowFailed             workflow_failed
+    ├── WorkflowCancelled          workflow_cancelled
+    ├── WorkflowTerminated         workflow_terminated
+    ├── WorkflowTimedOut           workflow_timed_out
+    ├── WorkflowClosed             workflow_closed        (signal/update to a finished workflow)
+    ├── UnknownWorkflowType        unknown_workflow_type
+    ├── UnknownActivity            unknown_activity
+    ├── UnknownQuery               unknown_query
+    ├── UpdateRejected             update_rejected
+    ├── NonDeterminismError        non_determinism
+    ├── InvalidAwait               invalid_await          (a workflow awaited a non-ctx awaitable)
+    ├── ActivityError              activity_failed        (raised inside the workflow)
+    ├── ChildWorkflowError         child_workflow_failed  (raised inside the workflow)
+    ├── PayloadTooLarge            payload_too_large
+    ├── SerializationError         serialization_error
+    ├── InvalidRequest             invalid_request
+    ├── ServerUnavailable          server_unavailable
+    ├── OwnershipModeMismatch      ownership_mode_mismatch
+    ├── SchemaVersionError         schema_version
+    ├── StorageFull                storage_full
+    ├── StorageError               storage_error
+    ├── FencedOut                  fenced_out             (a write lost its claim)
+    ├── EngineDeposed              engine_deposed         (the engine's own record is dead)
+    ├── EngineStopped              engine_stopped         (pending calls when an engine stops)
+    └── LimitExceeded              limit_exceeded
+
+Every class carries its context as attributes and builds ``str()`` from them.
+``to_wire``/``from_wire`` convert through one code -> class registry so that a
+client raises the same class an embedded engine raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "WeftError",
+    "WorkflowNotFound",
+    "WorkflowAlreadyExists",
+    "WorkflowFailed",
+    "WorkflowCancelled",
+    "WorkflowTerminated",
+    "WorkflowTimedOut",
+    "WorkflowClosed",
+    "UnknownWorkflowType",
+    "UnknownActivity",
+    "UnknownQuery",
+    "UpdateRejected",
+    "NonDeterminismError",
+    "InvalidAwait",
+    "ActivityError",
+    "ChildWorkflowError",
+    "PayloadTooLarge",
+    "SerializationError",
+    "InvalidRequest",
+    "ServerUnavailable",
+    "OwnershipModeMismatch",
+    "SchemaVersionError",
+    "StorageFull",
+    "StorageError",
+    "FencedOut",
+    "EngineDeposed",
+    "EngineStopped",
+    "LimitExceeded",
+    "error_class",
+    "to_wire",
+    "from_wire",
+]
+
+_REGISTRY: dict[str, type[WeftError]] = {}
+
+
+class WeftError(Exception):
+    """Base of every weft_actors error; ``code`` is stable across versions."""
+
+    code: ClassVar[str] = "weft_error"
+
+    def __init__(self, message: str = "", **context: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.context = context
+        for key, value in context.items():
+            setattr(self, key, value)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.code in _REGISTRY:
+            raise TypeError(f"duplicate error code {cls.code!r}")
+        _REGISTRY[cls.code] = cls
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self.code, self.message, self.context))
+
+
+def _rebuild(code: str, message: str, context: dict[str, Any]) -> WeftError:
+    return error_class(code)(message, **context)
+
+
+_REGISTRY[WeftError.code] = WeftError
+
+
+class WorkflowNotFound(WeftError):
+    code = "workflow_not_found"
+
+
+class WorkflowAlreadyExists(WeftError):
+    code = "workflow_already_exists"
+
+
+class WorkflowFailed(WeftError):
+    """The workflow raised; ``type``, ``message`` and ``traceback`` describe the remote error."""
+
+    code = "workflow_failed"
+
+
+class WorkflowCancelled(WeftError):
+    code = "workflow_cancelled"
+
+
+class WorkflowTerminated(WeftError):
+    code = "workflow_terminated"
+
+
+class WorkflowTimedOut(WeftError):
+    code = "workflow_timed_out"
+
+
+class WorkflowClosed(WeftError):
+    """A message was sent to a workflow that has already finished."""
+
+    code = "workflow_closed"
+
+
+class UnknownWorkflowType(WeftError):
+    code = "unknown_workflow_type"
+
+
+class UnknownActivity(WeftError):
+    code = "unknown_activity"
+
+
+class UnknownQuery(WeftError):
+    code = "unknown_query"
+
+
+class UpdateRejected(WeftError):
+    code = "update_rejected"
+
+
+class NonDeterminismError(WeftError):
+    """Replayed code issued an operation that differs from the recorded one."""
+
+    code = "non_determinism"
+
+
+class InvalidAwait(WeftError):
+    """A workflow awaited something that is not a ctx operation (e.g. ``asyncio.sleep``)."""
+
+    code = "invalid_await"
+
+
+class ActivityError(WeftError):
+    """An activity failed for good; ``type``, ``message`` and ``traceback`` are the original's."""
+
+    code = "activity_failed"
+
+
+class ChildWorkflowError(WeftError):
+    code = "child_workflow_failed"
+
+
+class PayloadTooLarge(WeftError):
+    code = "payload_too_large"
+
+
+class SerializationError(WeftError):
+    """A value could not be encoded; ``type_name`` and ``where`` say which and from where."""
+
+    code = "serialization_error"
+
+
+class InvalidRequest(WeftError):
+    code = "invalid_request"
+
+
+class ServerUnavailable(WeftError):
+    code = "server_unavailable"
+
+
+class OwnershipModeMismatch(WeftError):
+    code = "ownership_mode_mismatch"
+
+
+class SchemaVersionError(WeftError):
+    code = "schema_version"
+
+
+class StorageFull(WeftError):
+    code = "storage_full"
+
+
+class StorageError(WeftError):
+    code = "storage_error"
+
+
+class FencedOut(WeftError):
+    """A write for a workflow was rejected because this engine no longer holds its claim."""
+
+    code = "fenced_out"
+
+
+class EngineDeposed(WeftError):
+    code = "engine_deposed"
+
+
+class EngineStopped(WeftError):
+    code = "engine_stopped"
+
+
+class LimitExceeded(WeftError):
+    code = "limit_exceeded"
+
+
+def error_class(code: str) -> type[WeftError]:
+    """The class registered for ``code``; unknown codes map to ``WeftError``."""
+    return _REGISTRY.get(code, WeftError)
+
+
+def to_wire(error: WeftError) -> dict[str, Any]:
+    """A msgpack-friendly description of ``error``."""
+    return {"code": error.code, "message": error.message, "context": dict(error.context)}
+
+
+def from_wire(data: dict[str, Any]) -> WeftError:
+    """Rebuild the error that ``to_wire`` described."""
+    cls = error_class(str(data.get("code", "")))
+    context = data.get("context") or {}
+    return cls(str(data.get("message", "")), **context)

@@ -1,0 +1,40 @@
+"""``WorkflowHandle``: the embedded engine's handle on one workflow id."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+__all__ = ["WorkflowHandle"]
+
+
+class WorkflowHandle:
+    """Made by ``Engine.start``/``Engine.get_handle``; no public constructor. Holding one does
+    no I/O; each method does its own."""
+
+    __slots__ = ("_engine", "id", "run_id")
+
+    def __init__(self, engine: Engine, workflow_id: str, run_id: str | None = None) -> None:
+        self._engine = engine
+        self.id = workflow_id
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"<WorkflowHandle {self.id!r}>"
+
+    async def signal(self, name: str, payload: Any = None) -> None:
+        """Append a signal to the durable inbox; returns once it is committed."""
+        await self._engine.signal(self.id, name, payload)
+
+    async def query(self, name: str, *args: Any) -> Any:
+        return await self._engine.query(self.id, name, *args)
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """The workflow's result; raises ``WorkflowFailed`` & co. for other endings and
+        ``TimeoutError`` if it does not end within ``timeout`` seconds."""
+        return await self._engine.result(self.id, timeout)
+
+    async def describe(self) -> dict[str, Any]:
+        return await self._engine.describe(self.id)

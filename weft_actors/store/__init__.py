@@ -1,0 +1,23 @@
+"""The store: one LMDB environment, every write a named transaction, every read a named query.
+
+Knows nothing of asyncio or zmq. ``LmdbStore`` is the embedded default; another backend
+implements the same methods and passes the same conformance suite (``tests/store``).
+"""
+
+from ._env import SCHEMA_VERSION
+from ._intents import AppendInbox, Created, CreateWorkflow, Finish, StepCommit, TimerRef
+from ._keys import TERMINAL, split_holder
+from ._store import LmdbStore
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "TERMINAL",
+    "split_holder",
+    "AppendInbox",
+    "Created",
+    "CreateWorkflow",
+    "Finish",
+    "LmdbStore",
+    "StepCommit",
+    "TimerRef",
+]

@@ -1,0 +1,222 @@
+"""Applying write intents inside one write transaction.
+
+Every function checks before it writes, so an intent that raises has written nothing and
+the batch's other intents still commit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lmdb
+
+from ..codec import pack_record, unpack_record
+from ..errors import FencedOut, WorkflowAlreadyExists, WorkflowClosed, WorkflowNotFound
+from ._env import Databases
+from ._intents import AppendInbox, Created, CreateWorkflow, StepCommit
+from ._keys import (
+    NO_ENGINE,
+    TERMINAL,
+    by_engine_key,
+    fence,
+    holder_value,
+    inbox_key,
+    op_key,
+    pack_u64,
+    timer_key,
+    unpack_u64,
+    visibility_key,
+)
+
+__all__ = ["TxnState", "apply_intent"]
+
+
+class TxnState:
+    """Per-transaction facts shared by the intents of one batch."""
+
+    __slots__ = ("txn", "dbs", "engine_raw", "now", "feed_seq", "writes")
+
+    def __init__(self, txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes, now: float) -> None:
+        self.txn = txn
+        self.dbs = dbs
+        self.engine_raw = engine_raw
+        self.now = now
+        self.feed_seq: int | None = None
+        self.writes = 0
+
+    def next_feed_seq(self) -> int:
+        if self.feed_seq is None:
+            stored = self.txn.get(b"feed_seq", db=self.dbs.meta)
+            self.feed_seq = 0 if stored is None else unpack_u64(stored)[0]
+        self.feed_seq += 1
+        return self.feed_seq
+
+    def flush(self) -> None:
+        if self.feed_seq is not None:
+            self.txn.put(b"feed_seq", pack_u64(self.feed_seq), db=self.dbs.meta)
+
+
+def next_epoch(state: TxnState, wid_raw: bytes) -> int:
+    """``stored epoch + 1``, written back: the fencing token is never a literal, never reset."""
+    stored = state.txn.get(wid_raw, db=state.dbs.claim_epoch)
+    epoch = (0 if stored is None else unpack_u64(stored)[0]) + 1
+    state.txn.put(wid_raw, pack_u64(epoch), db=state.dbs.claim_epoch)
+    return epoch
+
+
+def set_visibility(state: TxnState, record: dict[str, Any], wid: str, old: dict[str, Any] | None) -> None:
+    dbs, txn = state.dbs, state.txn
+    if old is not None:
+        txn.delete(visibility_key(old["status"], old["type"], old["updated"], wid), db=dbs.visibility)
+    txn.put(visibility_key(record["status"], record["type"], record["updated"], wid), b"", db=dbs.visibility)
+
+
+def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
+    txn, dbs, wid = state.txn, state.dbs, intent.wid
+    wid_raw = wid.encode()
+    existing_raw = txn.get(wid_raw, db=dbs.workflows)
+    existing = None if existing_raw is None else unpack_record(existing_raw)
+    if existing is not None:
+        status = existing["status"]
+        if intent.if_exists == "return":
+            return Created(False, existing["run_id"], status, 0)
+        if intent.if_exists != "start_new" or status not in TERMINAL:
+            raise WorkflowAlreadyExists(
+                f"workflow {wid!r} already exists (status {status})", workflow_id=wid, status=status
+            )
+    pending = intent.start_at is not None and intent.start_at > state.now
+    status = "pending" if pending else "running"
+    record = {
+        "type": intent.wf_type,
+        "args": intent.args,
+        "status": status,
+        "run_id": intent.run_id,
+        "created": state.now,
+        "updated": state.now,
+        "memo": intent.memo,
+        "parent": intent.parent,
+        "start_at": intent.start_at,
+        "deadline": None
+        if intent.execution_timeout is None
+        else max(state.now, intent.start_at or state.now) + intent.execution_timeout,
+        "result": None,
+        "error": None,
+    }
+    epoch = 0
+    if pending:
+        txn.put(timer_key(intent.start_at, wid, 0xFFFFFFFF), pack_record({"kind": "start", "run_id": intent.run_id}), db=dbs.timers)
+    else:
+        epoch = next_epoch(state, wid_raw)
+        txn.put(wid_raw, holder_value(state.engine_raw, epoch, state.now), db=dbs.claim_holder)
+        txn.put(by_engine_key(state.engine_raw, wid), b"", db=dbs.by_engine)
+    txn.put(wid_raw, pack_record(record), db=dbs.workflows)
+    set_visibility(state, record, wid, existing)
+    return Created(True, intent.run_id, status, epoch)
+
+
+def check_fence(state: TxnState, wid: str, epoch: int) -> None:
+    holder = state.txn.get(wid.encode(), db=state.dbs.claim_holder)
+    if holder is None or holder[:24] != fence(state.engine_raw, epoch):
+        raise FencedOut(f"this engine no longer holds workflow {wid!r} at epoch {epoch}", workflow_id=wid, epoch=epoch)
+
+
+def step_commit(state: TxnState, intent: StepCommit) -> None:
+    txn, dbs, wid = state.txn, state.dbs, intent.wid
+    check_fence(state, wid, intent.epoch)
+    record: dict[str, Any] | None = None
+    old: dict[str, Any] | None = None
+    if intent.finish is not None or intent.fields:
+        raw = txn.get(wid.encode(), db=dbs.workflows)
+        if raw is None:
+            raise WorkflowNotFound(f"workflow {wid!r} not found", workflow_id=wid)
+        record = unpack_record(raw)
+        if record["run_id"] != intent.run_id:
+            raise FencedOut(f"workflow {wid!r} moved to run {record['run_id']}", workflow_id=wid, epoch=intent.epoch)
+        old = dict(record)
+    for seq, packed in intent.ops:
+        txn.put(op_key(wid, intent.run_id, seq), packed, db=dbs.ops)
+    for seq in intent.consume:
+        txn.delete(inbox_key(wid, seq), db=dbs.inbox)
+    for timer in intent.timers_del:
+        txn.delete(timer_key(timer.fire_at, wid, timer.seq), db=dbs.timers)
+    for timer in intent.timers_put:
+        txn.put(
+            timer_key(timer.fire_at, wid, timer.seq),
+            pack_record({"kind": timer.kind, "run_id": intent.run_id}),
+            db=dbs.timers,
+        )
+    if record is None:
+        return
+    if intent.fields:
+        record.update(intent.fields)
+    finish = intent.finish
+    if finish is not None:
+        record["status"] = finish.status
+        record["result"] = finish.result
+        record["error"] = finish.error
+        record["updated"] = state.now
+        wid_raw = wid.encode()
+        txn.delete(wid_raw, db=dbs.claim_holder)
+        txn.delete(by_engine_key(state.engine_raw, wid), db=dbs.by_engine)
+        set_visibility(state, record, wid, old)
+    txn.put(wid.encode(), pack_record(record), db=dbs.workflows)
+
+
+def append_inbox(state: TxnState, intent: AppendInbox) -> int:
+    txn, dbs, wid = state.txn, state.dbs, intent.wid
+    raw = txn.get(wid.encode(), db=dbs.workflows)
+    if raw is None:
+        raise WorkflowNotFound(f"workflow {wid!r} not found", workflow_id=wid)
+    status = unpack_record(raw)["status"]
+    if status in TERMINAL:
+        raise WorkflowClosed(
+            f"workflow {wid!r} has finished (status {status}); it takes no more {intent.kind}s",
+            workflow_id=wid,
+            status=status,
+        )
+    seq = state.next_feed_seq()
+    message = {
+        "kind": intent.kind,
+        "name": intent.name,
+        "payload": intent.payload,
+        "request_id": intent.request_id,
+        "at": state.now,
+    }
+    txn.put(inbox_key(wid, seq), pack_record(message), db=dbs.inbox)
+    txn.put(pack_u64(seq), wid.encode(), db=dbs.feed)
+    return seq
+
+
+_APPLIERS = {
+    CreateWorkflow: create_workflow,
+    StepCommit: step_commit,
+    AppendInbox: append_inbox,
+}
+
+
+def apply_intent(state: TxnState, intent: Any) -> Any:
+    return _APPLIERS[type(intent)](state, intent)
+
+
+def release_claims(state: TxnState) -> int:
+    """Graceful release: every holder of this engine goes; its running workflows move to the
+    ``NO_ENGINE`` index so that any live engine reclaims them at once."""
+    txn, dbs = state.txn, state.dbs
+    moved = 0
+    prefix = state.engine_raw
+    cursor = txn.cursor(db=dbs.by_engine)
+    keys = []
+    if cursor.set_range(prefix):
+        for key in cursor.iternext(values=False):
+            if not key.startswith(prefix):
+                break
+            keys.append(key)
+    for key in keys:
+        wid_raw = key[16:]
+        holder = txn.get(wid_raw, db=dbs.claim_holder)
+        if holder is not None and holder[:16] == prefix:
+            txn.delete(wid_raw, db=dbs.claim_holder)
+        txn.delete(key, db=dbs.by_engine)
+        txn.put(NO_ENGINE + wid_raw, b"", db=dbs.by_engine)
+        moved += 1
+    return moved

@@ -1,0 +1,56 @@
+"""The engine registry: one record per engine, heartbeated, never a write per claim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lmdb
+
+from ..codec import pack_record, unpack_record
+from ..errors import EngineDeposed, OwnershipModeMismatch
+from ._env import Databases
+from ._keys import engine_key
+
+__all__ = ["is_expired", "check_live", "engine_record", "put_engine"]
+
+
+def is_expired(record: dict[str, Any], now: float) -> bool:
+    """Expired strictly after ``expires_at + 2 * heartbeat``."""
+    return record["expires_at"] + 2 * record["heartbeat"] < now
+
+
+def is_live(record: dict[str, Any], now: float) -> bool:
+    return record["state"] == "live" and not is_expired(record, now)
+
+
+def engine_record(txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes) -> dict[str, Any] | None:
+    value = txn.get(engine_raw, db=dbs.engines)
+    return None if value is None else unpack_record(value)
+
+
+def put_engine(txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes, record: dict[str, Any]) -> None:
+    txn.put(engine_raw, pack_record(record), db=dbs.engines)
+
+
+def check_live(txn: lmdb.Transaction, dbs: Databases, engine_id: str, now: float) -> dict[str, Any]:
+    """Raise ``EngineDeposed`` unless ``engine_id``'s record is live: a deposed engine commits nothing."""
+    record = engine_record(txn, dbs, engine_key(engine_id))
+    if record is None:
+        raise EngineDeposed(f"engine {engine_id} is not registered", engine_id=engine_id)
+    if record["state"] != "live":
+        raise EngineDeposed(f"engine {engine_id} is marked {record['state']}", engine_id=engine_id)
+    if is_expired(record, now):
+        raise EngineDeposed(f"engine {engine_id} has expired", engine_id=engine_id)
+    return record
+
+
+def refuse_second_single(txn: lmdb.Transaction, dbs: Databases, engine_id: str, now: float) -> None:
+    """In ``single`` mode a second live engine is refused."""
+    for key, value in txn.cursor(db=dbs.engines):
+        if key.hex() == engine_id:
+            continue
+        if is_live(unpack_record(value), now):
+            raise OwnershipModeMismatch(
+                f"ownership mode 'single' allows one live engine; {key.hex()} is live",
+                live_engine=key.hex(),
+            )

@@ -1,0 +1,98 @@
+"""The LMDB environment: named databases, schema version and ownership-mode marker."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Final
+
+import lmdb
+
+from ..errors import OwnershipModeMismatch, SchemaVersionError, StorageError
+
+__all__ = ["SCHEMA_VERSION", "DATABASES", "open_environment", "Databases"]
+
+log = logging.getLogger("weft_actors.store")
+
+SCHEMA_VERSION: Final = 1
+DEFAULT_MAP_SIZE: Final = 1 << 40  # sparse: LMDB only takes what it writes
+
+DATABASES: Final = (
+    "workflows",
+    "ops",
+    "inbox",
+    "feed",
+    "timers",
+    "claim_epoch",
+    "claim_holder",
+    "engines",
+    "by_engine",
+    "visibility",
+    "requests",
+    "meta",
+)
+
+
+class Databases:
+    """Handles of the named databases of one open environment."""
+
+    __slots__ = DATABASES
+
+    def __init__(self, env: lmdb.Environment) -> None:
+        for name in DATABASES:
+            setattr(self, name, env.open_db(name.encode()))
+
+
+def open_environment(
+    path: str, *, map_size: int = DEFAULT_MAP_SIZE, sync: bool = True, readonly: bool = False
+) -> tuple[lmdb.Environment, Databases]:
+    """Open (creating if needed) the environment at ``path`` and check its schema version.
+
+    Call it in the process that uses the environment, after spawn: an LMDB environment must
+    never cross a fork.
+    """
+    os.makedirs(path, exist_ok=True)
+    try:
+        env = lmdb.open(
+            path,
+            map_size=map_size,
+            max_dbs=len(DATABASES) + 2,
+            max_readers=512,
+            sync=sync,
+            metasync=sync,
+            readonly=readonly,
+            readahead=False,
+        )
+    except lmdb.Error as exc:
+        raise StorageError(f"cannot open store at {path}: {exc}", path=path) from exc
+    dbs = Databases(env)
+    with env.begin(write=not readonly) as txn:
+        stored = txn.get(b"schema", db=dbs.meta)
+        if stored is None:
+            if not readonly:
+                txn.put(b"schema", str(SCHEMA_VERSION).encode(), db=dbs.meta)
+        else:
+            version = int(stored)
+            if version > SCHEMA_VERSION:
+                env.close()
+                raise SchemaVersionError(
+                    f"store at {path} has schema version {version}; this code understands "
+                    f"up to {SCHEMA_VERSION}: upgrade weft_actors",
+                    stored_version=version,
+                    code_version=SCHEMA_VERSION,
+                )
+    return env, dbs
+
+
+def check_ownership_mode(txn: lmdb.Transaction, dbs: Databases, mode: str) -> None:
+    """Write the ownership-mode marker if absent; refuse a different one."""
+    stored = txn.get(b"ownership-mode", db=dbs.meta)
+    if stored is None:
+        txn.put(b"ownership-mode", mode.encode(), db=dbs.meta)
+    elif stored.decode() != mode:
+        raise OwnershipModeMismatch(
+            f"store is in ownership mode {stored.decode()!r}; this engine is configured "
+            f"for {mode!r}",
+            stored_mode=stored.decode(),
+            configured_mode=mode,
+        )

@@ -1,0 +1,90 @@
+"""Write intents: what an engine asks the store to commit.
+
+An intent is plain data. ``Store.apply`` applies a batch of them in one transaction, each
+with its own checks, and commits once; each intent gets its own result or error. Every
+intent validates before it writes, so a rejected intent leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = [
+    "AppendInbox",
+    "CreateWorkflow",
+    "Finish",
+    "StepCommit",
+    "TimerRef",
+    "Created",
+]
+
+
+class TimerRef(NamedTuple):
+    fire_at: float
+    seq: int
+    kind: str
+
+
+class Finish(NamedTuple):
+    """A terminal transition of the owner's run."""
+
+    status: str
+    result: bytes | None = None
+    error: dict[str, Any] | None = None
+
+
+class CreateWorkflow(NamedTuple):
+    """Create a workflow and, unless it is a delayed start, claim it for the committing engine.
+
+    ``if_exists``: ``"error"`` raises ``WorkflowAlreadyExists``; ``"return"`` answers with the
+    existing run; ``"start_new"`` replaces a finished workflow with a new run (epoch + 1) and
+    raises for one still running.
+    """
+
+    wid: str
+    wf_type: str
+    args: bytes
+    run_id: str
+    if_exists: str = "error"
+    memo: bytes | None = None
+    parent: str | None = None
+    start_at: float | None = None
+    execution_timeout: float | None = None
+
+
+class Created(NamedTuple):
+    """Result of ``CreateWorkflow``: ``epoch`` is 0 when nothing was claimed."""
+
+    created: bool
+    run_id: str
+    status: str
+    epoch: int
+
+
+class StepCommit(NamedTuple):
+    """The owner's progress on one run, fenced on ``(engine, epoch)``.
+
+    ``ops`` are ``(seq, packed op record)``; ``consume`` the inbox sequence numbers the
+    recorded ops consumed (deleted in this same transaction: exactly-once delivery);
+    ``finish`` ends the run and releases the claim; ``fields`` merges into the workflow record.
+    """
+
+    wid: str
+    epoch: int
+    run_id: str
+    ops: tuple[tuple[int, bytes], ...] = ()
+    consume: tuple[int, ...] = ()
+    timers_put: tuple[TimerRef, ...] = ()
+    timers_del: tuple[TimerRef, ...] = ()
+    finish: Finish | None = None
+    fields: dict[str, Any] | None = None
+
+
+class AppendInbox(NamedTuple):
+    """A message for a workflow's durable inbox, with its change-feed entry. Not fenced."""
+
+    wid: str
+    kind: str
+    name: str
+    payload: bytes
+    request_id: str | None = None

@@ -1,0 +1,128 @@
+"""Key encoding: big-endian integers and length-prefixed ids, so LMDB's byte order is the
+logical order and every prefix scan is exact."""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+_U16: Final = struct.Struct(">H")
+_U32: Final = struct.Struct(">I")
+_U64: Final = struct.Struct(">Q")
+
+NO_ENGINE: Final = bytes(16)
+"""The ``by_engine`` prefix of running workflows that have no holder (released, or never claimed)."""
+
+STATUS_CODES: Final = {
+    "pending": 1,
+    "running": 2,
+    "completed": 3,
+    "failed": 4,
+    "cancelled": 5,
+    "terminated": 6,
+    "timed_out": 7,
+    "continued": 8,
+}
+STATUS_NAMES: Final = {code: name for name, code in STATUS_CODES.items()}
+TERMINAL: Final = frozenset({"completed", "failed", "cancelled", "terminated", "timed_out", "continued"})
+
+pack_u64 = _U64.pack
+unpack_u64 = _U64.unpack_from
+pack_u32 = _U32.pack
+
+
+def wid_key(wid: str) -> bytes:
+    return wid.encode()
+
+
+def prefixed(wid: str) -> bytes:
+    """``len(wid) || wid``: a prefix no other workflow id can extend."""
+    raw = wid.encode()
+    return _U16.pack(len(raw)) + raw
+
+
+def op_key(wid: str, run_id: str, seq: int) -> bytes:
+    return prefixed(wid) + bytes.fromhex(run_id) + _U32.pack(seq)
+
+
+def run_prefix(wid: str, run_id: str) -> bytes:
+    return prefixed(wid) + bytes.fromhex(run_id)
+
+
+def op_seq(key: bytes) -> int:
+    return _U32.unpack_from(key, len(key) - 4)[0]
+
+
+def inbox_key(wid: str, seq: int) -> bytes:
+    return prefixed(wid) + _U64.pack(seq)
+
+
+def inbox_seq(key: bytes) -> int:
+    return _U64.unpack_from(key, len(key) - 8)[0]
+
+
+def ms(seconds: float) -> int:
+    return max(0, int(round(seconds * 1000)))
+
+
+def timer_key(fire_at: float, wid: str, seq: int) -> bytes:
+    return _U64.pack(ms(fire_at)) + _U32.pack(seq) + wid.encode()
+
+
+def split_timer_key(key: bytes) -> tuple[float, int, str]:
+    fire_ms, seq = struct.unpack_from(">QI", key)
+    return fire_ms / 1000.0, seq, key[12:].decode()
+
+
+def engine_key(engine_id: str) -> bytes:
+    return bytes.fromhex(engine_id)
+
+
+def by_engine_key(engine_raw: bytes, wid: str) -> bytes:
+    return engine_raw + wid.encode()
+
+
+def visibility_key(status: str, wf_type: str, updated: float, wid: str) -> bytes:
+    raw_type = wf_type.encode()
+    return (
+        bytes((STATUS_CODES[status],))
+        + _U16.pack(len(raw_type))
+        + raw_type
+        + _U64.pack(ms(updated))
+        + wid.encode()
+    )
+
+
+def split_visibility_key(key: bytes) -> tuple[str, str, float, str]:
+    status = STATUS_NAMES[key[0]]
+    (type_len,) = _U16.unpack_from(key, 1)
+    wf_type = key[3 : 3 + type_len].decode()
+    (updated_ms,) = _U64.unpack_from(key, 3 + type_len)
+    return status, wf_type, updated_ms / 1000.0, key[11 + type_len :].decode()
+
+
+def visibility_prefix(status: str | None, wf_type: str | None) -> bytes:
+    if status is None:
+        return b""
+    prefix = bytes((STATUS_CODES[status],))
+    if wf_type is not None:
+        raw_type = wf_type.encode()
+        prefix += _U16.pack(len(raw_type)) + raw_type
+    return prefix
+
+
+HOLDER_LEN: Final = 24
+
+
+def holder_value(engine_raw: bytes, epoch: int, claimed_at: float) -> bytes:
+    """``engine(16) || epoch(8) || claimed_at ms(8)``; the first 24 bytes are the fence."""
+    return engine_raw + _U64.pack(epoch) + _U64.pack(ms(claimed_at))
+
+
+def fence(engine_raw: bytes, epoch: int) -> bytes:
+    return engine_raw + _U64.pack(epoch)
+
+
+def split_holder(value: bytes) -> tuple[str, int, float]:
+    epoch, claimed_ms = struct.unpack_from(">QQ", value, 16)
+    return value[:16].hex(), epoch, claimed_ms / 1000.0

@@ -1,0 +1,175 @@
+"""Authoring API: ``@workflow``, ``@activity``, ``RetryPolicy`` and ``activity.info()``."""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import inspect
+from typing import Any, Callable, NamedTuple, TypeVar, overload
+
+from ..errors import InvalidRequest
+
+__all__ = [
+    "RetryPolicy",
+    "WorkflowDefinition",
+    "ActivityDefinition",
+    "ActivityInfo",
+    "workflow",
+    "activity",
+    "workflow_definition",
+    "activity_definition",
+    "collect_workflows",
+    "current_activity",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a failed activity is retried: attempt ``n`` waits
+    ``min(initial_interval * backoff ** (n - 1), max_interval)`` seconds before attempt ``n + 1``."""
+
+    max_attempts: int = 3
+    initial_interval: float = 1.0
+    backoff: float = 2.0
+    max_interval: float = 100.0
+    non_retryable: tuple[type[BaseException], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        if self.initial_interval < 0 or self.max_interval < 0 or self.backoff < 1:
+            raise ValueError("intervals must be >= 0 and backoff >= 1")
+        object.__setattr__(self, "non_retryable", tuple(self.non_retryable))
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return min(self.initial_interval * self.backoff ** (attempt - 1), self.max_interval)
+
+    def retryable(self, error: BaseException) -> bool:
+        return not isinstance(error, self.non_retryable)
+
+
+DEFAULT_RETRY = RetryPolicy()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkflowDefinition:
+    name: str
+    fn: Callable[..., Any]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ActivityDefinition:
+    name: str
+    fn: Callable[..., Any]
+    is_async: bool
+    retry: RetryPolicy
+    start_to_close: float | None
+    schedule_to_close: float | None
+
+
+class ActivityInfo(NamedTuple):
+    """What an activity knows about its call. ``key`` is stable across retries and takeovers:
+    use it to make external effects idempotent."""
+
+    key: str
+    workflow_id: str
+    run_id: str
+    seq: int
+    attempt: int
+    activity: str
+
+
+current_activity: contextvars.ContextVar[ActivityInfo] = contextvars.ContextVar("weft_activity")
+
+
+def workflow_definition(obj: Any) -> WorkflowDefinition | None:
+    return getattr(obj, "__weft_workflow__", None)
+
+
+def activity_definition(obj: Any) -> ActivityDefinition | None:
+    return getattr(obj, "__weft_activity__", None)
+
+
+@overload
+def workflow(fn: F) -> F: ...
+@overload
+def workflow(*, name: str | None = None) -> Callable[[F], F]: ...
+
+
+def workflow(fn: Any = None, *, name: str | None = None) -> Any:
+    """Mark ``async def f(ctx, *args)`` as a workflow, named ``f.__name__`` unless ``name`` is given."""
+
+    def mark(fn: F) -> F:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"@workflow needs an async def function, got {fn!r}")
+        fn.__weft_workflow__ = WorkflowDefinition(name or fn.__name__, fn)  # type: ignore[attr-defined]
+        return fn
+
+    return mark(fn) if fn is not None else mark
+
+
+class _ActivityDecorator:
+    """``@activity`` / ``@activity(retry=..., start_to_close=..., schedule_to_close=...)``;
+    ``activity.info()`` inside a running activity."""
+
+    def __call__(
+        self,
+        fn: Any = None,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        start_to_close: float | None = None,
+        schedule_to_close: float | None = None,
+    ) -> Any:
+        def mark(fn: F) -> F:
+            if not callable(fn):
+                raise TypeError(f"@activity needs a function, got {fn!r}")
+            fn.__weft_activity__ = ActivityDefinition(  # type: ignore[attr-defined]
+                name or fn.__name__,
+                fn,
+                inspect.iscoroutinefunction(fn),
+                retry or DEFAULT_RETRY,
+                start_to_close,
+                schedule_to_close,
+            )
+            return fn
+
+        return mark(fn) if fn is not None else mark
+
+    @staticmethod
+    def info() -> ActivityInfo:
+        """The running activity's info; ``LookupError`` outside an activity."""
+        try:
+            return current_activity.get()
+        except LookupError:
+            raise LookupError("activity.info() called outside a running activity") from None
+
+
+activity = _ActivityDecorator()
+
+
+def collect_workflows(app: Any) -> dict[str, WorkflowDefinition]:
+    """Workflows of ``app``: a module (every ``@workflow`` in it) or an iterable of workflows."""
+    if app is None:
+        return {}
+    if inspect.ismodule(app):
+        candidates = list(vars(app).values())
+    elif callable(app) and workflow_definition(app) is not None:
+        candidates = [app]
+    else:
+        candidates = list(app)
+    found: dict[str, WorkflowDefinition] = {}
+    for obj in candidates:
+        definition = workflow_definition(obj)
+        if definition is None:
+            if not inspect.ismodule(app):
+                raise InvalidRequest(f"{obj!r} is not a @workflow")
+            continue
+        previous = found.get(definition.name)
+        if previous is not None and previous.fn is not definition.fn:
+            raise InvalidRequest(f"two workflows are named {definition.name!r}")
+        found[definition.name] = definition
+    return found
