@@ -107,12 +107,18 @@ _EXT_NAMES = {
 # Extension payloads nest (a tuple inside a tuple packs and unpacks recursively).
 # _MAX_DEPTH bounds that nesting identically on both sides, so anything
 # ``encode`` accepts ``decode`` can read, well inside Python's recursion limit.
-# msgpack bounds list/dict nesting (1024) per pack call, on the C stack, and
-# that count restarts inside every extension payload; _MAX_PLAIN bounds the
-# list/dict levels summed over the nested payloads so a tuple of deep lists of
-# tuples of deep lists ... fails cleanly instead of overflowing the C stack.
+# msgpack's packer recurses on the C stack for each list/dict level, up to 1024
+# per pack call, and that count restarts inside every extension payload: a
+# tuple of deep lists of tuples of deep lists ... would overflow the C stack
+# (segfault) long before Python's recursion limit.  So below the first
+# _UNCHECKED_LEVELS extension levels (at most 4 x 1024 frames, which is safe,
+# and covers almost every real value without any extra walk) the list/dict
+# levels of each nested payload are counted, and their sum along the current
+# chain may not exceed _MAX_PLAIN.
 _MAX_DEPTH = 100
+_UNCHECKED_LEVELS = 3
 _MAX_PLAIN = 1024
+_PLAIN_CONTAINERS = (list, dict)
 _TOO_DEEP = "nested too deeply"
 
 _INT_MIN = -(1 << 63)
@@ -251,17 +257,20 @@ _state = _ThreadState()
 
 def _plain_depth(root: list | dict, limit: int) -> int:
     """How deeply lists/dicts nest in ``root`` (counting ``root``), stopping once past ``limit``."""
-    depth = 0
-    level: Any = (root,)
-    while level and depth <= limit:
-        depth += 1
-        found: dict[int, object] = {}  # by id: a shared or cyclic node is walked once per level
+    depth = 1
+    level: list[Any] = [root]
+    while True:
+        found = []
         for node in level:
             for child in node.values() if isinstance(node, dict) else node:
-                if isinstance(child, (list, dict)):
-                    found[id(child)] = child
-        level = found.values()
-    return depth
+                if isinstance(child, _PLAIN_CONTAINERS):
+                    found.append(child)
+        if not found or depth > limit:
+            return depth
+        depth += 1
+        if len(found) > 1:  # a shared or cyclic node is walked once per level
+            found = list({id(node): node for node in found}.values())
+        level = found
 
 
 def _pack(obj: object) -> bytes:
@@ -273,9 +282,7 @@ def _pack(obj: object) -> bytes:
             raise _Failure(None, _TOO_DEEP)
         packers.append(_new_packer(256 * 1024 if depth == 0 else 4096))
     used = state.plain
-    if depth and isinstance(obj, (list, dict)):
-        # msgpack recurses on the C stack for every list/dict level and its
-        # limit restarts with each extension payload: bound the total.
+    if depth > _UNCHECKED_LEVELS and isinstance(obj, _PLAIN_CONTAINERS):
         cost = _plain_depth(obj, _MAX_PLAIN - used)
         if cost > _MAX_PLAIN - used:
             raise _Failure(None, _TOO_DEEP)
@@ -445,22 +452,22 @@ def _enc_enum(obj: enum.Enum) -> ExtType:
     return ExtType(_EXT_ENUM, _pack([module, qualname, obj.value]))
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, dict[str, dataclasses.Field]] = {}
 
 
-def _field_names(cls: type) -> tuple[str, ...]:
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = tuple(f.name for f in dataclasses.fields(cls))
-        _FIELD_NAMES[cls] = names
-    return names
+def _fields(cls: type) -> dict[str, dataclasses.Field]:
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        _FIELDS[cls] = fields
+    return fields
 
 
 def _enc_dataclass(obj: object) -> ExtType:
     cls = type(obj)
     module, qualname = _class_ref(cls)
     values = {}
-    for name in _field_names(cls):
+    for name in _fields(cls):
         value = getattr(obj, name, _MISSING)
         if value is not _MISSING:  # an init=False field that was never set stays unset
             values[name] = value
@@ -588,9 +595,15 @@ def _unpack_list(data: bytes, length: int | None = None) -> list:
     return items
 
 
+_RESOLVED: dict[tuple[str, str], type] = {}
+
+
 def _resolve(module: object, qualname: object) -> Any:
     if type(module) is not str or type(qualname) is not str:
         raise ValueError("malformed class reference")
+    cached = _RESOLVED.get((module, qualname))
+    if cached is not None:
+        return cached
     name = f"{module}.{qualname}"
     try:
         loaded = importlib.import_module(module)
@@ -601,6 +614,7 @@ def _resolve(module: object, qualname: object) -> Any:
         raise _Failure(name, f"its class cannot be imported (module {module!r} has no {qualname!r})")
     if not isinstance(cls, type):
         raise _Failure(name, f"{name!r} is not a class")
+    _RESOLVED[(module, qualname)] = cls
     return cls
 
 
@@ -682,7 +696,7 @@ def _dec_dataclass(data: bytes) -> object:
     if type(values) is not dict:
         raise ValueError("malformed dataclass fields")
     obj = cls.__new__(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = _fields(cls)
     for name, value in values.items():
         if name not in fields:
             raise _Failure(_type_name(cls), f"it has no field {_short(name)}")
@@ -771,7 +785,7 @@ def decode(data: bytes, where: str = "value") -> object:
 
 def encode_args(args: tuple, where: str = "workflow argument") -> bytes:
     """A positional-arguments tuple as a msgpack array, each element through the full codec."""
-    if type(args) is not tuple and not isinstance(args, (tuple, list)):
+    if not isinstance(args, (tuple, list)):
         raise SerializationError(
             f"cannot encode arguments of type {_type_name(type(args))!r} ({where}): "
             "expected a tuple",
@@ -798,12 +812,12 @@ def decode_args(data: bytes, where: str = "workflow argument") -> tuple:
 # this path: no ``default``, no ext types.  The packer is shared and NOT thread
 # safe -- it is only used from the engine's event-loop thread.
 _RECORD_PACKER = msgpack.Packer(use_bin_type=True, autoreset=True)
-_record_pack = _RECORD_PACKER.pack
 
-
-def pack_record(obj: Any) -> bytes:
-    """Fast msgpack bytes for a plain engine record (event-loop thread only)."""
-    return _record_pack(obj)
+#: ``pack_record(obj) -> bytes``: msgpack bytes for a plain engine record.  The
+#: packer's bound method itself, with no Python frame around it (hot path);
+#: unsupported values raise msgpack's ``TypeError`` -- records are plain by
+#: construction, so that is an engine bug, not bad input.
+pack_record: Callable[[Any], bytes] = _RECORD_PACKER.pack
 
 
 def unpack_record(data: bytes) -> Any:

@@ -43,14 +43,41 @@ class Databases:
             setattr(self, name, env.open_db(name.encode()))
 
 
+_OPEN: dict[str, list] = {}
+"""path -> [env, dbs, users]: LMDB allows one environment per path per process, so stores
+(several engines in one process, as in tests) share it."""
+
+
 def open_environment(
     path: str, *, map_size: int = DEFAULT_MAP_SIZE, sync: bool = True, readonly: bool = False
 ) -> tuple[lmdb.Environment, Databases]:
     """Open (creating if needed) the environment at ``path`` and check its schema version.
 
     Call it in the process that uses the environment, after spawn: an LMDB environment must
-    never cross a fork.
+    never cross a fork. Pair every call with ``close_environment``.
     """
+    path = os.path.realpath(path)
+    shared = _OPEN.get(path)
+    if shared is not None:
+        shared[2] += 1
+        return shared[0], shared[1]
+    env, dbs = _open(path, map_size=map_size, sync=sync, readonly=readonly)
+    _OPEN[path] = [env, dbs, 1]
+    return env, dbs
+
+
+def close_environment(path: str) -> None:
+    path = os.path.realpath(path)
+    shared = _OPEN.get(path)
+    if shared is None:
+        return
+    shared[2] -= 1
+    if shared[2] == 0:
+        del _OPEN[path]
+        shared[0].close()
+
+
+def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb.Environment, Databases]:
     os.makedirs(path, exist_ok=True)
     try:
         env = lmdb.open(

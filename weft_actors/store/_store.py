@@ -14,7 +14,7 @@ from ..codec import unpack_record
 from ..errors import EngineDeposed, StorageError, StorageFull, WeftError
 from . import _engines, _queries
 from ._apply import TxnState, apply_intent, next_epoch, release_claims
-from ._env import DEFAULT_MAP_SIZE, check_ownership_mode, open_environment
+from ._env import DEFAULT_MAP_SIZE, check_ownership_mode, close_environment, open_environment
 from ._keys import NO_ENGINE, TERMINAL, by_engine_key, engine_key, holder_value, split_holder
 
 
@@ -49,7 +49,7 @@ class LmdbStore:
         for fd in self._locks.values():
             os.close(fd)
         self._locks.clear()
-        self.env.close()
+        close_environment(self.path)
 
     # -- writes ---------------------------------------------------------------------------
 
