@@ -42,14 +42,14 @@ async def run(workflows: int, data_dir: str, steps: int) -> dict:
     async with Engine(data_dir, app=[three_steps], tune_gc=True) as engine:
         started = time.perf_counter()
         cpu0 = time.process_time()
-        handles = await asyncio.gather(*(engine.start(three_steps, i) for i in range(workflows)))
 
-        async def finish(handle):
+        async def one(i: int) -> int:
+            handle = await engine.start(three_steps, i)
             result = await handle.result()
             progress.advance()
             return result
 
-        results = await asyncio.gather(*(finish(h) for h in handles))
+        results = await asyncio.gather(*(one(i) for i in range(workflows)))
         seconds = time.perf_counter() - started
         cpu = time.process_time() - cpu0
         assert results == [i + 3 for i in range(workflows)], "wrong results"

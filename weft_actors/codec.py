@@ -800,9 +800,7 @@ def decode_args(data: bytes, where: str = "workflow argument") -> tuple:
     """The tuple ``encode_args`` wrote."""
     value = decode(data, where)
     if type(value) is not list:
-        raise _decode_error(
-            _type_name(type(value)), where, "expected an argument array"
-        )
+        raise _decode_error(_type_name(type(value)), where, "expected an argument array")
     return tuple(value)
 
 

@@ -26,6 +26,7 @@ __all__ = ["Actor"]
 log = logging.getLogger("weft_actors.shard")
 
 _ENCODED_NONE = encode(None)
+_new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
 
 
 class Actor:
@@ -133,7 +134,7 @@ class Actor:
 
     def _commit(self, ops: tuple[tuple[int, bytes], ...] = (), consume: tuple[int, ...] = (), timers_put: tuple[TimerRef, ...] = (), timers_del: tuple[TimerRef, ...] = (), finish: Finish | None = None, fields: dict[str, Any] | None = None) -> None:
         self.busy = True
-        intent = StepCommit(self.wid, self.epoch, self.run_id, ops, consume, timers_put, timers_del, finish, fields)
+        intent = _new_tuple(StepCommit, (self.wid, self.epoch, self.run_id, ops, consume, timers_put, timers_del, finish, fields))
         self.engine.committer.submit(intent, self._committed)
 
     def _committed(self, result: Any) -> None:
@@ -209,7 +210,7 @@ class Actor:
         self.attempt_token += 1
         token = self.attempt_token
         seq = cmd.seq  # type: ignore[union-attr]
-        info = ActivityInfo(f"{self.wid}/{self.run_id}/{seq}", self.wid, self.run_id, seq, attempt, op.name)
+        info = _new_tuple(ActivityInfo, (f"{self.wid}/{self.run_id}/{seq}", self.wid, self.run_id, seq, attempt, op.name))
         self.engine.activities_started += 1
 
         def done(value: Any, error: BaseException | None) -> None:

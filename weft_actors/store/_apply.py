@@ -21,8 +21,9 @@ from ._keys import (
     fence,
     holder_value,
     inbox_key,
-    op_key,
+    pack_u32,
     pack_u64,
+    run_prefix,
     timer_key,
     unpack_u64,
     visibility_key,
@@ -121,45 +122,49 @@ def check_fence(state: TxnState, wid: str, epoch: int) -> None:
 
 
 def step_commit(state: TxnState, intent: StepCommit) -> None:
-    txn, dbs, wid = state.txn, state.dbs, intent.wid
-    check_fence(state, wid, intent.epoch)
+    txn, dbs = state.txn, state.dbs
+    wid, epoch, run_id, ops, consume, timers_put, timers_del, finish, fields = intent
+    wid_raw = wid.encode()
+    holder = txn.get(wid_raw, db=dbs.claim_holder)
+    if holder is None or holder[:24] != state.engine_raw + pack_u64(epoch):
+        raise FencedOut(f"this engine no longer holds workflow {wid!r} at epoch {epoch}", workflow_id=wid, epoch=epoch)
     record: dict[str, Any] | None = None
     old: dict[str, Any] | None = None
-    if intent.finish is not None or intent.fields:
-        raw = txn.get(wid.encode(), db=dbs.workflows)
+    if finish is not None or fields:
+        raw = txn.get(wid_raw, db=dbs.workflows)
         if raw is None:
             raise WorkflowNotFound(f"workflow {wid!r} not found", workflow_id=wid)
         record = unpack_record(raw)
-        if record["run_id"] != intent.run_id:
-            raise FencedOut(f"workflow {wid!r} moved to run {record['run_id']}", workflow_id=wid, epoch=intent.epoch)
+        if record["run_id"] != run_id:
+            raise FencedOut(f"workflow {wid!r} moved to run {record['run_id']}", workflow_id=wid, epoch=epoch)
         old = dict(record)
-    for seq, packed in intent.ops:
-        txn.put(op_key(wid, intent.run_id, seq), packed, db=dbs.ops)
-    for seq in intent.consume:
+    if ops:
+        prefix = run_prefix(wid, run_id)
+        for seq, packed in ops:
+            txn.put(prefix + pack_u32(seq), packed, db=dbs.ops)
+    for seq in consume:
         txn.delete(inbox_key(wid, seq), db=dbs.inbox)
-    for timer in intent.timers_del:
+    for timer in timers_del:
         txn.delete(timer_key(timer.fire_at, wid, timer.seq), db=dbs.timers)
-    for timer in intent.timers_put:
+    for timer in timers_put:
         txn.put(
             timer_key(timer.fire_at, wid, timer.seq),
-            pack_record({"kind": timer.kind, "run_id": intent.run_id}),
+            pack_record({"kind": timer.kind, "run_id": run_id}),
             db=dbs.timers,
         )
     if record is None:
         return
-    if intent.fields:
-        record.update(intent.fields)
-    finish = intent.finish
+    if fields:
+        record.update(fields)
     if finish is not None:
         record["status"] = finish.status
         record["result"] = finish.result
         record["error"] = finish.error
         record["updated"] = state.now
-        wid_raw = wid.encode()
         txn.delete(wid_raw, db=dbs.claim_holder)
         txn.delete(by_engine_key(state.engine_raw, wid), db=dbs.by_engine)
         set_visibility(state, record, wid, old)
-    txn.put(wid.encode(), pack_record(record), db=dbs.workflows)
+    txn.put(wid_raw, pack_record(record), db=dbs.workflows)
 
 
 def append_inbox(state: TxnState, intent: AppendInbox) -> int:

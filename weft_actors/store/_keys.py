@@ -3,6 +3,7 @@ logical order and every prefix scan is exact."""
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import Final
 
@@ -41,12 +42,13 @@ def prefixed(wid: str) -> bytes:
     return _U16.pack(len(raw)) + raw
 
 
-def op_key(wid: str, run_id: str, seq: int) -> bytes:
-    return prefixed(wid) + bytes.fromhex(run_id) + _U32.pack(seq)
-
-
+@functools.lru_cache(maxsize=1 << 16)
 def run_prefix(wid: str, run_id: str) -> bytes:
     return prefixed(wid) + bytes.fromhex(run_id)
+
+
+def op_key(wid: str, run_id: str, seq: int) -> bytes:
+    return run_prefix(wid, run_id) + _U32.pack(seq)
 
 
 def op_seq(key: bytes) -> int:
@@ -82,15 +84,14 @@ def by_engine_key(engine_raw: bytes, wid: str) -> bytes:
     return engine_raw + wid.encode()
 
 
-def visibility_key(status: str, wf_type: str, updated: float, wid: str) -> bytes:
+@functools.lru_cache(maxsize=4096)
+def _status_type_prefix(status: str, wf_type: str) -> bytes:
     raw_type = wf_type.encode()
-    return (
-        bytes((STATUS_CODES[status],))
-        + _U16.pack(len(raw_type))
-        + raw_type
-        + _U64.pack(ms(updated))
-        + wid.encode()
-    )
+    return bytes((STATUS_CODES[status],)) + _U16.pack(len(raw_type)) + raw_type
+
+
+def visibility_key(status: str, wf_type: str, updated: float, wid: str) -> bytes:
+    return _status_type_prefix(status, wf_type) + _U64.pack(max(0, int(updated * 1000 + 0.5))) + wid.encode()
 
 
 def split_visibility_key(key: bytes) -> tuple[str, str, float, str]:

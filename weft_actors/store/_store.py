@@ -114,6 +114,11 @@ class LmdbStore:
         process, so a peer on this machine can confirm the death without waiting for expiry.
         """
         now = self.clock.now()
+        if mode == "single":
+            # A single engine killed a moment ago must not block its own restart.
+            for other, record in self.engines().items():
+                if other != engine_id and record["state"] == "live" and self.process_gone(other):
+                    self.mark_engine_dead(other)
 
         def txn_fn(txn: lmdb.Transaction) -> None:
             check_ownership_mode(txn, self.dbs, mode)

@@ -31,6 +31,9 @@ from ._ops import HANDLER, Op
 __all__ = ["Command", "WorkflowRun", "error_record", "error_from_record"]
 
 
+_new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
+
+
 class Command(NamedTuple):
     """What the engine must do next for a run.
 
@@ -226,7 +229,7 @@ class WorkflowRun:
             return [self.outcome]
         if self.waiting is not None and self.waiting_seq != self._emitted_seq:
             self._emitted_seq = self.waiting_seq
-            return [Command("op", self.waiting_seq, self.waiting, self.history.get(self.waiting_seq))]
+            return [_new_tuple(Command, ("op", self.waiting_seq, self.waiting, self.history.get(self.waiting_seq), None, None))]
         return []
 
     def _advance(self, value: Any, error: BaseException | None) -> None:

@@ -1,0 +1,342 @@
+"""Conformance: the engine registry on a fake clock, deposed engines, the ownership-mode
+marker, and confirming a peer's death through its lock."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from weft_actors.codec import encode
+from weft_actors.errors import EngineDeposed, OwnershipModeMismatch
+from weft_actors.store import AppendInbox, Created, StepCommit
+
+
+def _advance_to(clock, when):
+    clock.advance(when - clock.now())
+    assert clock.now() == when
+
+
+def test_register_engine_records_a_live_engine_with_its_lease(kit, fake_clock):
+    store = kit.store
+    now = fake_clock.now()
+    eid = kit.engine()
+
+    record = store.engines()[eid]
+
+    assert record["state"] == "live"
+    assert record["heartbeat"] == kit.HEARTBEAT
+    assert record["ttl"] == kit.TTL
+    assert record["expires_at"] == pytest.approx(now + kit.TTL)
+
+
+def test_heartbeat_extends_expires_at_from_the_current_time(kit, fake_clock):
+    store = kit.store
+    eid = kit.engine()
+    fake_clock.advance(1.0)
+
+    returned = store.heartbeat(eid)
+
+    assert returned["expires_at"] == pytest.approx(fake_clock.now() + kit.TTL)
+    assert store.engines()[eid]["expires_at"] == pytest.approx(fake_clock.now() + kit.TTL)
+
+
+def test_heartbeat_stores_the_feed_cursor(kit):
+    store = kit.store
+    eid = kit.engine()
+
+    store.heartbeat(eid, feed_cursor=17)
+
+    assert store.engines()[eid]["cursor"] == 17
+
+
+def test_apply_carries_a_heartbeat_once_one_is_due(kit, fake_clock):
+    store = kit.store
+    eid = kit.engine()
+    registered = store.engines()[eid]["expires_at"]
+
+    fake_clock.advance(kit.HEARTBEAT / 2)  # not due yet
+    store.apply(eid, [kit.create_intent()])
+    assert store.engines()[eid]["expires_at"] == registered
+
+    fake_clock.advance(kit.HEARTBEAT / 2)  # due now
+    store.apply(eid, [kit.create_intent()])
+    assert store.engines()[eid]["expires_at"] == pytest.approx(fake_clock.now() + kit.TTL)
+
+
+def test_apply_at_exactly_the_expiry_boundary_still_commits(kit, fake_clock):
+    store = kit.store
+    eid = kit.engine()
+    record = store.engines()[eid]
+    _advance_to(fake_clock, record["expires_at"] + 2 * record["heartbeat"])
+
+    intent = kit.create_intent()
+    (result,) = store.apply(eid, [intent])
+
+    assert isinstance(result, Created) and result.created
+    assert store.get_workflow(intent.wid) is not None
+
+
+def test_apply_one_ms_after_the_expiry_boundary_is_deposed_and_commits_nothing(kit, fake_clock):
+    store = kit.store
+    eid = kit.engine()
+    wid, run_id, epoch = kit.start(eid)
+    record = store.engines()[eid]
+    _advance_to(fake_clock, record["expires_at"] + 2 * record["heartbeat"])
+    fake_clock.advance(0.001)
+    commits, writes = store.commits, store.writes
+    create = kit.create_intent()
+
+    results = store.apply(
+        eid,
+        [
+            create,
+            AppendInbox(wid, "signal", "go", encode(1)),
+            StepCommit(wid, epoch, run_id, ops=(kit.op(1),)),
+        ],
+    )
+
+    assert len(results) == 3
+    assert all(isinstance(r, EngineDeposed) for r in results), results
+    assert store.get_workflow(create.wid) is None
+    assert store.get_epoch(create.wid) == 0
+    assert store.load_inbox(wid) == []
+    assert store.read_feed(0) == []
+    assert store.load_ops(wid, run_id) == {}
+    assert (store.commits, store.writes) == (commits, writes)
+    # The deposed engine's lease was not renewed by the failed apply.
+    assert store.engines()[eid]["expires_at"] == record["expires_at"]
+
+
+def test_heartbeat_after_expiry_is_deposed(kit, fake_clock):
+    store = kit.store
+    eid = kit.engine()
+    record = store.engines()[eid]
+    _advance_to(fake_clock, record["expires_at"] + 2 * record["heartbeat"])
+    fake_clock.advance(0.001)
+
+    with pytest.raises(EngineDeposed):
+        store.heartbeat(eid)
+
+    assert store.engines()[eid]["expires_at"] == record["expires_at"]
+
+
+def test_heartbeat_within_the_grace_keeps_the_engine_alive(kit, fake_clock):
+    store = kit.store
+    eid = kit.engine()
+    record = store.engines()[eid]
+    _advance_to(fake_clock, record["expires_at"] + 2 * record["heartbeat"])
+
+    store.heartbeat(eid)
+    fake_clock.advance(kit.TTL)
+
+    (result,) = store.apply(eid, [kit.create_intent()])
+    assert isinstance(result, Created)
+
+
+def test_unregistered_engine_commits_nothing(kit):
+    store = kit.store
+    intent = kit.create_intent()
+
+    (result,) = store.apply(uuid.uuid4().hex, [intent])
+
+    assert isinstance(result, EngineDeposed)
+    assert store.get_workflow(intent.wid) is None
+
+
+def test_mark_engine_dead_deposes_apply_and_heartbeat(kit):
+    store = kit.store
+    eid = kit.engine()
+    wid, run_id, epoch = kit.start(eid)
+
+    assert store.mark_engine_dead(eid) is True
+
+    create = kit.create_intent()
+    results = store.apply(eid, [create, StepCommit(wid, epoch, run_id, ops=(kit.op(1),))])
+    assert all(isinstance(r, EngineDeposed) for r in results), results
+    assert store.get_workflow(create.wid) is None
+    assert store.load_ops(wid, run_id) == {}
+    with pytest.raises(EngineDeposed):
+        store.heartbeat(eid)
+    assert store.engines()[eid]["state"] == "dead"
+
+
+def test_mark_engine_dead_is_idempotent(kit):
+    store = kit.store
+    eid = kit.engine()
+
+    assert store.mark_engine_dead(eid) is True
+    assert store.mark_engine_dead(eid) is False
+    assert store.mark_engine_dead(eid) is False
+    assert store.mark_engine_dead(uuid.uuid4().hex) is False
+    assert store.engines()[eid]["state"] == "dead"
+
+
+def test_mark_engine_dead_leaves_other_engines_live(kit):
+    store = kit.store
+    dead, alive = kit.engine(), kit.engine()
+
+    store.mark_engine_dead(dead)
+
+    (result,) = store.apply(alive, [kit.create_intent()])
+    assert isinstance(result, Created)
+    assert store.heartbeat(alive)["state"] == "live"
+
+
+def test_released_engine_commits_nothing(kit):
+    store = kit.store
+    eid = kit.engine()
+    kit.start(eid)
+
+    store.release_engine(eid)
+
+    (result,) = store.apply(eid, [kit.create_intent()])
+    assert isinstance(result, EngineDeposed)
+    with pytest.raises(EngineDeposed):
+        store.heartbeat(eid)
+    assert store.engines()[eid]["state"] != "live"
+
+
+# -- ownership-mode marker ----------------------------------------------------------------------
+
+
+def test_single_engine_refused_on_a_workflow_lease_store_and_nothing_written(kit):
+    store = kit.store
+    kit.engine()  # the first engine marks the store "workflow-lease"
+    before = store.engines()
+    eid = uuid.uuid4().hex
+
+    with pytest.raises(OwnershipModeMismatch) as info:
+        store.register_engine(eid, heartbeat=kit.HEARTBEAT, ttl=kit.TTL, mode="single")
+
+    assert "single" in str(info.value) and "workflow-lease" in str(info.value)
+    assert store.engines() == before
+    (result,) = store.apply(eid, [kit.create_intent()])
+    assert isinstance(result, EngineDeposed)
+
+
+def test_workflow_lease_engine_refused_on_a_single_store(kit):
+    store = kit.store
+    kit.engine(mode="single")
+    before = store.engines()
+
+    with pytest.raises(OwnershipModeMismatch):
+        kit.engine(mode="workflow-lease")
+
+    assert store.engines() == before
+
+
+def test_marker_survives_the_first_engine_leaving(store_factory, kit):
+    store = kit.store
+    first = kit.engine()
+    store.release_engine(first)
+    store.close()
+    reopened = store_factory()
+
+    with pytest.raises(OwnershipModeMismatch):
+        kit.engine(reopened, mode="single")
+    kit.engine(reopened, mode="workflow-lease")
+
+
+def test_single_store_refuses_a_second_live_engine(kit):
+    store = kit.store
+    first = kit.engine(mode="single")
+    before = store.engines()
+
+    with pytest.raises(OwnershipModeMismatch):
+        kit.engine(mode="single")
+
+    assert store.engines() == before
+    assert list(before) == [first]
+
+
+def test_single_store_accepts_a_new_engine_once_the_old_one_is_gone(kit):
+    store = kit.store
+    first = kit.engine(mode="single")
+    store.release_engine(first)
+
+    second = kit.engine(mode="single")
+
+    assert store.engines()[second]["state"] == "live"
+
+
+def test_workflow_lease_store_accepts_many_live_engines(kit):
+    store = kit.store
+    engines = {kit.engine() for _ in range(3)}
+
+    assert {eid for eid, r in store.engines().items() if r["state"] == "live"} == engines
+
+
+# -- process_gone ------------------------------------------------------------------------------
+
+
+_CHILD = """
+import sys
+{open_store}
+engine_id = sys.argv[1]
+store.register_engine(engine_id, heartbeat=0.5, ttl=3.0)
+print("registered", flush=True)
+command = sys.stdin.readline().strip()
+if command == "release":
+    store.release_engine(engine_id)
+elif command == "close":
+    store.close()
+print("done", flush=True)
+sys.stdin.read()  # stay alive until the parent closes our stdin
+"""
+
+
+@pytest.mark.parametrize("how", ["release", "close", "kill"])
+def test_process_gone_only_once_the_other_instance_lets_go(kit, backend_hook, how):
+    store = kit.store
+    source = _CHILD.format(open_store=backend_hook("child_store_source")())
+    eid = uuid.uuid4().hex
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(source), eid],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "registered"
+        assert eid in store.engines()
+
+        assert store.process_gone(eid) is False
+        assert store.process_gone(eid) is False  # asking does not break the lock
+
+        if how == "kill":
+            child.kill()
+            child.wait(timeout=10)
+        else:
+            child.stdin.write(how + "\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "done"
+            assert child.poll() is None  # still running: only the lock was let go
+        assert store.process_gone(eid) is True
+    finally:
+        if child.poll() is None:
+            child.stdin.close()
+            child.wait(timeout=10)
+        child.stdout.close()
+
+
+def test_process_gone_is_false_for_an_engine_this_instance_registered(kit):
+    store = kit.store
+    eid = kit.engine()
+
+    assert store.process_gone(eid) is False
+
+
+def test_process_gone_is_true_after_this_instance_releases_the_engine(kit):
+    store = kit.store
+    eid = kit.engine()
+    store.release_engine(eid)
+
+    assert store.process_gone(eid) is True
+
+
+def test_process_gone_is_true_for_an_engine_never_registered(kit):
+    assert kit.store.process_gone(uuid.uuid4().hex) is True
