@@ -15,7 +15,7 @@ import copy
 import uuid
 from collections import deque
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from weft_actors.codec import decode, decode_args, encode, unpack_record
 from weft_actors.errors import SerializationError
@@ -100,7 +100,9 @@ class FakeEngine:
         self.run = WorkflowRun(self.definition, workflow_id, run_id, args, copy.deepcopy(history) if history else None)
         self.inbox: deque[tuple[str, Any]] = deque(inbox)
         self.arrivals = {seq: list(msgs) for seq, msgs in (arrivals or {}).items()}
-        self.clock = CLOCK_START
+        # the fake clock resumes where the recorded timers had brought it
+        timers = [rec.get(k) for rec in self.log.values() for k in ("fire_at", "retry_at")]
+        self.clock = max([CLOCK_START] + [at for at in timers if at is not None])
         self.commands: list[Command] = []
         self.activity_calls: list[tuple[str, tuple[Any, ...]]] = []
         self.final: Command | None = None

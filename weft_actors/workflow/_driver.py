@@ -31,6 +31,7 @@ from ._ops import HANDLER, Op
 __all__ = ["Command", "WorkflowRun", "error_record", "error_from_record"]
 
 
+_CLOSE_TRIES = 100  # close() re-throws GeneratorExit at most this often (awaits in finally blocks)
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
 
 
@@ -192,8 +193,18 @@ class WorkflowRun:
         return handler(*args)
 
     def close(self) -> None:
-        if self._coro is not None:
-            self._coro.close()
+        """Abandon the coroutine, running its ``finally`` blocks; never raises. An await in a
+        ``finally`` (say a compensating ``ctx.run``) makes ``coro.close()`` raise RuntimeError and
+        leaves the coroutine suspended at that await, so close again until it has finished."""
+        coro = self._coro
+        if coro is None:
+            return
+        for _ in range(_CLOSE_TRIES):
+            try:
+                coro.close()
+                return
+            except Exception:  # the run is being abandoned: nothing to report the error to
+                continue
 
     # -- internals ------------------------------------------------------------------------
 
@@ -292,6 +303,10 @@ class WorkflowRun:
         self.outcome = Command("complete", payload=payload)
 
     def _fail(self, exc: BaseException) -> None:
+        if self._events and self._events[0][0] < self._live_t:
+            # The history went further than this code does: changed code, not a real failure.
+            self._stuck(f"the workflow raised {type(exc).__name__}: {exc} but its history has more recorded events")
+            return
         kind = "cancelled" if isinstance(exc, asyncio.CancelledError) else "exception"
         self.outcome = Command("fail", error=error_record(exc, kind))
 
