@@ -6,7 +6,8 @@ joins the suite by adding a class with the same methods as ``LmdbBackend`` and a
 ``BACKENDS``. Backend-specific hooks (``open_small``, ``set_schema_version``, ``get_schema_version``,
 ``child_store_source``) may be left out; the tests that need them skip.
 
-All time comes from one ``FakeClock`` per test.
+All time comes from one ``FakeClock`` per test. Its timestamps are ~1.7e9, so compare them
+with ``pytest.approx(x, abs=1e-3)``: approx's default relative tolerance is ~1700 s there.
 """
 
 from __future__ import annotations

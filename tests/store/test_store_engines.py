@@ -30,7 +30,7 @@ def test_register_engine_records_a_live_engine_with_its_lease(kit, fake_clock):
     assert record["state"] == "live"
     assert record["heartbeat"] == kit.HEARTBEAT
     assert record["ttl"] == kit.TTL
-    assert record["expires_at"] == pytest.approx(now + kit.TTL)
+    assert record["expires_at"] == pytest.approx(now + kit.TTL, abs=1e-3)
 
 
 def test_heartbeat_extends_expires_at_from_the_current_time(kit, fake_clock):
@@ -40,8 +40,8 @@ def test_heartbeat_extends_expires_at_from_the_current_time(kit, fake_clock):
 
     returned = store.heartbeat(eid)
 
-    assert returned["expires_at"] == pytest.approx(fake_clock.now() + kit.TTL)
-    assert store.engines()[eid]["expires_at"] == pytest.approx(fake_clock.now() + kit.TTL)
+    assert returned["expires_at"] == pytest.approx(fake_clock.now() + kit.TTL, abs=1e-3)
+    assert store.engines()[eid]["expires_at"] == pytest.approx(fake_clock.now() + kit.TTL, abs=1e-3)
 
 
 def test_heartbeat_stores_the_feed_cursor(kit):
@@ -64,7 +64,7 @@ def test_apply_carries_a_heartbeat_once_one_is_due(kit, fake_clock):
 
     fake_clock.advance(kit.HEARTBEAT / 2)  # due now
     store.apply(eid, [kit.create_intent()])
-    assert store.engines()[eid]["expires_at"] == pytest.approx(fake_clock.now() + kit.TTL)
+    assert store.engines()[eid]["expires_at"] == pytest.approx(fake_clock.now() + kit.TTL, abs=1e-3)
 
 
 def test_apply_at_exactly_the_expiry_boundary_still_commits(kit, fake_clock):
@@ -270,14 +270,14 @@ def test_workflow_lease_store_accepts_many_live_engines(kit):
     assert {eid for eid, r in store.engines().items() if r["state"] == "live"} == engines
 
 
-# -- process_gone ------------------------------------------------------------------------------
+# -- process_gone and peers in other processes ---------------------------------------------
 
 
 _CHILD = """
 import sys
 {open_store}
-engine_id = sys.argv[1]
-store.register_engine(engine_id, heartbeat=0.5, ttl=3.0)
+engine_id, mode = sys.argv[1], sys.argv[2]
+store.register_engine(engine_id, heartbeat=0.5, ttl=3.0, mode=mode)
 print("registered", flush=True)
 command = sys.stdin.readline().strip()
 if command == "release":
@@ -289,38 +289,75 @@ sys.stdin.read()  # stay alive until the parent closes our stdin
 """
 
 
+class ChildEngine:
+    """An engine registered by a store instance in another process."""
+
+    def __init__(self, backend_hook, mode: str = "workflow-lease") -> None:
+        self.engine_id = uuid.uuid4().hex
+        source = textwrap.dedent(_CHILD.format(open_store=backend_hook("child_store_source")()))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", source, self.engine_id, mode],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def __enter__(self) -> "ChildEngine":
+        assert self.proc.stdout.readline().strip() == "registered"
+        return self
+
+    def command(self, command: str) -> None:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "done"
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        else:
+            self.proc.stdin.close()
+        self.proc.stdout.close()
+
+
 @pytest.mark.parametrize("how", ["release", "close", "kill"])
-def test_process_gone_only_once_the_other_instance_lets_go(kit, backend_hook, how):
+def test_process_gone_for_an_engine_of_another_process_only_once_it_lets_go(kit, backend_hook, how):
     store = kit.store
-    source = _CHILD.format(open_store=backend_hook("child_store_source")())
-    eid = uuid.uuid4().hex
-    child = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(source), eid],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout.readline().strip() == "registered"
-        assert eid in store.engines()
+    with ChildEngine(backend_hook) as child:
+        eid = child.engine_id
+        assert store.engines()[eid]["state"] == "live"
 
         assert store.process_gone(eid) is False
         assert store.process_gone(eid) is False  # asking does not break the lock
 
         if how == "kill":
             child.kill()
-            child.wait(timeout=10)
         else:
-            child.stdin.write(how + "\n")
-            child.stdin.flush()
-            assert child.stdout.readline().strip() == "done"
-            assert child.poll() is None  # still running: only the lock was let go
+            child.command(how)
+            assert child.proc.poll() is None  # still running: only the lock was let go
         assert store.process_gone(eid) is True
-    finally:
-        if child.poll() is None:
-            child.stdin.close()
-            child.wait(timeout=10)
-        child.stdout.close()
+
+
+@pytest.mark.parametrize("how", ["release", "close"])
+def test_process_gone_for_an_engine_of_another_instance_in_this_process(store_factory, kit, how):
+    store = kit.store
+    other = store_factory()
+    eid = kit.engine(other)
+
+    assert store.process_gone(eid) is False
+    assert store.process_gone(eid) is False
+
+    if how == "release":
+        other.release_engine(eid)
+    else:
+        other.close()
+
+    assert store.process_gone(eid) is True
+    assert store.list_workflows()["items"] == []  # this instance still works
 
 
 def test_process_gone_is_false_for_an_engine_this_instance_registered(kit):
@@ -340,3 +377,43 @@ def test_process_gone_is_true_after_this_instance_releases_the_engine(kit):
 
 def test_process_gone_is_true_for_an_engine_never_registered(kit):
     assert kit.store.process_gone(uuid.uuid4().hex) is True
+
+
+def test_single_store_restarts_once_its_predecessors_process_is_gone(kit, backend_hook):
+    store = kit.store
+    with ChildEngine(backend_hook, mode="single") as child:
+        child.kill()
+
+        successor = kit.engine(mode="single")
+
+    engines = store.engines()
+    assert engines[successor]["state"] == "live"
+    assert engines[child.engine_id]["state"] == "dead"
+
+
+def test_single_store_refuses_while_its_predecessors_process_lives(kit, backend_hook):
+    store = kit.store
+    with ChildEngine(backend_hook, mode="single") as child:
+        before = store.engines()
+
+        with pytest.raises(OwnershipModeMismatch):
+            kit.engine(mode="single")
+
+        assert store.engines() == before
+        assert before[child.engine_id]["state"] == "live"
+
+
+def test_refused_single_engine_marks_no_peer_dead(kit, backend_hook):
+    """A misconfigured engine refused by the marker writes nothing, not even the death of a
+    peer whose process has gone (that is the supervisor's call)."""
+    store = kit.store
+    with ChildEngine(backend_hook) as child:  # marks the store "workflow-lease"
+        wid, _, _ = kit.start(kit.engine())
+        child.kill()
+        before = store.engines()
+
+        with pytest.raises(OwnershipModeMismatch):
+            kit.engine(mode="single")
+
+        assert store.engines() == before
+        assert before[child.engine_id]["state"] == "live"

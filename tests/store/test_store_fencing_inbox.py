@@ -84,6 +84,22 @@ def test_step_commit_on_a_released_workflow_is_fenced_out(kit):
     assert store.load_ops(wid, run_id) == {}
 
 
+def test_finish_naming_another_run_is_fenced_out_and_writes_nothing(kit):
+    store = kit.store
+    eid = kit.engine()
+    wid, run_id, epoch = kit.start(eid)
+    wrong_run = kit.create_intent().run_id
+
+    (result,) = store.apply(
+        eid, [StepCommit(wid, epoch, wrong_run, ops=(kit.op(1),), finish=Finish("completed", encode(1)))]
+    )
+
+    assert isinstance(result, FencedOut)
+    assert store.load_ops(wid, wrong_run) == {}
+    assert store.get_workflow(wid)["status"] == "running"
+    assert store.get_holder(wid)[:2] == (eid, epoch)
+
+
 def test_fenced_intent_fails_alone_and_the_rest_of_the_batch_commits(kit):
     store = kit.store
     eid, thief = kit.engine(), kit.engine()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import struct
 from typing import Any
 
 import lmdb
@@ -83,11 +84,17 @@ def encode_cursor(key: bytes) -> str:
     return base64.urlsafe_b64encode(key).decode()
 
 
-def decode_cursor(cursor: str) -> bytes:
+def decode_cursor(cursor: str, prefix: bytes = b"") -> bytes:
+    """The visibility key a cursor names; ``InvalidRequest`` unless it is one (strict base64,
+    a well-formed key) inside the listing's ``prefix``."""
     try:
-        return base64.urlsafe_b64decode(cursor.encode())
-    except (ValueError, TypeError) as exc:
+        key = base64.b64decode(cursor.encode(), altchars=b"-_", validate=True)
+        split_visibility_key(key)
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, struct.error) as exc:
         raise InvalidRequest(f"malformed list cursor {cursor!r}") from exc
+    if not key.startswith(prefix):
+        raise InvalidRequest(f"list cursor {cursor!r} belongs to another listing")
+    return key
 
 
 def list_workflows(
@@ -103,7 +110,7 @@ def list_workflows(
         raise InvalidRequest("limit must be positive")
     prefix = visibility_prefix(status, wf_type)
     scan = txn.cursor(db=dbs.visibility)
-    start = decode_cursor(cursor) if cursor else prefix
+    start = decode_cursor(cursor, prefix) if cursor else prefix
     positioned = scan.set_range(start)
     if positioned and cursor and scan.key() == start:
         positioned = scan.next()
