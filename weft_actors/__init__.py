@@ -7,12 +7,17 @@ carries each workflow to completion through crashes, restarts and takeovers.
 import logging as _logging
 
 from . import errors
+from .bus import AsyncClient, AsyncClientHandle, Client, ClientHandle
 from .errors import WeftError
 from .shard import Engine, WorkflowHandle
 from .workflow import ActivityInfo, Context, RetryPolicy, activity, workflow
 
 __all__ = [
     "ActivityInfo",
+    "AsyncClient",
+    "AsyncClientHandle",
+    "Client",
+    "ClientHandle",
     "Context",
     "Engine",
     "RetryPolicy",

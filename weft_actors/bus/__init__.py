@@ -1,0 +1,44 @@
+"""The bus: wire protocol, front door, hint pub/sub, and the clients."""
+
+from ._async_client import AsyncClient, AsyncClientHandle
+from ._client import DEFAULT_ENDPOINT, Client, ClientHandle
+from ._curve import load_key
+from ._frontdoor import FrontDoor, shard_identity
+from ._hints import HINT_KINDS, HintProxy, decode_hint, encode_hint, publisher, subscriber
+from ._protocol import (
+    DEFAULT_MAX_FRAME,
+    OPS,
+    VERSION,
+    decode_reply,
+    decode_request,
+    encode_error,
+    encode_reply,
+    encode_request,
+)
+from ._routing import RoutingTable
+
+__all__ = [
+    "AsyncClient",
+    "AsyncClientHandle",
+    "Client",
+    "ClientHandle",
+    "DEFAULT_ENDPOINT",
+    "load_key",
+    "DEFAULT_MAX_FRAME",
+    "FrontDoor",
+    "HINT_KINDS",
+    "HintProxy",
+    "OPS",
+    "RoutingTable",
+    "VERSION",
+    "decode_hint",
+    "decode_reply",
+    "decode_request",
+    "encode_error",
+    "encode_hint",
+    "encode_reply",
+    "encode_request",
+    "publisher",
+    "shard_identity",
+    "subscriber",
+]

@@ -1,0 +1,272 @@
+"""``AsyncClient``: the asyncio client, many requests pipelined on one DEALER socket.
+
+One reader task receives every reply and resolves the future registered under its request
+id, so any number of coroutines can have requests in flight at once and replies may come
+back in any order. A reply whose id is no longer registered (its request timed out or was
+cancelled) is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from ..errors import ServerUnavailable
+from . import _calls
+from ._calls import Call
+from ._client import DEFAULT_ENDPOINT
+from ._curve import CurveKeys, apply_curve, resolve_curve
+from ._protocol import decode_reply
+
+__all__ = ["AsyncClient", "AsyncClientHandle"]
+
+log = logging.getLogger("weft_actors.bus")
+
+
+class AsyncClient:
+    """The asyncio twin of ``Client``: same calls, awaitable, except ``get_handle``.
+
+    The socket is made on first use, in the running event loop, and belongs to that loop.
+    ``close()`` (or leaving ``async with``) fails every request still pending with
+    ``ServerUnavailable``; none is left hanging.
+    """
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        timeout: float = 10.0,
+        curve_server_key: bytes | str | os.PathLike[str] | None = None,
+        curve_public_key: bytes | str | os.PathLike[str] | None = None,
+        curve_secret_key: bytes | str | os.PathLike[str] | None = None,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, not {timeout!r}")
+        self.endpoint = endpoint
+        self.timeout = float(timeout)
+        self._curve: CurveKeys | None = resolve_curve(curve_server_key, curve_public_key, curve_secret_key)
+        self._context: zmq.asyncio.Context | None = None
+        self._socket: zmq.asyncio.Socket | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<AsyncClient {self.endpoint!r}{' closed' if self._closed else ''}>"
+
+    async def __aenter__(self) -> AsyncClient:
+        self._open()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Fail what is pending, stop the reader, close the socket and the context. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._fail_pending(ServerUnavailable(f"the client was closed ({self.endpoint})", endpoint=self.endpoint))
+        reader, self._reader = self._reader, None
+        if reader is not None and not reader.done():
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        if self._socket is not None:
+            self._socket.close(linger=0)
+            self._socket = None
+        if self._context is not None:
+            self._context.term()
+            self._context = None
+
+    def _fail_pending(self, error: ServerUnavailable) -> None:
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def _open(self) -> zmq.asyncio.Socket:
+        if self._closed:
+            raise ServerUnavailable(f"the client is closed ({self.endpoint})", endpoint=self.endpoint)
+        if self._socket is None:
+            if self._context is None:
+                self._context = zmq.asyncio.Context()
+            socket = self._context.socket(zmq.DEALER)
+            socket.linger = 0
+            apply_curve(socket, self._curve)
+            try:
+                socket.connect(self.endpoint)
+            except zmq.ZMQError as exc:
+                socket.close(linger=0)
+                raise ValueError(f"cannot connect to {self.endpoint!r}: {exc}") from None
+            self._socket = socket
+            self._reader = asyncio.get_running_loop().create_task(self._read(socket), name="weft-client-reader")
+        return self._socket
+
+    async def _read(self, socket: zmq.asyncio.Socket) -> None:
+        try:
+            while True:
+                frames = await socket.recv_multipart()
+                try:
+                    reply = decode_reply(frames[-1])
+                except Exception:
+                    log.warning("discarding a malformed reply from %s", self.endpoint)
+                    continue
+                future = self._pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
+                if future is None:
+                    log.debug("discarding a reply to no pending request (%r)", reply.get("id"))
+                elif not future.done():
+                    future.set_result(reply)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the socket is gone: nothing more will be answered
+            if not self._closed:
+                log.warning("client reader for %s stopped: %s", self.endpoint, exc)
+            if socket is self._socket:  # the next request makes a fresh socket and reader
+                socket.close(linger=0)
+                self._socket = None
+            self._fail_pending(ServerUnavailable(f"connection lost: {exc} ({self.endpoint})", endpoint=self.endpoint))
+
+    async def _request(self, call: Call) -> Any:
+        socket = self._open()
+        request_id = str(next(self._ids))
+        frame = _calls.frame(request_id, call)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        budget = self.timeout + call.wait
+
+        async def exchange() -> dict[str, Any]:
+            try:
+                await socket.send(frame)
+            except (zmq.ZMQError, asyncio.CancelledError):
+                if not self._closed:
+                    raise
+                raise ServerUnavailable(f"{call.op}: the client was closed ({self.endpoint})", endpoint=self.endpoint, op=call.op) from None
+            return await future
+
+        try:
+            reply = await asyncio.wait_for(exchange(), budget)
+        except asyncio.TimeoutError:
+            raise ServerUnavailable(
+                f"{call.op}: no reply within {budget:.3g}s ({self.endpoint})", endpoint=self.endpoint, op=call.op
+            ) from None
+        except zmq.ZMQError as exc:
+            raise ServerUnavailable(f"{call.op}: socket error: {exc} ({self.endpoint})", endpoint=self.endpoint, op=call.op) from None
+        finally:
+            if self._pending.get(request_id) is future:
+                del self._pending[request_id]
+        return _calls.unwrap(call, reply)
+
+    # -- client calls ---------------------------------------------------------------------
+
+    async def start(
+        self,
+        workflow: Any,
+        *args: Any,
+        id: str | None = None,
+        if_exists: str = "error",
+        start_delay: float | None = None,
+        start_at: Any = None,
+        execution_timeout: float | None = None,
+        memo: Any = None,
+    ) -> AsyncClientHandle:
+        """Start ``workflow(*args)`` (a name or a ``@workflow`` function); returns once the
+        server has committed the start. ``start_at`` is epoch seconds or a datetime."""
+        call = _calls.start_call(
+            workflow, args, id=id, if_exists=if_exists, start_delay=start_delay, start_at=start_at,
+            execution_timeout=execution_timeout, memo=memo,
+        )
+        wid, run_id = await self._request(call)
+        return AsyncClientHandle._make(self, wid, run_id)
+
+    async def signal_with_start(
+        self, workflow: Any, *args: Any, signal: str, payload: Any = None, **start_options: Any
+    ) -> AsyncClientHandle:
+        """Signal the workflow with ``start_options["id"]``, starting it first if it does not
+        exist, in one atomic step on the server."""
+        call = _calls.start_call(workflow, args, signal=signal, payload=payload, **start_options)
+        wid, run_id = await self._request(call)
+        return AsyncClientHandle._make(self, wid, run_id)
+
+    def get_handle(self, id: str) -> AsyncClientHandle:
+        """A handle on workflow ``id``; no I/O happens until one of its methods is awaited."""
+        return AsyncClientHandle._make(self, id, None)
+
+    async def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+        """One page of workflows, ``{"items": [...], "cursor": next_or_None}``."""
+        return await self._request(_calls.list_call(status, type, limit, cursor))
+
+    async def stats(self) -> dict[str, Any]:
+        return await self._request(_calls.stats_call())
+
+    async def ping(self) -> str:
+        """``"pong"`` if the server answers; ``ServerUnavailable`` if not."""
+        return await self._request(_calls.ping_call())
+
+
+class AsyncClientHandle:
+    """An ``AsyncClient``'s handle on one workflow id, with the methods of ``WorkflowHandle``.
+    Made by ``AsyncClient.start``/``AsyncClient.get_handle``; no public constructor."""
+
+    __slots__ = ("_client", "id", "run_id")
+
+    _client: AsyncClient
+    id: str
+    run_id: str | None
+
+    @classmethod
+    def _make(cls, client: AsyncClient, workflow_id: str, run_id: str | None) -> AsyncClientHandle:
+        handle = cls.__new__(cls)
+        handle._client = client
+        handle.id = workflow_id
+        handle.run_id = run_id
+        return handle
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("AsyncClientHandle has no public constructor; use AsyncClient.get_handle(id)")
+
+    def __repr__(self) -> str:
+        return f"<AsyncClientHandle {self.id!r}>"
+
+    async def signal(self, name: str, payload: Any = None) -> None:
+        """Returns once the signal is committed to the workflow's durable inbox."""
+        await self._client._request(_calls.signal_call(self.id, name, payload))
+
+    async def query(self, name: str, *args: Any) -> Any:
+        return await self._client._request(_calls.query_call(self.id, name, args))
+
+    async def update(self, name: str, *args: Any, request_id: str | None = None) -> Any:
+        """Run update handler ``name`` and return its result; the same ``request_id`` applied
+        twice runs the handler once (one is generated when not given)."""
+        return await self._client._request(_calls.update_call(self.id, name, args, request_id))
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """The workflow's result; raises ``WorkflowFailed`` & co. for other endings and the
+        builtin ``TimeoutError`` if it does not end within ``timeout`` seconds (``None``:
+        wait for ever). Long-polls the server in steps of at most 30 s."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            remaining = _calls.MAX_RESULT_WAIT if deadline is None else deadline - loop.time()
+            done, value = _calls.result_value(await self._client._request(_calls.result_call(self.id, remaining)))
+            if done:
+                return value
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError(f"workflow {self.id!r} did not finish within {timeout}s")
+
+    async def cancel(self) -> None:
+        """Request cancellation; the workflow sees it at its next await point."""
+        await self._client._request(_calls.cancel_call(self.id))
+
+    async def terminate(self, reason: str | None = None) -> None:
+        """End the workflow at once, without running any more of its code."""
+        await self._client._request(_calls.terminate_call(self.id, reason))
+
+    async def describe(self) -> dict[str, Any]:
+        return await self._client._request(_calls.describe_call(self.id))

@@ -1,0 +1,209 @@
+"""Client calls without I/O: each public method becomes a ``Call`` (op, fields, parser).
+
+``Client`` and ``AsyncClient`` differ only in how they move frames; building requests and
+reading replies lives here once, so both raise the same errors from the same checks. Every
+user value is codec-encoded while the ``Call`` is built, so a ``SerializationError`` reaches
+the caller before anything is sent.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import uuid
+from typing import Any, Callable, Final, NamedTuple
+
+import msgpack
+
+from ..codec import decode, encode, encode_args
+from ..errors import InvalidRequest, UnknownWorkflowType, from_wire
+from ._protocol import VERSION
+
+__all__ = [
+    "Call",
+    "MAX_RESULT_WAIT",
+    "IF_EXISTS",
+    "start_call",
+    "signal_call",
+    "query_call",
+    "update_call",
+    "result_call",
+    "cancel_call",
+    "terminate_call",
+    "describe_call",
+    "list_call",
+    "stats_call",
+    "ping_call",
+    "frame",
+    "unwrap",
+    "result_value",
+]
+
+MAX_RESULT_WAIT: Final = 30.0
+"""Longest a single ``result`` request asks the server to hold it; longer waits loop."""
+
+IF_EXISTS: Final = ("error", "return", "start_new")
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _none(value: Any) -> None:
+    return None
+
+
+class Call(NamedTuple):
+    """One request to send: ``op`` and its wire ``fields``; ``parse`` turns the reply's ``ok``
+    into the caller's value; ``wait`` is how long the server may hold it before answering."""
+
+    op: str
+    fields: dict[str, Any]
+    parse: Callable[[Any], Any] = _identity
+    wait: float = 0.0
+
+
+def _workflow_name(workflow: Any) -> str:
+    if isinstance(workflow, str):
+        return workflow
+    # The mark @workflow leaves on a function (bus/ does not import the authoring package).
+    definition = getattr(workflow, "__weft_workflow__", None)
+    if definition is None:
+        raise UnknownWorkflowType(f"{workflow!r} is not a @workflow", workflow_type=repr(workflow))
+    return definition.name
+
+
+def _seconds(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidRequest(f"{name} must be a number of seconds, not {value!r}")
+    return float(value)
+
+
+def _timestamp(value: Any) -> float | None:
+    if isinstance(value, _dt.datetime):
+        return value.timestamp()
+    return _seconds(value, "start_at")
+
+
+def _compact(**fields: Any) -> dict[str, Any]:
+    # Absent options are left out rather than sent as nil: some (limit, if_exists) must not be nil.
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _started(ok: Any) -> tuple[str, str | None]:
+    return ok["id"], ok.get("run_id")
+
+
+def start_call(
+    workflow: Any,
+    args: tuple[Any, ...],
+    *,
+    id: str | None = None,
+    if_exists: str = "error",
+    start_delay: float | _dt.timedelta | None = None,
+    start_at: float | _dt.datetime | None = None,
+    execution_timeout: float | _dt.timedelta | None = None,
+    memo: Any = None,
+    signal: str | None = None,
+    payload: Any = None,
+) -> Call:
+    """``start``, or ``signal_with_start`` when ``signal`` is given. The workflow id travels as
+    ``wid`` (as in every other op) because ``id`` is the request id of the envelope."""
+    name = _workflow_name(workflow)
+    if if_exists not in IF_EXISTS:
+        raise InvalidRequest(f"if_exists must be 'error', 'return' or 'start_new', not {if_exists!r}")
+    if id is not None and not isinstance(id, str):
+        raise InvalidRequest(f"a workflow id must be a string, not {id!r}")
+    fields = _compact(
+        workflow=name,
+        args=encode_args(tuple(args), "workflow argument"),
+        wid=id,
+        if_exists=if_exists,
+        memo=None if memo is None else encode(memo, "memo"),
+        start_delay=_seconds(start_delay, "start_delay"),
+        start_at=_timestamp(start_at),
+        execution_timeout=_seconds(execution_timeout, "execution_timeout"),
+    )
+    if signal is None:
+        return Call("start", fields, _started)
+    if not isinstance(signal, str) or not signal:
+        raise InvalidRequest("a signal needs a non-empty name")
+    fields["signal"] = signal
+    fields["payload"] = encode(payload, "signal payload")
+    return Call("signal_with_start", fields, _started)
+
+
+def signal_call(wid: str, name: str, payload: Any = None) -> Call:
+    return Call("signal", {"wid": wid, "name": name, "payload": encode(payload, "signal payload")}, _none)
+
+
+def query_call(wid: str, name: str, args: tuple[Any, ...]) -> Call:
+    fields = {"wid": wid, "name": name, "args": encode_args(tuple(args), "query argument")}
+    return Call("query", fields, lambda ok: decode(ok, "query result"))
+
+
+def update_call(wid: str, name: str, args: tuple[Any, ...], request_id: str | None = None) -> Call:
+    """A missing ``request_id`` is generated here, once, so retries of this call stay idempotent."""
+    fields = {
+        "wid": wid,
+        "name": name,
+        "args": encode_args(tuple(args), "update argument"),
+        "request_id": request_id if request_id is not None else uuid.uuid4().hex,
+    }
+    return Call("update", fields, lambda ok: decode(ok, "update result"))
+
+
+def result_call(wid: str, wait: float) -> Call:
+    wait = max(0.0, min(wait, MAX_RESULT_WAIT))
+    return Call("result", {"wid": wid, "wait": wait}, _identity, wait)
+
+
+def result_value(ok: Any) -> tuple[bool, Any]:
+    """``(True, value)`` once the reply says completed, ``(False, None)`` while it runs."""
+    if isinstance(ok, dict) and ok.get("status") == "completed":
+        return True, decode(ok["result"], "workflow result")
+    return False, None
+
+
+def cancel_call(wid: str) -> Call:
+    return Call("cancel", {"wid": wid}, _none)
+
+
+def terminate_call(wid: str, reason: str | None = None) -> Call:
+    return Call("terminate", _compact(wid=wid, reason=reason), _none)
+
+
+def describe_call(wid: str) -> Call:
+    return Call("describe", {"wid": wid}, lambda ok: decode(ok, "describe"))
+
+
+def list_call(status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> Call:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+        raise InvalidRequest(f"limit must be a positive integer, not {limit!r}")
+    return Call("list", _compact(status=status, type=type, limit=limit, cursor=cursor))
+
+
+def stats_call() -> Call:
+    return Call("stats", {})
+
+
+def ping_call() -> Call:
+    return Call("ping", {})
+
+
+def frame(request_id: str, call: Call) -> bytes:
+    """The request frame. Built here rather than with ``encode_request(request_id, op, **fields)``
+    because ``update`` has a field named ``request_id`` that would collide with that parameter."""
+    return msgpack.packb({**call.fields, "v": VERSION, "id": request_id, "op": call.op}, use_bin_type=True)
+
+
+def unwrap(call: Call, reply: dict[str, Any]) -> Any:
+    """The caller's value from ``reply``; an error reply raises the same ``WeftError`` class
+    the embedded engine would have raised."""
+    error = reply.get("error")
+    if error is not None:
+        raise from_wire(error if isinstance(error, dict) else {"code": "weft_error", "message": str(error)})
+    return call.parse(reply.get("ok"))

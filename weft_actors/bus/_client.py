@@ -1,0 +1,288 @@
+"""``Client``: the synchronous, thread-safe ZeroMQ client of a weft_actors supervisor.
+
+ZeroMQ sockets must not be shared between threads, so each thread gets its own DEALER
+socket from the client's one context. A thread has at most one request in flight on its
+socket; when a request times out that socket is thrown away (linger 0) and a fresh one is
+made, so a late reply can never be taken for the answer to the next request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from ..errors import ServerUnavailable
+from . import _calls
+from ._calls import Call
+from ._curve import CurveKeys, apply_curve, resolve_curve
+from ._protocol import decode_reply
+
+__all__ = ["Client", "ClientHandle", "DEFAULT_ENDPOINT"]
+
+log = logging.getLogger("weft_actors.bus")
+
+DEFAULT_ENDPOINT = "tcp://127.0.0.1:5555"
+
+
+class _Channel:
+    """One thread's DEALER socket and its request counter."""
+
+    __slots__ = ("socket", "thread", "busy", "next_id")
+
+    def __init__(self, socket: zmq.Socket, thread: threading.Thread) -> None:
+        self.socket = socket
+        self.thread = thread
+        self.busy = False
+        self.next_id = 0
+
+
+def _unavailable(endpoint: str, op: str, why: str) -> ServerUnavailable:
+    return ServerUnavailable(f"{op}: {why} ({endpoint})", endpoint=endpoint, op=op)
+
+
+class Client:
+    """Talks to the supervisor at ``endpoint``; safe to share between threads.
+
+    ``timeout`` bounds every request (a ``result`` request gets the time the server may hold
+    it on top); a request without a reply in that time raises ``ServerUnavailable``. With
+    ``curve_server_key`` the connection uses CURVE (see ``resolve_curve`` for key forms).
+    Use it as a context manager or call ``close()``; calls still in flight on other threads
+    when it closes fail with ``ServerUnavailable``.
+    """
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_ENDPOINT,
+        *,
+        timeout: float = 10.0,
+        curve_server_key: bytes | str | os.PathLike[str] | None = None,
+        curve_public_key: bytes | str | os.PathLike[str] | None = None,
+        curve_secret_key: bytes | str | os.PathLike[str] | None = None,
+    ) -> None:
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, not {timeout!r}")
+        self.endpoint = endpoint
+        self.timeout = float(timeout)
+        self._curve: CurveKeys | None = resolve_curve(curve_server_key, curve_public_key, curve_secret_key)
+        self._context = zmq.Context()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._channels: list[_Channel] = []
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"<Client {self.endpoint!r}{' closed' if self._closed else ''}>"
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every thread's socket and terminate the context. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for channel in self._channels:
+                if not channel.busy:
+                    channel.socket.close(linger=0)
+            self._channels = [channel for channel in self._channels if channel.busy]
+        # Threads still waiting on a reply get ContextTerminated, close their socket and
+        # raise ServerUnavailable; term() returns once they have.
+        self._context.term()
+
+    # -- the request path -----------------------------------------------------------------
+
+    def _new_socket(self) -> zmq.Socket:
+        socket = self._context.socket(zmq.DEALER)
+        socket.linger = 0
+        socket.sndtimeo = int(self.timeout * 1000)
+        apply_curve(socket, self._curve)
+        try:
+            socket.connect(self.endpoint)
+        except zmq.ZMQError as exc:
+            socket.close(linger=0)
+            raise ValueError(f"cannot connect to {self.endpoint!r}: {exc}") from None
+        return socket
+
+    def _acquire(self, op: str) -> _Channel:
+        channel: _Channel | None = getattr(self._local, "channel", None)
+        with self._lock:
+            if self._closed:
+                raise _unavailable(self.endpoint, op, "the client is closed")
+            if channel is None:
+                self._reap_dead_threads()
+                channel = _Channel(self._new_socket(), threading.current_thread())
+                self._channels.append(channel)
+                self._local.channel = channel
+            channel.busy = True
+        return channel
+
+    def _reap_dead_threads(self) -> None:
+        # Sockets of threads that have exited would otherwise live as long as the client.
+        alive = []
+        for channel in self._channels:
+            if channel.thread.is_alive() or channel.busy:
+                alive.append(channel)
+            else:
+                channel.socket.close(linger=0)
+        self._channels = alive
+
+    def _release(self, channel: _Channel, *, discard: bool) -> None:
+        with self._lock:
+            channel.busy = False
+            if discard or self._closed:
+                channel.socket.close(linger=0)
+                self._channels = [c for c in self._channels if c is not channel]
+                if getattr(self._local, "channel", None) is channel:
+                    del self._local.channel
+
+    def _request(self, call: Call) -> Any:
+        channel = self._acquire(call.op)
+        discard = True
+        try:
+            channel.next_id += 1
+            request_id = str(channel.next_id)
+            frame = _calls.frame(request_id, call)
+            budget = self.timeout + call.wait
+            deadline = time.monotonic() + budget
+            socket = channel.socket
+            try:
+                socket.send(frame)
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0 or not socket.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
+                        raise _unavailable(self.endpoint, call.op, f"no reply within {budget:.3g}s")
+                    frames = socket.recv_multipart(zmq.NOBLOCK)
+                    try:
+                        reply = decode_reply(frames[-1])
+                    except Exception:
+                        log.warning("discarding a malformed reply from %s", self.endpoint)
+                        continue
+                    if reply.get("id") == request_id or (reply.get("id") is None and "error" in reply):
+                        break
+                    log.debug("discarding stale reply %r (waiting for %s)", reply.get("id"), request_id)
+            except zmq.Again:
+                raise _unavailable(self.endpoint, call.op, f"could not send within {self.timeout:.3g}s") from None
+            except zmq.ContextTerminated:
+                raise _unavailable(self.endpoint, call.op, "the client was closed") from None
+            except zmq.ZMQError as exc:
+                raise _unavailable(self.endpoint, call.op, f"socket error: {exc}") from None
+            discard = False
+        finally:
+            self._release(channel, discard=discard)
+        return _calls.unwrap(call, reply)
+
+    # -- client calls ---------------------------------------------------------------------
+
+    def start(
+        self,
+        workflow: Any,
+        *args: Any,
+        id: str | None = None,
+        if_exists: str = "error",
+        start_delay: float | None = None,
+        start_at: Any = None,
+        execution_timeout: float | None = None,
+        memo: Any = None,
+    ) -> ClientHandle:
+        """Start ``workflow(*args)`` (a name or a ``@workflow`` function); returns once the
+        server has committed the start. ``start_at`` is epoch seconds or a datetime."""
+        call = _calls.start_call(
+            workflow, args, id=id, if_exists=if_exists, start_delay=start_delay, start_at=start_at,
+            execution_timeout=execution_timeout, memo=memo,
+        )
+        wid, run_id = self._request(call)
+        return ClientHandle._make(self, wid, run_id)
+
+    def signal_with_start(
+        self, workflow: Any, *args: Any, signal: str, payload: Any = None, **start_options: Any
+    ) -> ClientHandle:
+        """Signal the workflow with ``start_options["id"]``, starting it first if it does not
+        exist, in one atomic step on the server."""
+        call = _calls.start_call(workflow, args, signal=signal, payload=payload, **start_options)
+        wid, run_id = self._request(call)
+        return ClientHandle._make(self, wid, run_id)
+
+    def get_handle(self, id: str) -> ClientHandle:
+        """A handle on workflow ``id``; no I/O happens until one of its methods is called."""
+        return ClientHandle._make(self, id, None)
+
+    def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+        """One page of workflows, ``{"items": [...], "cursor": next_or_None}``."""
+        return self._request(_calls.list_call(status, type, limit, cursor))
+
+    def stats(self) -> dict[str, Any]:
+        return self._request(_calls.stats_call())
+
+    def ping(self) -> str:
+        """``"pong"`` if the server answers; ``ServerUnavailable`` if not."""
+        return self._request(_calls.ping_call())
+
+
+class ClientHandle:
+    """A ``Client``'s handle on one workflow id, the synchronous twin of ``WorkflowHandle``.
+    Made by ``Client.start``/``Client.get_handle``; no public constructor."""
+
+    __slots__ = ("_client", "id", "run_id")
+
+    _client: Client
+    id: str
+    run_id: str | None
+
+    @classmethod
+    def _make(cls, client: Client, workflow_id: str, run_id: str | None) -> ClientHandle:
+        handle = cls.__new__(cls)
+        handle._client = client
+        handle.id = workflow_id
+        handle.run_id = run_id
+        return handle
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("ClientHandle has no public constructor; use Client.get_handle(id)")
+
+    def __repr__(self) -> str:
+        return f"<ClientHandle {self.id!r}>"
+
+    def signal(self, name: str, payload: Any = None) -> None:
+        """Returns once the signal is committed to the workflow's durable inbox."""
+        self._client._request(_calls.signal_call(self.id, name, payload))
+
+    def query(self, name: str, *args: Any) -> Any:
+        return self._client._request(_calls.query_call(self.id, name, args))
+
+    def update(self, name: str, *args: Any, request_id: str | None = None) -> Any:
+        """Run update handler ``name`` and return its result; the same ``request_id`` applied
+        twice runs the handler once (one is generated when not given)."""
+        return self._client._request(_calls.update_call(self.id, name, args, request_id))
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The workflow's result; raises ``WorkflowFailed`` & co. for other endings and the
+        builtin ``TimeoutError`` if it does not end within ``timeout`` seconds (``None``:
+        wait for ever). Long-polls the server in steps of at most 30 s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = _calls.MAX_RESULT_WAIT if deadline is None else deadline - time.monotonic()
+            done, value = _calls.result_value(self._client._request(_calls.result_call(self.id, remaining)))
+            if done:
+                return value
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"workflow {self.id!r} did not finish within {timeout}s")
+
+    def cancel(self) -> None:
+        """Request cancellation; the workflow sees it at its next await point."""
+        self._client._request(_calls.cancel_call(self.id))
+
+    def terminate(self, reason: str | None = None) -> None:
+        """End the workflow at once, without running any more of its code."""
+        self._client._request(_calls.terminate_call(self.id, reason))
+
+    def describe(self) -> dict[str, Any]:
+        return self._client._request(_calls.describe_call(self.id))

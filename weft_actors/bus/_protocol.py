@@ -1,0 +1,149 @@
+"""The wire protocol (version 1): one msgpack map per request and per reply.
+
+Request  ``{"v": 1, "id": request_id, "op": name, ...fields}``
+Reply    ``{"v": 1, "id": request_id, "ok": value}`` or
+         ``{"v": 1, "id": request_id, "error": {"code", "message", "context"}}``
+
+User values (workflow arguments, signal payloads, query results, describe output) travel as
+codec-encoded bytes inside the frame, so the front door routes without decoding them and
+only the shard, which validates them, does.
+
+=================== ===================================================== ==========================
+op                  fields                                                ok
+=================== ===================================================== ==========================
+start               workflow, args(bin), wid?, if_exists?, memo(bin)?,    {"id", "run_id"}
+                    start_delay?, start_at?, execution_timeout?
+signal_with_start   start fields + signal, payload(bin)                   {"id", "run_id"}
+signal              wid, name, payload(bin)                               None
+query               wid, name, args(bin)                                  bin (encoded value)
+update              wid, name, args(bin), request_id?                     bin (encoded value)
+result              wid, wait (seconds the server may hold the request)   {"status": "completed",
+                                                                          "result": bin} or
+                                                                          {"status": "running"}
+cancel              wid                                                   None
+terminate           wid, reason?                                          None
+describe            wid                                                   bin (encoded dict)
+list                status?, type?, limit?, cursor?                       {"items", "cursor"}
+stats               —                                                     dict
+ping                —                                                     "pong"
+=================== ===================================================== ==========================
+
+``wid`` is the workflow id (optional for the starts: the server makes one); ``id`` is always
+the request id. A failed ``result`` (the workflow failed, was cancelled, ...) is an error reply carrying the
+same error the embedded engine raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgpack
+
+from ..errors import InvalidRequest, PayloadTooLarge, WeftError, to_wire
+
+__all__ = [
+    "VERSION",
+    "OPS",
+    "WORKFLOW_OPS",
+    "DEFAULT_MAX_FRAME",
+    "encode_request",
+    "decode_request",
+    "encode_reply",
+    "encode_error",
+    "decode_reply",
+]
+
+VERSION: Final = 1
+DEFAULT_MAX_FRAME: Final = (1 << 20) + 64 * 1024
+"""A frame may carry a 1 MiB payload plus its envelope."""
+
+_FIELDS: Final[dict[str, dict[str, tuple[type, ...]]]] = {
+    "start": {"workflow": (str,), "args": (bytes,)},
+    "signal_with_start": {"workflow": (str,), "args": (bytes,), "signal": (str,), "payload": (bytes,)},
+    "signal": {"wid": (str,), "name": (str,), "payload": (bytes,)},
+    "query": {"wid": (str,), "name": (str,), "args": (bytes,)},
+    "update": {"wid": (str,), "name": (str,), "args": (bytes,)},
+    "result": {"wid": (str,)},
+    "cancel": {"wid": (str,)},
+    "terminate": {"wid": (str,)},
+    "describe": {"wid": (str,)},
+    "list": {},
+    "stats": {},
+    "ping": {},
+}
+_OPTIONAL: Final[dict[str, tuple[type, ...]]] = {
+    "wid": (str, type(None)),
+    "if_exists": (str,),
+    "memo": (bytes, type(None)),
+    "start_delay": (int, float, type(None)),
+    "start_at": (int, float, type(None)),
+    "execution_timeout": (int, float, type(None)),
+    "request_id": (str, type(None)),
+    "wait": (int, float, type(None)),
+    "reason": (str, type(None)),
+    "status": (str, type(None)),
+    "type": (str, type(None)),
+    "limit": (int,),
+    "cursor": (str, type(None)),
+}
+
+OPS: Final = frozenset(_FIELDS)
+WORKFLOW_OPS: Final = frozenset(op for op, fields in _FIELDS.items() if "wid" in fields)
+
+_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+
+
+def encode_request(request_id: Any, op: str, /, **fields: Any) -> bytes:
+    return msgpack.packb({"v": VERSION, "id": request_id, "op": op, **fields}, use_bin_type=True)
+
+
+def decode_request(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> dict[str, Any]:
+    """Parse and type-check one request; raise ``InvalidRequest``/``PayloadTooLarge`` with the
+    request id attached (``request_id`` attribute) whenever it could be read."""
+    if len(frame) > max_frame:
+        raise PayloadTooLarge(f"request of {len(frame)} bytes exceeds the limit of {max_frame}", size=len(frame), limit=max_frame)
+    try:
+        request = msgpack.unpackb(frame, raw=False, strict_map_key=False, max_bin_len=max_frame, max_str_len=max_frame)
+    except Exception as exc:
+        raise InvalidRequest(f"malformed request frame: {type(exc).__name__}") from None
+    if not isinstance(request, dict):
+        raise InvalidRequest("a request must be a map")
+    request_id = request.get("id")
+    if not isinstance(request_id, (int, str, type(None))) or (isinstance(request_id, int) and not -(2**63) <= request_id < 2**64):
+        raise InvalidRequest("request id must be an integer or a string")
+    version = request.get("v")
+    if version != VERSION:
+        raise _with_id(InvalidRequest(f"unsupported protocol version {version!r}; this server speaks {VERSION}"), request_id)
+    op = request.get("op")
+    if not isinstance(op, str) or op not in _FIELDS:
+        raise _with_id(InvalidRequest(f"unknown op {op!r}"), request_id)
+    for name, types in _FIELDS[op].items():
+        if not isinstance(request.get(name), types) or isinstance(request.get(name), bool):
+            raise _with_id(InvalidRequest(f"op {op!r} needs field {name!r} of type {types[0].__name__}"), request_id)
+    for name, value in request.items():
+        types = _OPTIONAL.get(name)
+        if types is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise _with_id(InvalidRequest(f"field {name!r} has the wrong type {type(value).__name__}"), request_id)
+    return request
+
+
+def _with_id(error: WeftError, request_id: Any) -> WeftError:
+    error.request_id = request_id  # type: ignore[attr-defined]
+    return error
+
+
+def encode_reply(request_id: Any, value: Any) -> bytes:
+    return _packer.pack({"v": VERSION, "id": request_id, "ok": value})
+
+
+def encode_error(request_id: Any, error: WeftError) -> bytes:
+    wire = to_wire(error)
+    wire["context"] = {k: v for k, v in wire["context"].items() if isinstance(v, (str, int, float, bool, type(None)))}
+    return _packer.pack({"v": VERSION, "id": request_id, "error": wire})
+
+
+def decode_reply(frame: bytes) -> dict[str, Any]:
+    reply = msgpack.unpackb(frame, raw=False, strict_map_key=False)
+    if not isinstance(reply, dict):
+        raise InvalidRequest("malformed reply")
+    return reply

@@ -1,0 +1,237 @@
+"""``python -m weft_actors``: drive a running supervisor from the shell.
+
+Every command is one ``Client`` call. Values are given and printed as JSON; with ``--json``
+the output is exactly one JSON document (for scripts), otherwise a readable form. A failure
+prints ``error: <code>: <message>`` on stderr and exits 1 (2 for a usage error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import datetime as _dt
+import decimal
+import enum
+import json
+import os
+import sys
+import uuid
+from typing import Any, Sequence, TextIO
+
+import zmq.auth
+
+from .bus import DEFAULT_ENDPOINT, Client
+from .errors import WeftError
+
+__all__ = ["main"]
+
+
+def _json_default(value: Any) -> Any:
+    """Printable stand-ins for what the codec carries but JSON does not."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        return value.isoformat()
+    if isinstance(value, _dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, (set, frozenset)):
+        try:
+            return sorted(value)
+        except TypeError:
+            return list(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (decimal.Decimal, uuid.UUID)):
+        return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if hasattr(value, "model_dump"):
+        return value.model_dump()
+    return repr(value)
+
+
+def _dumps(value: Any, *, indent: int | None = None) -> str:
+    # Non-string keys (ints, tuples) are made strings rather than failing the whole output.
+    return json.dumps(_string_keys(value), default=_json_default, indent=indent, ensure_ascii=False)
+
+
+def _string_keys(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else _dumps(k): _string_keys(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_string_keys(v) for v in value]
+    return value
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+
+
+def _json_args(text: str) -> tuple[Any, ...]:
+    """A JSON array is the positional arguments; any other JSON value is the one argument."""
+    value = _json_value(text)
+    return tuple(value) if isinstance(value, list) else (value,)
+
+
+def _parser() -> argparse.ArgumentParser:
+    # Options shared by every command may also follow the command name (SUPPRESS keeps the
+    # top-level value when they do not).
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    common.add_argument("--endpoint", help="supervisor front door (env WEFT_ENDPOINT)")
+    common.add_argument("--json", action="store_true", help="print one JSON document")
+    common.add_argument("--curve-server-key", metavar="FILE", help="server public key file (enables CURVE)")
+    common.add_argument("--curve-key", metavar="FILE", help="client secret key file (.key_secret)")
+
+    parser = argparse.ArgumentParser(prog="python -m weft_actors", description="Client commands for a weft_actors supervisor.")
+    parser.add_argument("--endpoint", default=os.environ.get("WEFT_ENDPOINT", DEFAULT_ENDPOINT), help="default: %(default)s")
+    parser.add_argument("--json", action="store_true", default=False, help="print one JSON document")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each reply (default: %(default)s)")
+    parser.add_argument("--curve-server-key", metavar="FILE", default=None, help="server public key file (enables CURVE)")
+    parser.add_argument("--curve-key", metavar="FILE", default=None, help="client secret key file (.key_secret)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, parents=[common])
+
+    p = command("start", "start a workflow")
+    p.add_argument("workflow")
+    p.add_argument("args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON", help="JSON array of arguments, or one JSON value")
+    p.add_argument("--id")
+    p.add_argument("--if-exists", choices=("error", "return", "start_new"), default="error")
+    p.add_argument("--start-delay", type=float, metavar="S")
+    p.add_argument("--start-at", type=float, metavar="EPOCH_S")
+    p.add_argument("--execution-timeout", type=float, metavar="S")
+    p.add_argument("--memo", type=_json_value, metavar="JSON")
+    p = command("signal", "send a signal")
+    p.add_argument("id")
+    p.add_argument("name")
+    p.add_argument("payload", nargs="?", type=_json_value, default=None, metavar="PAYLOAD_JSON")
+    p = command("query", "run a query")
+    p.add_argument("id")
+    p.add_argument("name")
+    p.add_argument("args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON")
+    p = command("update", "run an update")
+    p.add_argument("id")
+    p.add_argument("name")
+    p.add_argument("args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON")
+    p.add_argument("--request-id", help="idempotency key (generated if absent)")
+    p = command("result", "wait for a workflow's result")
+    p.add_argument("id")
+    p.add_argument("--timeout", dest="wait_timeout", type=float, default=None, metavar="S", help="give up after S seconds")
+    for name, help in (("cancel", "request cancellation"), ("describe", "show a workflow's record and history")):
+        command(name, help).add_argument("id")
+    p = command("terminate", "end a workflow at once")
+    p.add_argument("id")
+    p.add_argument("--reason")
+    p = command("list", "list workflows")
+    p.add_argument("--status")
+    p.add_argument("--type")
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--cursor")
+    command("stats", "server statistics")
+    command("ping", "check that the server answers")
+    p = command("keygen", "write a CURVE key pair")
+    p.add_argument("dir")
+    p.add_argument("--name", default="client")
+    return parser
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(
+        args.endpoint,
+        timeout=args.timeout,
+        curve_server_key=args.curve_server_key,
+        curve_secret_key=args.curve_key,
+    )
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> None:
+    """Run one command and print its output."""
+    command = args.command
+    if command == "keygen":
+        os.makedirs(args.dir, exist_ok=True)
+        public, secret = zmq.auth.create_certificates(args.dir, args.name)
+        _emit(args, out, {"public": public, "secret": secret}, f"public key: {public}\nsecret key: {secret}")
+        return
+    with _client(args) as client:
+        if command == "start":
+            handle = client.start(
+                args.workflow, *args.args, id=args.id, if_exists=args.if_exists, start_delay=args.start_delay,
+                start_at=args.start_at, execution_timeout=args.execution_timeout, memo=args.memo,
+            )
+            _emit(args, out, {"id": handle.id, "run_id": handle.run_id}, f"{handle.id} (run {handle.run_id})")
+        elif command in ("list", "stats", "ping"):
+            if command == "list":
+                page = client.list(status=args.status, type=args.type, limit=args.limit, cursor=args.cursor)
+                _emit(args, out, page, _table(page))
+            else:
+                value = getattr(client, command)()
+                _emit(args, out, value, _readable(value))
+        else:
+            _run_on_handle(args, out, client.get_handle(args.id))
+
+
+def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
+    command = args.command
+    if command == "signal":
+        value = handle.signal(args.name, args.payload)
+    elif command == "query":
+        value = handle.query(args.name, *args.args)
+    elif command == "update":
+        value = handle.update(args.name, *args.args, request_id=args.request_id)
+    elif command == "result":
+        value = handle.result(timeout=args.wait_timeout)
+    elif command == "cancel":
+        value = handle.cancel()
+    elif command == "terminate":
+        value = handle.terminate(args.reason)
+    else:
+        value = handle.describe()
+    if command in ("signal", "cancel", "terminate"):
+        _emit(args, out, {"ok": True}, "ok")
+    else:
+        _emit(args, out, value, _readable(value))
+
+
+def _readable(value: Any) -> str:
+    return value if isinstance(value, str) else _dumps(value, indent=2)
+
+
+def _table(page: dict[str, Any]) -> str:
+    rows = [("ID", "TYPE", "STATUS", "UPDATED")]
+    for item in page.get("items") or []:
+        rows.append(tuple(_readable(item.get(key)) if item.get(key) is not None else "-" for key in ("id", "type", "status", "updated")))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    if page.get("cursor"):
+        lines.append(f"next: --cursor {page['cursor']}")
+    return "\n".join(lines)
+
+
+def _emit(args: argparse.Namespace, out: TextIO, value: Any, readable: str) -> None:
+    print(_dumps(value) if args.json else readable, file=out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit status (0 ok, 1 failed, 2 bad usage)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse has printed the usage error (or the help)
+        return exc.code if isinstance(exc.code, int) else 2
+    try:
+        _run(args, sys.stdout)
+    except WeftError as exc:
+        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
+        return 1
+    except TimeoutError as exc:
+        print(f"error: timeout: {exc}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as exc:  # bad key file, unwritable keygen dir, ...
+        print(f"error: usage: {exc}", file=sys.stderr)
+        return 2
+    return 0
