@@ -8,9 +8,11 @@ request is served.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from typing import Any, Callable
 
+import msgpack
 import zmq
 
 from ..errors import InvalidRequest, ServerUnavailable, WeftError
@@ -24,6 +26,14 @@ log = logging.getLogger("weft_actors.bus")
 
 def shard_identity(slot: int) -> bytes:
     return b"shard-%d" % slot
+
+
+def _slot_of(identity: bytes) -> int:
+    return int(identity[6:])
+
+
+RETRYABLE_OPS = frozenset({"result", "query", "describe", "list", "ping"})
+"""Reads that another shard may answer after the first one died holding them."""
 
 
 class FrontDoor:
@@ -57,6 +67,8 @@ class FrontDoor:
         self.backend_endpoint = ""
         self.requests = 0
         self.errors = 0
+        self._inflight: dict[int, dict[tuple[bytes, Any], tuple[bytes, str, str | None]]] = {}
+        self._deaths: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def start(self) -> None:
         self._thread.start()
@@ -68,13 +80,19 @@ class FrontDoor:
         self._stop.set()
         self._thread.join(5)
 
+    def shard_died(self, slot: int) -> None:
+        """Thread-safe: the requests that shard held are re-sent (reads) or failed (writes)."""
+        self._deaths.put(slot)
+
     def _sockets(self) -> tuple[zmq.Socket, zmq.Socket]:
         frontend = self._context.socket(zmq.ROUTER)
         frontend.setsockopt(zmq.ROUTER_MANDATORY, 1)
         frontend.setsockopt(zmq.LINGER, 0)
         frontend.setsockopt(zmq.SNDHWM, 100_000)
         frontend.setsockopt(zmq.RCVHWM, 100_000)
-        frontend.setsockopt(zmq.MAXMSGSIZE, self._max_frame + 1024)
+        # Far above the frame limit, so an oversized request still gets its PayloadTooLarge
+        # reply; only absurd frames (a memory attack) drop the connection.
+        frontend.setsockopt(zmq.MAXMSGSIZE, max(64 << 20, 4 * self._max_frame))
         if self._curve is not None:
             frontend.curve_secretkey, frontend.curve_publickey = self._curve
             frontend.curve_server = True
@@ -102,6 +120,8 @@ class FrontDoor:
         try:
             while not self._stop.is_set():
                 events = dict(poller.poll(100))
+                while not self._deaths.empty():
+                    self._orphaned(frontend, backend, self._deaths.get())
                 if backend in events:
                     self._drain_backend(frontend, backend)
                 if frontend in events:
@@ -141,14 +161,31 @@ class FrontDoor:
         if op == "stats":
             self._reply(frontend, client, encode_reply(request["id"], self._stats()))
             return
-        wid = request.get("wid")
+        self._forward(frontend, backend, client, frame, request["id"], op, request.get("wid"))
+
+    def _forward(self, frontend: zmq.Socket, backend: zmq.Socket, client: bytes, frame: bytes, request_id: Any, op: str, wid: str | None, avoid: int | None = None) -> None:
         for slot in self.routing.route(wid):
+            if slot == avoid:
+                continue
             try:
                 backend.send_multipart([shard_identity(slot), client, frame], zmq.NOBLOCK)
-                return
             except zmq.ZMQError:  # not connected (yet, or any more), or its queue is full
                 continue
-        self._reply(frontend, client, encode_error(request["id"], ServerUnavailable("no shard is available")))
+            self._inflight.setdefault(slot, {})[(client, request_id)] = (frame, op, wid)
+            return
+        self._reply(frontend, client, encode_error(request_id, ServerUnavailable("no shard is available")))
+
+    def _orphaned(self, frontend: zmq.Socket, backend: zmq.Socket, slot: int) -> None:
+        held = self._inflight.pop(slot, {})
+        for (client, request_id), (frame, op, wid) in held.items():
+            if op in RETRYABLE_OPS:
+                self._forward(frontend, backend, client, frame, request_id, op, wid, avoid=slot)
+            else:
+                error = ServerUnavailable(
+                    f"the shard serving this {op} died; it may or may not have been applied",
+                    op=op,
+                )
+                self._reply(frontend, client, encode_error(request_id, error))
 
     def _drain_backend(self, frontend: zmq.Socket, backend: zmq.Socket) -> None:
         for _ in range(10_000):
@@ -157,7 +194,15 @@ class FrontDoor:
             except zmq.Again:
                 return
             if len(frames) == 3 and frames[1]:
-                self._reply(frontend, frames[1], frames[2])
+                identity, client, reply = frames
+                held = self._inflight.get(_slot_of(identity))
+                if held:
+                    try:
+                        request_id = msgpack.unpackb(reply, raw=False).get("id")
+                    except Exception:
+                        request_id = None
+                    held.pop((client, request_id), None)
+                self._reply(frontend, client, reply)
 
     @staticmethod
     def _reply(frontend: zmq.Socket, client: bytes, reply: bytes) -> None:

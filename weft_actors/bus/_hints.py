@@ -35,15 +35,20 @@ def decode_hint(frame: bytes) -> tuple[str, str] | None:
 
 
 class HintProxy:
-    """XSUB (publishers connect here) -> XPUB (subscribers connect here), in its own thread."""
+    """XSUB (publishers connect here) -> XPUB (subscribers connect here), in its own thread.
+
+    A plain poll loop rather than ``zmq.proxy``: it stops on a flag, so the sockets are always
+    closed by their own thread before the context goes.
+    """
 
     def __init__(self, context: zmq.Context) -> None:
         self._context = context
         self.publish_endpoint = ""
         self.subscribe_endpoint = ""
-        self._control_endpoint = f"inproc://weft-hints-{id(self)}"
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="weft-hints", daemon=True)
         self._ready = threading.Event()
+        self.forwarded = 0
 
     def start(self) -> None:
         self._thread.start()
@@ -52,30 +57,41 @@ class HintProxy:
     def _run(self) -> None:
         xsub = self._context.socket(zmq.XSUB)
         xpub = self._context.socket(zmq.XPUB)
-        control = self._context.socket(zmq.PAIR)
         for sock in (xsub, xpub):
             sock.setsockopt(zmq.SNDHWM, _HWM)
             sock.setsockopt(zmq.RCVHWM, _HWM)
             sock.setsockopt(zmq.LINGER, 0)
         self.publish_endpoint = f"tcp://127.0.0.1:{xsub.bind_to_random_port('tcp://127.0.0.1')}"
         self.subscribe_endpoint = f"tcp://127.0.0.1:{xpub.bind_to_random_port('tcp://127.0.0.1')}"
-        control.bind(self._control_endpoint)
         self._ready.set()
+        poller = zmq.Poller()
+        poller.register(xsub, zmq.POLLIN)
+        poller.register(xpub, zmq.POLLIN)
         try:
-            zmq.proxy_steerable(xsub, xpub, None, control)
-        except zmq.ContextTerminated:
-            pass
+            while not self._stop.is_set():
+                events = dict(poller.poll(100))
+                if xsub in events:
+                    self._pump(xsub, xpub)
+                if xpub in events:
+                    self._pump(xpub, xsub)  # subscriptions travel upstream
         finally:
-            for sock in (xsub, xpub, control):
-                sock.close(0)
+            xsub.close(0)
+            xpub.close(0)
+
+    def _pump(self, source: zmq.Socket, sink: zmq.Socket) -> None:
+        for _ in range(10_000):
+            try:
+                frames = source.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                sink.send_multipart(frames, zmq.NOBLOCK)
+                self.forwarded += 1
+            except zmq.Again:
+                pass  # a full subscriber drops hints; polling covers them
 
     def stop(self) -> None:
-        if not self._thread.is_alive():
-            return
-        control = self._context.socket(zmq.PAIR)
-        control.connect(self._control_endpoint)
-        control.send(b"TERMINATE")
-        control.close(linger=1000)
+        self._stop.set()
         self._thread.join(5)
 
 

@@ -17,8 +17,16 @@ __all__ = ["RoutingTable", "preferred"]
 class RoutingTable:
     """Live shards by slot and engine id; updated by the supervisor, read by the front door."""
 
-    def __init__(self, owner_of: Callable[[str], str | None]) -> None:
+    def __init__(
+        self,
+        owner_of: Callable[[str], str | None],
+        *,
+        live: Callable[[], frozenset[str]] | None = None,
+        by_owner: bool = True,
+    ) -> None:
         self._owner_of = owner_of
+        self._live = live
+        self._by_owner = by_owner
         self._lock = threading.Lock()
         self._slots: dict[int, str] = {}
         self._engines: dict[str, int] = {}
@@ -50,8 +58,18 @@ class RoutingTable:
         slots, engines = self._slots, self._engines
         if not slots:
             return []
+        if self._live is not None:
+            try:
+                live = self._live()
+            except Exception:
+                live = frozenset(engines)
+            healthy = {engine_id: slot for engine_id, slot in engines.items() if engine_id in live}
+            if healthy and len(healthy) < len(engines):
+                # A stalled shard is still connected but must not be chosen while others live.
+                slots = {slot: engine_id for engine_id, slot in healthy.items()}
+                engines = healthy
         order: list[int] = []
-        if wid is None:
+        if wid is None or not self._by_owner:
             live = sorted(slots)
             start = next(self._round_robin) % len(live)
             return live[start:] + live[:start]

@@ -1,0 +1,115 @@
+"""Starting a real supervisor for integration tests: free port, temporary data, always reaped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+TESTS = Path(__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class RunningSupervisor:
+    """A ``python -m weft_actors.supervisor`` child; use as a context manager."""
+
+    def __init__(self, data_dir: Path, *, shards: int = 2, app: str = "weft_actors.examples", args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.command = [
+            sys.executable, "-m", "weft_actors.supervisor",
+            "--shards", str(shards), "--app", app, "--data", str(data_dir),
+            "--bind", self.endpoint, "--log-level", "INFO", *args,
+        ]
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), **(env or {})}
+        self.process: subprocess.Popen[str] | None = None
+        self.ready_line = ""
+        self.stderr_lines: list[str] = []
+
+    def __enter__(self) -> RunningSupervisor:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.kill()
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
+        threading.Thread(target=self._collect_stderr, daemon=True).start()
+        ready: list[str] = []
+        reader = threading.Thread(target=lambda: ready.append(self.process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(timeout)
+        if not ready or "ready" not in ready[0]:
+            self.kill()
+            raise AssertionError(f"supervisor not ready within {timeout}s: {ready!r}\n" + "".join(self.stderr_lines[-40:]))
+        self.ready_line = ready[0].strip()
+
+    def _collect_stderr(self) -> None:
+        assert self.process is not None and self.process.stderr is not None
+        try:
+            for line in self.process.stderr:
+                self.stderr_lines.append(line)
+        except ValueError:  # closed by kill()
+            pass
+
+    @property
+    def shard_pids(self) -> list[int]:
+        return [int(p) for p in self.ready_line.split("pids=")[1].split(",")]
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout)
+
+    def wait(self, timeout: float) -> int:
+        assert self.process is not None
+        return self.process.wait(timeout)
+
+    def kill(self) -> None:
+        """Kill the supervisor and every shard it spawned (by pid), then reap."""
+        process = self.process
+        if process is None:
+            return
+        pids = []
+        try:
+            pids = self.shard_pids
+        except (IndexError, ValueError):
+            pass
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+    def log_text(self) -> str:
+        return "".join(self.stderr_lines)
+
+
+def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)

@@ -1,0 +1,87 @@
+"""``python -m weft_actors.supervisor``: run the engine's shards under one supervisor.
+
+Exit codes: 0 after a clean drain (SIGINT/SIGTERM); 1 when it cannot start (bad options,
+endpoint in use, store refused); 2 for command-line usage errors; 3 when shards died more
+often than the restart intensity allows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from ..errors import WeftError
+from ..shard import validate_timing
+from ._config import SupervisorConfig, configure_logging
+from ._supervisor import EXIT_STARTUP, Supervisor
+
+log = logging.getLogger("weft_actors.supervisor")
+
+
+def parse_args(argv: list[str] | None) -> SupervisorConfig:
+    parser = argparse.ArgumentParser(prog="python -m weft_actors.supervisor", description=__doc__.splitlines()[0])
+    parser.add_argument("--shards", type=int, default=os.cpu_count() or 1, help="shard processes (default: CPU count)")
+    parser.add_argument("--app", default="weft_actors.examples", help="module holding the @workflow functions")
+    parser.add_argument("--data", default="./weft-data", help="data directory (LMDB)")
+    parser.add_argument("--bind", default="tcp://127.0.0.1:5555", help="client endpoint")
+    parser.add_argument("--heartbeat", type=float, default=0.5)
+    parser.add_argument("--ttl", type=float, default=3.0)
+    parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-json", action="store_true")
+    parser.add_argument("--curve-secret-key", help="server secret key file (enables CURVE)")
+    parser.add_argument("--curve-authorized-keys", help="directory of authorized client public keys")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    parser.add_argument("--no-hints", action="store_true", help="disable the hint bus (polling only)")
+    parser.add_argument(
+        "--routing",
+        choices=("owner", "round-robin"),
+        default="owner",
+        help="send requests to the workflow's owner (default) or to any shard (shows that any shard answers correctly)",
+    )
+    parser.add_argument("--restart-limit", type=int, default=5, help="restarts allowed per --restart-window")
+    parser.add_argument("--restart-window", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    if args.shards < 1:
+        parser.error("--shards must be at least 1")
+    try:
+        validate_timing(args.heartbeat, args.ttl)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return SupervisorConfig(
+        shards=args.shards,
+        app=args.app,
+        data_dir=os.path.abspath(args.data),
+        bind=args.bind,
+        heartbeat=args.heartbeat,
+        ttl=args.ttl,
+        log_level=args.log_level,
+        log_json=args.log_json,
+        curve_secret_key=args.curve_secret_key,
+        curve_authorized_keys=args.curve_authorized_keys,
+        metrics_port=args.metrics_port,
+        hints=not args.no_hints,
+        restart_limit=args.restart_limit,
+        restart_window=args.restart_window,
+        routing=args.routing,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    configure_logging(config.log_level, config.log_json, "supervisor")
+    try:
+        __import__(config.app)
+    except ImportError as exc:
+        log.error("cannot import the app module %r: %s", config.app, exc)
+        return EXIT_STARTUP
+    try:
+        return Supervisor(config).run()
+    except WeftError as exc:
+        log.error("cannot start: %s: %s", exc.code, exc)
+        return EXIT_STARTUP
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Supervisor and shard configuration, and the logging both set up."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import sys
+import time
+
+__all__ = ["SupervisorConfig", "ShardConfig", "configure_logging"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SupervisorConfig:
+    shards: int
+    app: str = "weft_actors.examples"
+    data_dir: str = "./weft-data"
+    bind: str = "tcp://127.0.0.1:5555"
+    heartbeat: float = 0.5
+    ttl: float = 3.0
+    log_level: str = "INFO"
+    log_json: bool = False
+    curve_secret_key: str | None = None
+    curve_authorized_keys: str | None = None
+    metrics_port: int | None = None
+    hints: bool = True
+    restart_limit: int = 5
+    restart_window: float = 30.0
+    drain_timeout: float = 10.0
+    payload_limit: int = 1 << 20
+    routing: str = "owner"
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardConfig:
+    slot: int
+    app: str
+    data_dir: str
+    backend: str
+    hints_publish: str
+    hints_subscribe: str
+    heartbeat: float
+    ttl: float
+    log_level: str
+    log_json: bool
+    hints: bool
+    payload_limit: int
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": round(record.created, 3),
+            "level": record.levelname,
+            "logger": record.name,
+            "process": record.processName,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry)
+
+
+def configure_logging(level: str, as_json: bool, process: str) -> None:
+    """Log to stderr; stdout is kept for the supervisor's one ready line."""
+    handler = logging.StreamHandler(sys.stderr)
+    if as_json:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        formatter = logging.Formatter(f"%(asctime)s {process} %(levelname)s %(name)s: %(message)s")
+        formatter.converter = time.gmtime
+        handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

@@ -1,0 +1,107 @@
+"""Protocol ops served by a shard, each mapped onto the embedded Engine's API."""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from ..codec import decode, decode_args, encode
+from ..errors import InvalidRequest
+from ..shard import Engine
+
+__all__ = ["ShardOps"]
+
+MAX_RESULT_WAIT = 60.0
+
+
+class ShardOps:
+    """``dispatch(request)`` runs one decoded request against the engine; user values arrive
+    and leave codec-encoded."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
+            "start": self.start,
+            "signal_with_start": self.signal_with_start,
+            "signal": self.signal,
+            "query": self.query,
+            "update": self.update,
+            "result": self.result,
+            "cancel": self.cancel,
+            "terminate": self.terminate,
+            "describe": self.describe,
+            "list": self.list,
+            "stats": self.stats,
+            "ping": self.ping,
+        }
+
+    async def dispatch(self, request: dict[str, Any]) -> Any:
+        return await self._ops[request["op"]](request)
+
+    def _start_options(self, request: dict[str, Any]) -> dict[str, Any]:
+        options: dict[str, Any] = {"id": request.get("wid")}
+        for name in ("if_exists", "start_delay", "start_at", "execution_timeout"):
+            if request.get(name) is not None:
+                options[name] = request[name]
+        if request.get("memo") is not None:
+            options["memo"] = decode(request["memo"], "memo")
+        return options
+
+    async def start(self, request: dict[str, Any]) -> dict[str, Any]:
+        handle = await self.engine.start(request["workflow"], *decode_args(request["args"]), **self._start_options(request))
+        return {"id": handle.id, "run_id": handle.run_id}
+
+    async def signal_with_start(self, request: dict[str, Any]) -> dict[str, Any]:
+        method = self._engine_method("signal_with_start")
+        handle = await method(
+            request["workflow"],
+            *decode_args(request["args"]),
+            signal=request["signal"],
+            payload=decode(request["payload"], "signal payload"),
+            **self._start_options(request),
+        )
+        return {"id": handle.id, "run_id": handle.run_id}
+
+    async def signal(self, request: dict[str, Any]) -> None:
+        await self.engine.signal(request["wid"], request["name"], decode(request["payload"], "signal payload"))
+
+    async def query(self, request: dict[str, Any]) -> bytes:
+        value = await self.engine.query(request["wid"], request["name"], *decode_args(request["args"], "query argument"))
+        return encode(value, "query result")
+
+    async def update(self, request: dict[str, Any]) -> bytes:
+        method = self._engine_method("update")
+        value = await method(request["wid"], request["name"], *decode_args(request["args"], "update argument"), request_id=request.get("request_id"))
+        return encode(value, "update result")
+
+    async def result(self, request: dict[str, Any]) -> dict[str, Any]:
+        wait = request.get("wait")
+        wait = MAX_RESULT_WAIT if wait is None else max(0.0, min(float(wait), MAX_RESULT_WAIT))
+        try:
+            value = await self.engine.result(request["wid"], timeout=wait)
+        except TimeoutError:
+            return {"status": "running"}
+        return {"status": "completed", "result": encode(value, "workflow result")}
+
+    async def cancel(self, request: dict[str, Any]) -> None:
+        await self._engine_method("cancel")(request["wid"])
+
+    async def terminate(self, request: dict[str, Any]) -> None:
+        await self._engine_method("terminate")(request["wid"], request.get("reason"))
+
+    async def describe(self, request: dict[str, Any]) -> bytes:
+        return encode(await self.engine.describe(request["wid"]), "describe")
+
+    async def list(self, request: dict[str, Any]) -> dict[str, Any]:
+        return await self.engine.list(request.get("status"), request.get("type"), request.get("limit", 100), request.get("cursor"))
+
+    async def stats(self, request: dict[str, Any]) -> dict[str, Any]:
+        return self.engine.stats()
+
+    async def ping(self, request: dict[str, Any]) -> str:
+        return "pong"
+
+    def _engine_method(self, name: str) -> Any:
+        method = getattr(self.engine, name, None)
+        if method is None:
+            raise InvalidRequest(f"op {name!r} is not supported by this engine")
+        return method

@@ -1,0 +1,299 @@
+"""The supervisor: spawns shard processes, watches them, restarts the dead, drains on signal.
+
+It owns the client front door and the hint proxy, and opens the store itself only to mark a
+reaped shard's engine dead at once (its process has exited, so it can never write again).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+import zmq
+
+from ..bus import FrontDoor, HintProxy, RoutingTable, encode_hint, publisher
+from ..errors import WeftError
+from ..store import LmdbStore
+from ._config import ShardConfig, SupervisorConfig
+from ._curve import server_keys, start_authenticator
+from ._metrics import MetricsServer
+from ._shard_process import shard_main
+
+__all__ = ["Supervisor", "EXIT_OK", "EXIT_STARTUP", "EXIT_RESTART_INTENSITY"]
+
+log = logging.getLogger("weft_actors.supervisor")
+
+EXIT_OK = 0
+EXIT_STARTUP = 1
+EXIT_RESTART_INTENSITY = 3
+
+
+class _Slot:
+    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.process: Any = None
+        self.control: Connection | None = None
+        self.engine_id: str | None = None
+        self.pid: int | None = None
+        self.restarts = 0
+        self.next_start = 0.0
+        self.stats: dict[str, Any] = {}
+        self.ready = False
+
+
+class Supervisor:
+    def __init__(self, config: SupervisorConfig) -> None:
+        self.config = config
+        self.slots = [_Slot(i) for i in range(config.shards)]
+        self.started = time.time()
+        self.restarts = 0
+        self._restart_times: collections.deque[float] = collections.deque()
+        self._mp = multiprocessing.get_context("spawn")
+        self._stop_reason: str | None = None
+        self._live_cache: tuple[float, frozenset[str]] | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        config = self.config
+        self.store = LmdbStore(config.data_dir)
+        self.context = zmq.Context()
+        self.authenticator = None
+        curve = None
+        if config.curve_secret_key:
+            curve = server_keys(config.curve_secret_key)
+            self.authenticator = start_authenticator(self.context, config.curve_authorized_keys)
+        self.hints = HintProxy(self.context)
+        self.hints.start()
+        self.hint_out = publisher(self.context, self.hints.publish_endpoint)
+        self.routing = RoutingTable(self._owner_of, live=self._live_engines, by_owner=config.routing == "owner")
+        self.frontdoor = FrontDoor(
+            self.context,
+            config.bind,
+            self.routing,
+            self.stats,
+            curve_secret_key=curve[0] if curve else None,
+            curve_public_key=curve[1] if curve else None,
+        )
+        try:
+            self.frontdoor.start()
+        except zmq.ZMQError as exc:
+            log.error("cannot bind the front door to %s: %s", config.bind, exc)
+            self._close()
+            return EXIT_STARTUP
+        self.metrics = MetricsServer(config.metrics_port, self.stats) if config.metrics_port else None
+        self._install_signals()
+        for slot in self.slots:
+            self._spawn(slot)
+        code = self._watch()
+        self._close()
+        return code
+
+    def _install_signals(self) -> None:
+        def request_stop(signum: int, frame: Any) -> None:
+            self._stop_reason = signal.Signals(signum).name
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+
+    def _spawn(self, slot: _Slot) -> None:
+        config = self.config
+        parent, child = self._mp.Pipe()
+        shard = ShardConfig(
+            slot=slot.index,
+            app=config.app,
+            data_dir=config.data_dir,
+            backend=self.frontdoor.backend_endpoint,
+            hints_publish=self.hints.publish_endpoint,
+            hints_subscribe=self.hints.subscribe_endpoint,
+            heartbeat=config.heartbeat,
+            ttl=config.ttl,
+            log_level=config.log_level,
+            log_json=config.log_json,
+            hints=config.hints,
+            payload_limit=config.payload_limit,
+        )
+        process = self._mp.Process(target=shard_main, args=(shard, child), name=f"shard-{slot.index}")
+        process.start()
+        child.close()
+        slot.process, slot.control, slot.ready = process, parent, False
+        slot.engine_id = None
+        slot.pid = process.pid
+        log.info("shard %d started (pid %d)", slot.index, process.pid)
+
+    def _watch(self) -> int:
+        announced = False
+        while True:
+            if self._stop_reason is not None:
+                log.info("%s received: draining", self._stop_reason)
+                self._drain()
+                return EXIT_OK
+            waitables: list[Any] = [self._wake_r]
+            for slot in self.slots:
+                if slot.process is not None:
+                    waitables += [slot.process.sentinel, slot.control]
+            now = time.monotonic()
+            pending = [s.next_start for s in self.slots if s.process is None]
+            timeout = max(0.0, min(pending) - now) if pending else 1.0
+            for ready in wait(waitables, timeout=min(timeout, 1.0)):
+                if ready == self._wake_r:
+                    os.read(self._wake_r, 64)
+            for slot in self.slots:
+                if slot.process is not None:
+                    self._read_control(slot)
+                    if not slot.process.is_alive():
+                        if not self._reap(slot):
+                            self._drain()
+                            return EXIT_RESTART_INTENSITY
+                elif time.monotonic() >= slot.next_start and self._stop_reason is None:
+                    self._spawn(slot)
+            if not announced and all(slot.ready for slot in self.slots):
+                announced = True
+                pids = ",".join(str(slot.pid) for slot in self.slots)
+                sys.stdout.write(f"weft_actors supervisor ready endpoint={self.config.bind} shards={len(self.slots)} pids={pids}\n")
+                sys.stdout.flush()
+
+    def _read_control(self, slot: _Slot) -> None:
+        control = slot.control
+        try:
+            while control is not None and control.poll():
+                message = control.recv()
+                if message[0] == "ready":
+                    slot.engine_id, slot.pid, slot.ready = message[1], message[2], True
+                    self.routing.set_live(slot.index, message[1])
+                    log.info("shard %d ready (engine %s, pid %d)", slot.index, message[1], message[2])
+                elif message[0] == "stats":
+                    slot.stats = message[1]
+        except (EOFError, OSError):
+            pass
+
+    def _reap(self, slot: _Slot) -> bool:
+        """Confirmed death: mark the engine dead, hint, restart with backoff. False when the
+        restart intensity is exceeded."""
+        process = slot.process
+        process.join(0)
+        log.warning("shard %d (pid %s) exited with code %s", slot.index, slot.pid, process.exitcode)
+        self.routing.set_dead(slot.index)
+        self.frontdoor.shard_died(slot.index)
+        if slot.engine_id is not None:
+            try:
+                self.store.mark_engine_dead(slot.engine_id)
+                self.hint_out.send(encode_hint("engine-dead", slot.engine_id), zmq.NOBLOCK)
+            except (WeftError, zmq.ZMQError) as exc:
+                log.warning("could not mark engine %s dead: %s", slot.engine_id, exc)
+        try:
+            self.store.env.reader_check()
+        except Exception:
+            pass
+        if slot.control is not None:
+            slot.control.close()
+        slot.process, slot.control, slot.ready, slot.stats = None, None, False, {}
+        now = time.monotonic()
+        self._restart_times.append(now)
+        while self._restart_times and self._restart_times[0] < now - self.config.restart_window:
+            self._restart_times.popleft()
+        if len(self._restart_times) > self.config.restart_limit:
+            log.error(
+                "restart intensity exceeded: %d restarts in %.0f s; shutting down",
+                len(self._restart_times),
+                self.config.restart_window,
+            )
+            return False
+        slot.restarts += 1
+        self.restarts += 1
+        slot.next_start = now + min(0.05 * 2 ** (slot.restarts - 1), 5.0)
+        return True
+
+    def _drain(self) -> None:
+        for slot in self.slots:
+            if slot.control is not None:
+                try:
+                    slot.control.send(("drain",))
+                except OSError:
+                    pass
+        deadline = time.monotonic() + self.config.drain_timeout
+        for slot in self.slots:
+            if slot.process is not None:
+                slot.process.join(max(0.0, deadline - time.monotonic()))
+        self._shutdown_all()
+
+    def _shutdown_all(self) -> None:
+        for slot in self.slots:
+            process = slot.process
+            if process is not None and process.is_alive():
+                log.warning("shard %d did not stop in time; killing it", slot.index)
+                process.kill()
+                process.join(5)
+                if slot.engine_id is not None:
+                    try:
+                        self.store.mark_engine_dead(slot.engine_id)
+                    except WeftError:
+                        pass
+
+    def _close(self) -> None:
+        if getattr(self, "metrics", None) is not None:
+            self.metrics.stop()
+        self.frontdoor.stop()
+        self.hints.stop()
+        self.hint_out.close(0)
+        if self.authenticator is not None:
+            self.authenticator.stop()
+        self.context.destroy(linger=0)
+        self.store.close()
+
+    # -- queries --------------------------------------------------------------------------
+
+    def _owner_of(self, wid: str) -> str | None:
+        """The holder's engine, if that engine is still live (a stalled owner is routed around)."""
+        holder = self.store.get_holder(wid)
+        if holder is None:
+            return None
+        return holder[0] if holder[0] in self._live_engines() else None
+
+    def _live_engines(self) -> frozenset[str]:
+        now = time.monotonic()
+        cached = self._live_cache
+        if cached is not None and now - cached[0] < self.config.heartbeat / 2:
+            return cached[1]
+        wall = time.time()
+        live = frozenset(
+            engine_id
+            for engine_id, record in self.store.engines().items()
+            if record["state"] == "live" and record["expires_at"] + 2 * record["heartbeat"] >= wall
+        )
+        self._live_cache = (now, live)
+        return live
+
+    def stats(self) -> dict[str, Any]:
+        shards = []
+        for slot in self.slots:
+            entry = {"slot": slot.index, "pid": slot.pid, "alive": slot.process is not None and slot.ready, "restarts": slot.restarts}
+            entry.update(slot.stats)
+            entry["engine_id"] = slot.engine_id
+            shards.append(entry)
+        return {
+            "supervisor": {
+                "pid": os.getpid(),
+                "uptime_s": round(time.time() - self.started, 3),
+                "restarts": self.restarts,
+                "shards": len(self.slots),
+                "frontdoor_requests": self.frontdoor.requests,
+                "frontdoor_errors": self.frontdoor.errors,
+            },
+            "shards": shards,
+        }
