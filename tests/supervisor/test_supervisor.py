@@ -242,3 +242,21 @@ def test_workflows_complete_with_the_hint_proxy_disabled(tmp_path):
             assert h.result(timeout=10)[1] == [7]
         slow = client.start("slow_steps", 2, 0.05)
         assert slow.result(timeout=10) == [0, 1]
+
+
+def test_stats_and_prometheus_metrics_show_shards_and_the_supervisor(tmp_path):
+    import urllib.request
+
+    from _processes import free_port
+
+    port = free_port()
+    with RunningSupervisor(tmp_path / "data", app=APP, args=("--metrics-port", str(port))) as sup, Client(sup.endpoint) as client:
+        assert client.start("echo", 1).result(timeout=10) == 1
+        stats = wait_until(lambda: (s := client.stats()) and all("commits_total" in sh for sh in s["shards"]) and s)
+        for shard in stats["shards"]:
+            assert {"pid", "engine_id", "live_actors", "parked_actors", "claims_active", "commits_per_s", "restarts"} <= set(shard)
+        assert stats["supervisor"]["uptime_s"] > 0 and stats["supervisor"]["restarts"] == 0
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        assert "weft_supervisor_uptime_s" in text
+        assert 'weft_shard_commits_total{slot="0"}' in text
+        assert "echo" not in text  # workflow ids and types are never labels

@@ -178,9 +178,21 @@ class Supervisor:
                     self.routing.set_live(slot.index, message[1])
                     log.info("shard %d ready (engine %s, pid %d)", slot.index, message[1], message[2])
                 elif message[0] == "stats":
-                    slot.stats = message[1]
+                    self._take_stats(slot, message[1])
         except (EOFError, OSError):
             pass
+
+    @staticmethod
+    def _take_stats(slot: _Slot, stats: dict[str, Any]) -> None:
+        now = time.monotonic()
+        previous = slot.stats
+        if "_at" in previous and previous.get("engine_id") == stats.get("engine_id"):
+            elapsed = max(1e-6, now - previous["_at"])
+            stats["commits_per_s"] = round((stats.get("commits_total", 0) - previous.get("commits_total", 0)) / elapsed, 1)
+        else:
+            stats["commits_per_s"] = 0.0
+        stats["_at"] = now
+        slot.stats = stats
 
     def _reap(self, slot: _Slot) -> bool:
         """Confirmed death: mark the engine dead, hint, restart with backoff. False when the
@@ -283,7 +295,7 @@ class Supervisor:
         shards = []
         for slot in self.slots:
             entry = {"slot": slot.index, "pid": slot.pid, "alive": slot.process is not None and slot.ready, "restarts": slot.restarts}
-            entry.update(slot.stats)
+            entry.update((key, value) for key, value in slot.stats.items() if not key.startswith("_"))
             entry["engine_id"] = slot.engine_id
             shards.append(entry)
         return {
