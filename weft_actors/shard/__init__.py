@@ -1,6 +1,7 @@
 """The shard: workflow actors, group commit, activities, timers, maintenance."""
 
-from ._engine import Engine, validate_timing
+from ._engine import Engine
 from ._handle import WorkflowHandle
+from ._validate import validate_timing
 
 __all__ = ["Engine", "WorkflowHandle", "validate_timing"]

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from typing import Any, Callable
 
+from ..errors import EngineDeposed, WeftError
 from ..store import LmdbStore
 
 __all__ = ["GroupCommitter"]
@@ -22,9 +23,14 @@ Callback = Callable[[Any], None]
 
 class GroupCommitter:
     """Batches intents; ``callback(result)`` runs after the commit, with the intent's result or
-    the ``WeftError`` that rejected it. Nothing is called back before its commit."""
+    the ``WeftError`` that rejected it. Nothing is called back before its commit.
 
-    __slots__ = ("_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "batches", "intents")
+    ``batches``/``intents`` count committed transactions and the intents they carried.
+    Once ``close(error)`` is called nothing more reaches the store: every intent, pending or
+    later, fails with ``error`` (a deposed or stopped engine commits nothing).
+    """
+
+    __slots__ = ("_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "batches", "intents")
 
     def __init__(self, store: LmdbStore, engine_id: str, loop: asyncio.AbstractEventLoop) -> None:
         self._store = store
@@ -33,6 +39,8 @@ class GroupCommitter:
         self._intents: list[Any] = []
         self._callbacks: list[Callback] = []
         self._scheduled = False
+        self._closed: WeftError | None = None
+        self.on_deposed: Callable[[EngineDeposed], None] | None = None
         self.batches = 0
         self.intents = 0
 
@@ -60,14 +68,28 @@ class GroupCommitter:
         if not intents:
             return
         self._intents, self._callbacks = [], []
-        results = self._store.apply(self._engine_id, intents)
-        self.batches += 1
-        self.intents += len(intents)
+        store = self._store
+        if self._closed is not None:
+            results: list[Any] = [self._closed] * len(intents)
+        else:
+            before = store.commits
+            results = store.apply(self._engine_id, intents)
+            if store.commits != before:
+                self.batches += 1
+                self.intents += len(intents)
         for callback, result in zip(callbacks, results):
             try:
                 callback(result)
             except Exception:
                 log.exception("commit callback failed")
+        first = results[0]
+        if first.__class__ is EngineDeposed and self.on_deposed is not None and self._closed is None:
+            self.on_deposed(first)
+
+    def close(self, error: WeftError) -> None:
+        """Fail everything from now on with ``error``; pending intents fail at the next flush."""
+        if self._closed is None:
+            self._closed = error
 
     @property
     def pending(self) -> int:

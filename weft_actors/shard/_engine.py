@@ -2,7 +2,9 @@
 
 Embedded (``async with Engine(dir, app=...)``) it serves its caller directly; under the
 supervisor each shard process runs one. Every write goes through the group committer, is
-fenced on the workflow's claim, and is acknowledged only after its commit.
+fenced on the workflow's claim, and is acknowledged only after its commit. Several engines,
+in one process or many, may share a data directory: each owns disjoint workflows, and the
+workflows of a dead or stalled engine move to live ones (``_reclaim``).
 """
 
 from __future__ import annotations
@@ -12,50 +14,52 @@ import gc
 import logging
 import os
 import uuid
-from typing import Any, Iterable
+from typing import Any, Callable
 
 from .._clock import Clock, SystemClock
-from ..codec import decode, decode_args, encode, encode_args
+from ..codec import encode, encode_args
 from ..errors import (
     EngineDeposed,
     EngineStopped,
-    FencedOut,
     InvalidRequest,
     PayloadTooLarge,
     UnknownWorkflowType,
     WeftError,
-    WorkflowNotFound,
 )
-from ..store import TERMINAL, AppendInbox, CreateWorkflow, LmdbStore
-from ..workflow import WorkflowDefinition, WorkflowRun, collect_workflows, workflow_definition
+from ..store import AppendInbox, CloseWorkflow, CreateWorkflow, LmdbStore, PurgeWorkflow
+from ..workflow import WorkflowDefinition, collect_workflows, workflow_definition
 from ._activities import ActivityRunner
 from ._actor import Actor
 from ._committer import GroupCommitter
 from ._handle import WorkflowHandle
+from ._hosting import ActorHost, resolve
 from ._maintenance import Maintenance
-from ._outcome import describe_workflow, raise_for_outcome
+from ._metrics import EngineMetrics
+from ._reads import WorkflowReads
 from ._timers import TimerService
+from ._validate import OWNERSHIP_MODES, new_id, validate_id, validate_timing
 
 __all__ = ["Engine"]
 
 log = logging.getLogger("weft_actors.shard")
 
-MAX_ID_BYTES = 256
-OWNERSHIP_MODES = ("workflow-lease", "single")
+CommitHint = Callable[[str, str], None]
 
 
-def validate_timing(heartbeat: float, ttl: float) -> None:
-    """``heartbeat < ttl`` and ``ttl >= 3 * heartbeat``, both positive."""
-    if heartbeat <= 0 or ttl <= 0:
-        raise ValueError(f"heartbeat ({heartbeat}) and ttl ({ttl}) must be positive")
-    if heartbeat >= ttl or ttl < 3 * heartbeat:
-        raise ValueError(f"need heartbeat < ttl and ttl >= 3 * heartbeat; got heartbeat={heartbeat}, ttl={ttl}")
-
-
-class Engine:
+class Engine(ActorHost, WorkflowReads):
     """Runs workflows of ``app`` (a module, or a list of ``@workflow`` functions) on the store
     at ``data_dir``. A later engine on the same directory takes over whatever this one leaves
-    running, after a crash too."""
+    running, after a crash too.
+
+    Ownership options: ``heartbeat``/``ttl`` time the engine's lease (checked at once: both
+    > 0, ``heartbeat < ttl``, ``ttl >= 3 * heartbeat``); ``ownership`` is ``"workflow-lease"``
+    (many engines) or ``"single"`` (one engine, no heartbeats); ``probe_peers`` lets the
+    reclaim pass confirm a dead peer process on this machine by its lock file instead of
+    waiting for its lease to expire; ``on_commit_hint(kind, workflow_id)`` is called after an
+    inbox append commits (``"workflow-touched"``) and after a workflow ends
+    (``"workflow-done"``), so a hint publisher can be plugged in. ``feed_retention`` and
+    ``engine_retention`` (seconds) bound the change feed and the registry of ended engines.
+    """
 
     def __init__(
         self,
@@ -74,10 +78,17 @@ class Engine:
         map_size: int | None = None,
         tune_gc: bool = False,
         background: bool = True,
+        probe_peers: bool = True,
+        on_commit_hint: CommitHint | None = None,
+        feed_retention: float = 3600.0,
+        engine_retention: float = 3600.0,
+        prune_interval: float = 60.0,
     ) -> None:
         validate_timing(heartbeat, ttl)
         if ownership not in OWNERSHIP_MODES:
             raise ValueError(f"ownership must be one of {OWNERSHIP_MODES}, not {ownership!r}")
+        if feed_retention < 0 or engine_retention < 0 or prune_interval <= 0:
+            raise ValueError("feed_retention and engine_retention must be >= 0, prune_interval > 0")
         self.data_dir = data_dir
         self.workflows: dict[str, WorkflowDefinition] = collect_workflows(app)
         self.clock: Clock = clock or SystemClock()
@@ -87,6 +98,11 @@ class Engine:
         self.engine_id = engine_id or uuid.uuid4().hex
         self.slot = slot
         self.payload_limit = payload_limit
+        self.probe_peers = probe_peers
+        self.feed_retention = feed_retention
+        self.engine_retention = engine_retention
+        self.prune_interval = prune_interval
+        self._on_commit_hint = on_commit_hint
         self._max_threads = max_activity_threads
         self._sync = sync
         self._map_size = map_size
@@ -94,18 +110,10 @@ class Engine:
         self._background = background
         self.actors: dict[str, Actor] = {}
         self.orphans: set[str] = set()
-        self.metrics: dict[str, int] = {
-            "claims_acquired": 0,
-            "claims_takeover": 0,
-            "claims_lost_race": 0,
-            "claims_deposed": 0,
-            "heartbeat_failures": 0,
-            "wakes_discarded_timer": 0,
-            "wakes_discarded_message": 0,
-            "workflows_completed": 0,
-        }
+        self.metrics = EngineMetrics()
         self.activities_started = 0
-        self._waiters: dict[str, list[asyncio.Future[None]]] = {}
+        self._waiters: dict[str, list[asyncio.Future[Any]]] = {}
+        self._stopped = asyncio.Event()
         self.state = "new"
         self.store: LmdbStore
         self.committer: GroupCommitter
@@ -123,6 +131,8 @@ class Engine:
         await self.close()
 
     async def open(self) -> None:
+        """Register this engine (refused, writing nothing, on an ownership-mode mismatch or a
+        second live engine in ``single`` mode), then reclaim what nobody live drives."""
         loop = asyncio.get_running_loop()
         kwargs = {} if self._map_size is None else {"map_size": self._map_size}
         self.store = LmdbStore(self.data_dir, clock=self.clock, sync=self._sync, **kwargs)
@@ -134,6 +144,7 @@ class Engine:
             self.store.close()
             raise
         self.committer = GroupCommitter(self.store, self.engine_id, loop)
+        self.committer.on_deposed = lambda error: self.depose(str(error))
         self.timers = TimerService(loop, self.clock)
         self.activities = ActivityRunner(loop, self._max_threads)
         self.maintenance = Maintenance(self)
@@ -142,7 +153,7 @@ class Engine:
             gc.collect()
             gc.freeze()
             gc.set_threshold(100_000, 50, 100)
-        self.maintenance.reclaim_pass()
+        self.maintenance.run_pass(heartbeat=False)
         if self._background:
             self.maintenance.start(loop)
 
@@ -154,6 +165,8 @@ class Engine:
         self.state = "stopping"
         await self.maintenance.stop()
         self.committer.flush()
+        if self.state == "deposed":  # that last commit found this engine deposed
+            return
         self._stop_actors()
         try:
             self.store.release_engine(self.engine_id)
@@ -162,21 +175,31 @@ class Engine:
         self._shutdown(EngineStopped("engine stopped"))
 
     def depose(self, reason: str) -> None:
-        """This engine lost its own liveness: stop every actor without committing anything."""
-        if self.state != "running":
+        """This engine lost its own liveness (its record is dead, expired or replaced): stop
+        every actor and shut down without committing anything more, claims included."""
+        if self.state not in ("running", "stopping"):
             return
         log.error("engine %s deposed: %s", self.engine_id, reason)
         self.state = "deposed"
+        error = EngineDeposed(f"engine {self.engine_id} was deposed: {reason}", engine_id=self.engine_id)
+        self.committer.close(error)
         self.maintenance.cancel()
         self._stop_actors()
-        self._shutdown(EngineDeposed(f"engine {self.engine_id} was deposed: {reason}", engine_id=self.engine_id))
+        self._shutdown(error)
+
+    async def wait_stopped(self) -> str:
+        """Wait until the engine has stopped (closed or deposed); returns the final state."""
+        await self._stopped.wait()
+        return self.state
 
     def _stop_actors(self) -> None:
         for actor in list(self.actors.values()):
             actor.close()
         self.actors.clear()
+        self.orphans.clear()
 
     def _shutdown(self, error: WeftError) -> None:
+        self.committer.close(error)
         self.timers.close()
         self.activities.close()
         self.store.close()
@@ -187,10 +210,26 @@ class Engine:
         self._waiters.clear()
         if self.state != "deposed":
             self.state = "stopped"
+        self._stopped.set()
 
     def _check_running(self) -> None:
         if self.state != "running":
+            if self.state == "deposed":
+                raise EngineDeposed(f"engine {self.engine_id} was deposed", engine_id=self.engine_id)
             raise EngineStopped(f"engine is {self.state}", engine_id=self.engine_id)
+
+    def hint(self, workflow_id: str | None = None) -> None:
+        """Look at the store now: run the maintenance pass (feed poll and reclaim) at once
+        instead of at the next heartbeat. Hints only make things sooner; without any, the
+        pass still runs every ``heartbeat``."""
+        if self.state == "running":
+            self.maintenance.hint()
+
+    def tick(self) -> None:
+        """Fire due timers and run one maintenance pass now (for tests on a fake clock)."""
+        self.timers.poke()
+        if self.state == "running":
+            self.maintenance.run_pass()
 
     # -- client calls ---------------------------------------------------------------------
 
@@ -219,26 +258,36 @@ class Engine:
         id: str | None = None,
         if_exists: str = "error",
         memo: Any = None,
+        start_delay: float | None = None,
+        start_at: float | None = None,
+        execution_timeout: float | None = None,
     ) -> WorkflowHandle:
-        """Start ``workflow(*args)``; returns once the start is committed (and claimed here)."""
+        """Start ``workflow(*args)``; returns once the start is committed (and, unless it is a
+        delayed start, claimed here in the same transaction)."""
         self._check_running()
         definition = self._definition(workflow)
         wid = new_id() if id is None else validate_id(id)
         if if_exists not in ("error", "return", "start_new"):
             raise InvalidRequest(f"if_exists must be 'error', 'return' or 'start_new', not {if_exists!r}")
+        if start_delay is not None and start_at is not None:
+            raise InvalidRequest("give start_delay or start_at, not both")
+        for name, value in (("start_delay", start_delay), ("execution_timeout", execution_timeout)):
+            if value is not None and not value >= 0:
+                raise InvalidRequest(f"{name} must be >= 0")
+        if start_delay is not None:
+            start_at = self.clock.now() + start_delay
         payload = self._check_payload(encode_args(args, "workflow argument"), "workflow arguments")
         memo_bytes = None if memo is None else self._check_payload(encode(memo, "memo"), "memo")
-        intent = CreateWorkflow(wid, definition.name, payload, new_id(), if_exists, memo_bytes)
+        intent = CreateWorkflow(wid, definition.name, payload, new_id(), if_exists, memo_bytes, None, start_at, execution_timeout)
         future = self.committer.loop.create_future()
 
         def created(result: Any) -> None:
             # Runs in the commit's resume pass: the new actor takes its first step right here.
             if not isinstance(result, WeftError) and result.created and result.status == "running":
-                self.metrics["claims_acquired"] += 1
+                self.metrics.claim("acquired")
                 inbox = self.store.load_inbox(wid) if if_exists == "start_new" else ()
                 self._spawn(definition, wid, result.run_id, result.epoch, args, {}, inbox)
-            if not future.done():
-                future.set_result(result)
+            resolve(future, result)
 
         self.committer.submit(intent, created)
         result = await future
@@ -251,6 +300,8 @@ class Engine:
         return WorkflowHandle(self, workflow_id)
 
     async def signal(self, workflow_id: str, name: str, payload: Any = None) -> None:
+        """Append a signal to the durable inbox (and the feed); returns once committed. The
+        owner, wherever it runs, picks it up by its feed poll; a local owner at once."""
         self._check_running()
         if not isinstance(name, str) or not name:
             raise InvalidRequest("a signal needs a non-empty name")
@@ -258,84 +309,57 @@ class Engine:
         seq = await self.committer.submit_and_wait(AppendInbox(workflow_id, "signal", name, data))
         if isinstance(seq, WeftError):
             raise seq
+        if self._on_commit_hint is not None:
+            self.publish_hint("workflow-touched", workflow_id)
         actor = self.actors.get(workflow_id)
         if actor is not None:
             message = {"kind": "signal", "name": name, "payload": data, "request_id": None, "at": self.clock.now()}
             self.deliver_messages(actor, [(seq, message)])
 
-    async def query(self, workflow_id: str, name: str, *args: Any) -> Any:
+    async def terminate(self, workflow_id: str, reason: str | None = None) -> None:
+        """End a workflow at once, whoever owns it: one transaction sets it ``terminated``,
+        drops its claim and timers and rotates its epoch, so its owner's next write is fenced
+        out. ``WorkflowClosed`` if it has already finished."""
         self._check_running()
+        error = {"type": "WorkflowTerminated", "message": reason or "terminated", "kind": "terminated"}
+        result = await self.committer.submit_and_wait(CloseWorkflow(workflow_id, "terminated", error))
+        if isinstance(result, WeftError):
+            raise result
+        self.closed_externally(workflow_id, result)
+
+    async def purge(self, workflow_id: str) -> None:
+        """Delete a finished workflow's record, history, inbox and listing entry; its epoch is
+        kept (and grows), so the id can be reused safely."""
+        self._check_running()
+        result = await self.committer.submit_and_wait(PurgeWorkflow(workflow_id))
+        if isinstance(result, WeftError):
+            raise result
+
+    def closed_externally(self, workflow_id: str, result: dict[str, Any]) -> None:
+        """After this engine committed an external close: drop a local actor (its claim is
+        gone), answer local waiters, and hint the owner elsewhere."""
         actor = self.actors.get(workflow_id)
-        if actor is not None and not actor.closed:
-            value = actor.run.query(name, args)
-        else:
-            value = self._query_by_replay(workflow_id, name, args)
-        return decode(encode(value, "query result"), "query result")
-
-    def _query_by_replay(self, workflow_id: str, name: str, args: tuple[Any, ...]) -> Any:
-        record, _, ops, _ = self.store.load_for_replay(workflow_id)
-        if record is None:
-            raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
-        run = WorkflowRun(self._definition(record["type"]), workflow_id, record["run_id"], decode_args(record["args"]), ops)
-        try:
-            run.start()
-            return run.query(name, args)
-        finally:
-            run.close()
-
-    async def result(self, workflow_id: str, timeout: float | None = None) -> Any:
-        loop = self.committer.loop
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            self._check_running()
-            if workflow_id not in self.actors:
-                record = self.store.get_workflow(workflow_id)
-                if record is None:
-                    raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
-                if record["status"] in TERMINAL:
-                    return raise_for_outcome(workflow_id, record)
-            # Woken by the local finish (with the outcome), or after a poll interval: the
-            # workflow may be owned by another engine, or taken over meanwhile.
-            wait = self.heartbeat
-            if deadline is not None:
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise TimeoutError(f"workflow {workflow_id!r} did not finish within {timeout}s")
-                wait = min(wait, remaining)
-            future: asyncio.Future[Any] = loop.create_future()
-            self._waiters.setdefault(workflow_id, []).append(future)
-            timer = loop.call_later(wait, _resolve, future, None)
-            try:
-                outcome = await future
-            finally:
-                timer.cancel()
-                waiters = self._waiters.get(workflow_id)
-                if waiters is not None and future in waiters:
-                    waiters.remove(future)
-                    if not waiters:
-                        del self._waiters[workflow_id]
-            if outcome is not None:
-                return raise_for_outcome(workflow_id, outcome)
-
-    async def describe(self, workflow_id: str) -> dict[str, Any]:
-        self._check_running()
-        record, holder, ops, inbox = self.store.load_for_replay(workflow_id)
-        if record is None:
-            raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
-        return describe_workflow(workflow_id, record, holder, ops, inbox, self.store.get_epoch(workflow_id))
-
-    async def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
-        self._check_running()
-        if status is not None and status not in TERMINAL | {"pending", "running"}:
-            raise InvalidRequest(f"unknown status {status!r}")
-        return self.store.list_workflows(status, type, limit, cursor)
+        if actor is not None:
+            self.drop_actor(actor)
+        outcome = {"status": result["status"], "result": None, "error": None}
+        record = self.store.get_workflow(workflow_id)
+        if record is not None:
+            outcome["error"] = record.get("error")
+        for future in self._waiters.pop(workflow_id, ()):
+            resolve(future, outcome)
+        if self._on_commit_hint is not None:
+            self.publish_hint("workflow-touched", workflow_id)
+            self.publish_hint("workflow-done", workflow_id)
 
     def stats(self) -> dict[str, Any]:
+        """Counters of this engine (once opened), readable in-process; workflow ids are never
+        labels. ``commits_total``/``writes_total`` count committed transactions and intents."""
         parked = sum(1 for actor in self.actors.values() if not actor.busy and actor.cmd is not None and actor.cmd.op.kind != "activity")  # type: ignore[union-attr]
         return {
             "engine_id": self.engine_id,
             "pid": os.getpid(),
             "state": self.state,
+            "ownership": self.ownership,
             "live_actors": len(self.actors),
             "parked_actors": parked,
             "claims_active": len(self.actors) + len(self.orphans),
@@ -344,109 +368,5 @@ class Engine:
             "timers": len(self.timers),
             "activities_started": self.activities_started,
             "feed_cursor": self.maintenance.feed_cursor,
-            "feed_lag": self.maintenance.feed_lag,
-            "reclaim_pass_seconds": self.maintenance.last_pass_seconds,
-            **self.metrics,
+            **self.metrics.snapshot(),
         }
-
-    # -- actors ---------------------------------------------------------------------------
-
-    def _spawn(
-        self,
-        definition: WorkflowDefinition,
-        wid: str,
-        run_id: str,
-        epoch: int,
-        args: tuple[Any, ...],
-        history: dict[int, dict[str, Any]],
-        inbox: Iterable[tuple[int, dict[str, Any]]],
-    ) -> Actor:
-        run = WorkflowRun(definition, wid, run_id, args, history)
-        actor = Actor(self, wid, run_id, epoch, run)
-        actor.add_messages(list(inbox))
-        self.actors[wid] = actor
-        actor.handle(run.start())
-        actor.poll()
-        return actor
-
-    def drive(self, wid: str, epoch: int) -> bool:
-        """Replay and resume ``wid``, which this engine holds at ``epoch``."""
-        record, holder, ops, inbox = self.store.load_for_replay(wid)
-        if record is None or record["status"] != "running":
-            return False
-        if holder is None or holder[:16].hex() != self.engine_id or int.from_bytes(holder[16:24], "big") != epoch:
-            return False
-        self._spawn(self._definition(record["type"]), wid, record["run_id"], epoch, decode_args(record["args"]), ops, inbox)
-        return True
-
-    def deliver_messages(self, actor: Actor, messages: list[tuple[int, dict[str, Any]]]) -> None:
-        if not self.wake_guard(actor, "message"):
-            return
-        if actor.add_messages(messages):
-            actor.poll()
-
-    def wake_guard(self, actor: Actor, kind: str) -> bool:
-        """Before a wake resumes an actor, confirm this engine still holds it at its epoch.
-        If the read itself fails, proceed: the fenced write is the backstop."""
-        try:
-            holder = self.store.get_holder_bytes(actor.wid)
-        except Exception:
-            return True
-        if holder is not None and holder[:16].hex() == self.engine_id and int.from_bytes(holder[16:24], "big") == actor.epoch:
-            return True
-        self.metrics["wakes_discarded_" + kind] = self.metrics.get("wakes_discarded_" + kind, 0) + 1
-        self.drop_actor(actor, deposed=True)
-        return False
-
-    def drop_actor(self, actor: Actor, *, deposed: bool = False) -> None:
-        actor.close()
-        if self.actors.get(actor.wid) is actor:
-            del self.actors[actor.wid]
-        if deposed:
-            self.metrics["claims_deposed"] += 1
-
-    def commit_failed(self, actor: Actor, error: WeftError) -> None:
-        if isinstance(error, FencedOut):
-            log.info("workflow %s: %s", actor.wid, error)
-            self.drop_actor(actor, deposed=True)
-        elif isinstance(error, EngineDeposed):
-            self.depose(str(error))
-        else:
-            log.error("workflow %s: commit failed (%s); it will be driven again", actor.wid, error)
-            self.drop_actor(actor)
-            self.orphans.add(actor.wid)
-
-    def actor_finished(self, actor: Actor) -> None:
-        actor.closed = True
-        if self.actors.get(actor.wid) is actor:
-            del self.actors[actor.wid]
-        self.metrics["workflows_completed"] += 1
-        waiters = self._waiters.pop(actor.wid, None)
-        if waiters:
-            outcome = actor.outcome_record()
-            for future in waiters:
-                _resolve(future, outcome)
-
-    def tick(self) -> None:
-        """Fire due timers and run one maintenance pass now (for tests on a fake clock)."""
-        self.timers.poke()
-        self.maintenance.run_pass()
-
-
-def new_id() -> str:
-    return os.urandom(16).hex()
-
-
-def _resolve(future: asyncio.Future[Any], value: Any) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def validate_id(wid: Any) -> str:
-    if not isinstance(wid, str) or not wid:
-        raise InvalidRequest(f"a workflow id must be a non-empty string, not {wid!r}")
-    if "\x00" in wid:
-        raise InvalidRequest("a workflow id must not contain NUL")
-    if len(wid.encode()) > MAX_ID_BYTES:
-        raise InvalidRequest(f"a workflow id is at most {MAX_ID_BYTES} bytes", limit=MAX_ID_BYTES)
-    return wid

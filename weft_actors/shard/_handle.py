@@ -38,3 +38,7 @@ class WorkflowHandle:
 
     async def describe(self) -> dict[str, Any]:
         return await self._engine.describe(self.id)
+
+    async def terminate(self, reason: str | None = None) -> None:
+        """End the workflow at once, whichever engine owns it (see ``Engine.terminate``)."""
+        await self._engine.terminate(self.id, reason)

@@ -1,19 +1,21 @@
-"""The maintenance pass: heartbeat, reclaim of dead engines' workflows, feed poll.
+"""The maintenance pass: heartbeat, reclaim, feed poll and pruning, every ``heartbeat`` seconds
+and at once on a hint.
 
-Runs every ``heartbeat`` seconds (and at once when hinted). Liveness is per engine: one
-heartbeat write per pass, whatever the number of claims.
+Liveness is per engine: one heartbeat write per interval, whatever the number of claims (a
+hinted pass in between writes none). The feed poll is the correctness path for messages to
+this engine's workflows; hints only make it sooner.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from ..errors import EngineDeposed, WeftError
-from ._placement import preferred
+from ._reclaim import Reclaimer
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -22,25 +24,33 @@ __all__ = ["Maintenance"]
 
 log = logging.getLogger("weft_actors.shard")
 
-MAX_TAKEOVER_TRIES = 5
+FEED_BATCH = 10_000
 
 
 class Maintenance:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.reclaimer = Reclaimer(engine)
         self.feed_cursor = engine.store.feed_head()
-        self.feed_lag = 0
-        self.last_pass_seconds = 0.0
-        self._stranded: set[str] = set()
+        self._next_prune = engine.clock.now() + engine.prune_interval
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
 
+    # -- scheduling -----------------------------------------------------------------------
+
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
         self._task = loop.create_task(self._run())
 
     def hint(self) -> None:
-        """Run a pass now (a hint said the store changed)."""
-        self._wake.set()
+        """Run a pass now (the store changed). Callable from any thread; hints coalesce."""
+        if threading.get_ident() == self._loop_thread:
+            self._wake.set()
+        elif self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
 
     async def stop(self) -> None:
         task, self._task = self._task, None
@@ -57,115 +67,97 @@ class Maintenance:
             self._task = None
 
     async def _run(self) -> None:
-        while self.engine.state == "running":
+        engine = self.engine
+        loop = asyncio.get_running_loop()
+        next_beat = loop.time() + engine.heartbeat
+        while engine.state == "running":
             try:
-                await asyncio.wait_for(self._wake.wait(), self.engine.heartbeat)
+                await asyncio.wait_for(self._wake.wait(), max(0.0, next_beat - loop.time()))
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()
-            if self.engine.state != "running":
+            if engine.state != "running":
                 return
+            beat = loop.time() >= next_beat
+            if beat:
+                next_beat = loop.time() + engine.heartbeat
             try:
-                self.run_pass()
+                self.run_pass(heartbeat=beat)
             except Exception:
                 log.exception("maintenance pass failed")
 
-    def run_pass(self) -> None:
+    # -- the pass -------------------------------------------------------------------------
+
+    def run_pass(self, heartbeat: bool = True) -> None:
         engine = self.engine
         started = time.perf_counter()
         try:
-            engine.store.heartbeat(engine.engine_id, self.feed_cursor)
+            if heartbeat:
+                self._beat()
+            self.reclaimer.run()
         except EngineDeposed as exc:
             engine.depose(str(exc))
             return
-        except WeftError as exc:
-            engine.metrics["heartbeat_failures"] += 1
-            log.warning("heartbeat failed: %s", exc)
-        self.reclaim_pass()
+        if engine.state != "running":
+            return
         self.poll_feed()
-        self.last_pass_seconds = time.perf_counter() - started
+        self._maybe_prune()
+        engine.metrics.reclaim_pass(time.perf_counter() - started)
 
-    # -- reclaim --------------------------------------------------------------------------
-
-    def reclaim_pass(self) -> int:
-        """Take over the workflows of dead or expired engines that prefer this engine (or that
-        stayed stranded a whole interval), then drive them. Returns how many were taken."""
-        engine = self.engine
-        store = engine.store
-        now = engine.clock.now()
-        live = []
-        for engine_id, record in store.engines().items():
-            if engine_id == engine.engine_id:
-                live.append(engine_id)
-                continue
-            if record["state"] != "live":
-                continue
-            if store.process_gone(engine_id):
-                log.info("engine %s: its process is gone; marking it dead", engine_id)
-                store.mark_engine_dead(engine_id)
-                continue
-            if record["expires_at"] + 2 * record["heartbeat"] >= now:
-                live.append(engine_id)
-        taken = 0
-        candidates = [c for c in store.reclaim_candidates(engine.engine_id) if c[2] in engine.workflows]
-        wanted = [
-            (wid, holder)
-            for wid, holder, _ in candidates
-            if wid in self._stranded or preferred(wid, live) == engine.engine_id
-        ]
-        self._stranded = {wid for wid, _, _ in candidates} - {wid for wid, _ in wanted}
-        for attempt in range(MAX_TAKEOVER_TRIES):
-            if not wanted:
-                break
-            won = store.takeover(engine.engine_id, wanted)
-            retry = []
-            for wid, holder in wanted:
-                epoch = won.get(wid)
-                if epoch is None:
-                    engine.metrics["claims_lost_race"] += 1
-                    retry.append(wid)
-                    continue
-                engine.metrics["claims_takeover"] += 1
-                taken += 1
-                self._drive(wid, epoch)
-            if not retry or attempt == MAX_TAKEOVER_TRIES - 1:
-                break
-            fresh = {wid: holder for wid, holder, _ in store.reclaim_candidates(engine.engine_id)}
-            wanted = [(wid, fresh[wid]) for wid in retry if wid in fresh]
-        for wid in list(engine.orphans):
-            holder = store.get_holder(wid)
-            engine.orphans.discard(wid)
-            if holder is not None and holder[0] == engine.engine_id and wid not in engine.actors:
-                self._drive(wid, holder[1])
-        return taken
-
-    def _drive(self, wid: str, epoch: int) -> None:
+    def _beat(self) -> None:
+        """One write that keeps this engine's lease (none in ``single`` mode, which only
+        checks that its record is still live); deposes the engine if it is not."""
         engine = self.engine
         try:
-            engine.drive(wid, epoch)
-        except Exception:
-            log.exception("workflow %s: drive failed; retrying on a later pass", wid)
-            actor = engine.actors.pop(wid, None)
-            if actor is not None:
-                actor.close()
-            engine.orphans.add(wid)
+            if engine.ownership == "single":
+                engine.store.check_engine(engine.engine_id)
+            else:
+                engine.store.heartbeat(engine.engine_id, self.feed_cursor)
+        except EngineDeposed:
+            raise
+        except WeftError as exc:
+            engine.metrics.heartbeat_failures += 1
+            log.warning("heartbeat failed: %s", exc)
 
     # -- feed -----------------------------------------------------------------------------
 
     def poll_feed(self) -> None:
-        """Wake this engine's workflows that got inbox messages since the cursor."""
+        """Wake this engine's workflows that got inbox messages (or were closed by another
+        engine) since the cursor: O(new entries), not O(parked workflows)."""
         engine = self.engine
         store = engine.store
-        entries = store.read_feed(self.feed_cursor)
-        if not entries:
-            self.feed_lag = 0
+        while True:
+            entries = store.read_feed(self.feed_cursor, FEED_BATCH)
+            if not entries:
+                break
+            newest: dict[str, int] = {}
+            for seq, wid in entries:
+                newest[wid] = seq
+            for wid, seq in newest.items():
+                actor = engine.actors.get(wid)
+                if actor is not None and seq > actor.inbox_seen:
+                    engine.deliver_messages(actor, store.load_inbox(wid))
+            self.feed_cursor = entries[-1][0]
+            if len(entries) < FEED_BATCH:
+                break
+        engine.metrics.feed_lag = store.feed_head() - self.feed_cursor
+
+    # -- pruning --------------------------------------------------------------------------
+
+    def _maybe_prune(self) -> None:
+        engine = self.engine
+        now = engine.clock.now()
+        if now < self._next_prune:
             return
-        newest: dict[str, int] = defaultdict(int)
-        for seq, wid in entries:
-            newest[wid] = max(newest[wid], seq)
-        for wid, seq in newest.items():
-            actor = engine.actors.get(wid)
-            if actor is not None and seq > actor.inbox_seen:
-                engine.deliver_messages(actor, store.load_inbox(wid))
-        self.feed_cursor = entries[-1][0]
-        self.feed_lag = store.feed_head() - self.feed_cursor
+        self._next_prune = now + engine.prune_interval
+        self.prune()
+
+    def prune(self) -> None:
+        """Delete feed entries every live engine has passed (older than the retention), and
+        registry records of engines long gone that hold nothing."""
+        engine = self.engine
+        try:
+            engine.metrics.feed_pruned += engine.store.prune_feed(engine.engine_id, self.feed_cursor, engine.feed_retention)
+            engine.metrics.engines_pruned += len(engine.store.prune_engines(engine.engine_retention))
+        except WeftError as exc:
+            log.warning("pruning failed: %s", exc)

@@ -5,7 +5,17 @@ implements the same methods and passes the same conformance suite (``tests/store
 """
 
 from ._env import SCHEMA_VERSION
-from ._intents import AppendInbox, Created, CreateWorkflow, Finish, StepCommit, TimerRef
+from ._intents import (
+    AppendInbox,
+    CloseWorkflow,
+    Created,
+    CreateWorkflow,
+    Finish,
+    FireStart,
+    PurgeWorkflow,
+    StepCommit,
+    TimerRef,
+)
 from ._keys import TERMINAL, split_holder
 from ._store import LmdbStore
 
@@ -14,10 +24,13 @@ __all__ = [
     "TERMINAL",
     "split_holder",
     "AppendInbox",
+    "CloseWorkflow",
     "Created",
     "CreateWorkflow",
     "Finish",
+    "FireStart",
     "LmdbStore",
+    "PurgeWorkflow",
     "StepCommit",
     "TimerRef",
 ]

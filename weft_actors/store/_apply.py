@@ -14,8 +14,11 @@ from ..codec import pack_record, unpack_record
 from ..errors import FencedOut, WorkflowAlreadyExists, WorkflowClosed, WorkflowNotFound
 from ._env import Databases
 from ._intents import AppendInbox, Created, CreateWorkflow, StepCommit
+from ._feed import feed_entry
 from ._keys import (
+    DEADLINE_SEQ,
     NO_ENGINE,
+    START_SEQ,
     TERMINAL,
     by_engine_key,
     fence,
@@ -29,7 +32,7 @@ from ._keys import (
     visibility_key,
 )
 
-__all__ = ["TxnState", "apply_intent"]
+__all__ = ["TxnState", "APPLIERS", "next_epoch", "set_visibility", "release_claims"]
 
 
 class TxnState:
@@ -85,6 +88,9 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
             raise WorkflowAlreadyExists(
                 f"workflow {wid!r} already exists (status {status})", workflow_id=wid, status=status
             )
+        for at, seq in ((existing.get("start_at"), START_SEQ), (existing.get("deadline"), DEADLINE_SEQ)):
+            if at is not None:  # the previous run's unowned timers go with it
+                txn.delete(timer_key(at, wid, seq), db=dbs.timers)
     pending = intent.start_at is not None and intent.start_at > state.now
     status = "pending" if pending else "running"
     record = {
@@ -105,11 +111,13 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
     }
     epoch = 0
     if pending:
-        txn.put(timer_key(intent.start_at, wid, 0xFFFFFFFF), pack_record({"kind": "start", "run_id": intent.run_id}), db=dbs.timers)
+        txn.put(timer_key(intent.start_at, wid, START_SEQ), pack_record({"kind": "start", "run_id": intent.run_id}), db=dbs.timers)
     else:
         epoch = next_epoch(state, wid_raw)
         txn.put(wid_raw, holder_value(state.engine_raw, epoch, state.now), db=dbs.claim_holder)
         txn.put(by_engine_key(state.engine_raw, wid), b"", db=dbs.by_engine)
+    if record["deadline"] is not None:
+        txn.put(timer_key(record["deadline"], wid, DEADLINE_SEQ), pack_record({"kind": "deadline", "run_id": intent.run_id}), db=dbs.timers)
     txn.put(wid_raw, pack_record(record), db=dbs.workflows)
     set_visibility(state, record, wid, existing)
     return Created(True, intent.run_id, status, epoch)
@@ -163,6 +171,8 @@ def step_commit(state: TxnState, intent: StepCommit) -> None:
         record["updated"] = state.now
         txn.delete(wid_raw, db=dbs.claim_holder)
         txn.delete(by_engine_key(state.engine_raw, wid), db=dbs.by_engine)
+        if record.get("deadline") is not None:
+            txn.delete(timer_key(record["deadline"], wid, DEADLINE_SEQ), db=dbs.timers)
         set_visibility(state, record, wid, old)
     txn.put(wid_raw, pack_record(record), db=dbs.workflows)
 
@@ -188,19 +198,16 @@ def append_inbox(state: TxnState, intent: AppendInbox) -> int:
         "at": state.now,
     }
     txn.put(inbox_key(wid, seq), pack_record(message), db=dbs.inbox)
-    txn.put(pack_u64(seq), wid.encode(), db=dbs.feed)
+    txn.put(pack_u64(seq), feed_entry(state.now, wid), db=dbs.feed)
     return seq
 
 
-_APPLIERS = {
+APPLIERS: dict[type, Any] = {
     CreateWorkflow: create_workflow,
     StepCommit: step_commit,
     AppendInbox: append_inbox,
 }
-
-
-def apply_intent(state: TxnState, intent: Any) -> Any:
-    return _APPLIERS[type(intent)](state, intent)
+"""Intent type -> applier; ``_dispatch`` adds the lifecycle transitions."""
 
 
 def release_claims(state: TxnState) -> int:

@@ -1,4 +1,10 @@
-"""The engine registry: one record per engine, heartbeated, never a write per claim."""
+"""The engine registry: one record per engine, heartbeated, never a write per claim.
+
+A record is ``{slot, pid, state, heartbeat, ttl, expires_at, started, cursor, mode,
+incarnation, ended}``. ``state`` is ``live``, ``stopped`` (released gracefully) or ``dead``
+(death confirmed). An engine in ``single`` mode never heartbeats: its ``expires_at`` is
+infinite and only a confirmed death (or its own release) ends it.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +17,16 @@ from ..errors import EngineDeposed, OwnershipModeMismatch
 from ._env import Databases
 from ._keys import engine_key
 
-__all__ = ["is_expired", "check_live", "engine_record", "put_engine"]
+__all__ = [
+    "is_expired",
+    "is_live",
+    "check_live",
+    "engine_record",
+    "put_engine",
+    "refuse_second_single",
+    "live_records",
+    "prune_engines",
+]
 
 
 def is_expired(record: dict[str, Any], now: float) -> bool:
@@ -32,8 +47,11 @@ def put_engine(txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes, record:
     txn.put(engine_raw, pack_record(record), db=dbs.engines)
 
 
-def check_live(txn: lmdb.Transaction, dbs: Databases, engine_id: str, now: float) -> dict[str, Any]:
-    """Raise ``EngineDeposed`` unless ``engine_id``'s record is live: a deposed engine commits nothing."""
+def check_live(
+    txn: lmdb.Transaction, dbs: Databases, engine_id: str, now: float, incarnation: str | None = None
+) -> dict[str, Any]:
+    """Raise ``EngineDeposed`` unless ``engine_id``'s record is live and still the one this
+    process registered (``incarnation``): a deposed engine commits nothing."""
     record = engine_record(txn, dbs, engine_key(engine_id))
     if record is None:
         raise EngineDeposed(f"engine {engine_id} is not registered", engine_id=engine_id)
@@ -41,6 +59,8 @@ def check_live(txn: lmdb.Transaction, dbs: Databases, engine_id: str, now: float
         raise EngineDeposed(f"engine {engine_id} is marked {record['state']}", engine_id=engine_id)
     if is_expired(record, now):
         raise EngineDeposed(f"engine {engine_id} has expired", engine_id=engine_id)
+    if incarnation is not None and record.get("incarnation") != incarnation:
+        raise EngineDeposed(f"engine {engine_id} was registered again by another process", engine_id=engine_id)
     return record
 
 
@@ -54,3 +74,30 @@ def refuse_second_single(txn: lmdb.Transaction, dbs: Databases, engine_id: str, 
                 f"ownership mode 'single' allows one live engine; {key.hex()} is live",
                 live_engine=key.hex(),
             )
+
+
+def live_records(txn: lmdb.Transaction, dbs: Databases, now: float) -> dict[str, dict[str, Any]]:
+    return {
+        key.hex(): record
+        for key, value in txn.cursor(db=dbs.engines)
+        if is_live(record := unpack_record(value), now)
+    }
+
+
+def prune_engines(txn: lmdb.Transaction, dbs: Databases, now: float, keep: float) -> list[str]:
+    """Delete the records of engines that can never commit again (stopped, dead, or expired),
+    hold no claim any more, and ended more than ``keep`` seconds ago. Returns their ids."""
+    gone: list[str] = []
+    by_engine = txn.cursor(db=dbs.by_engine)
+    for key, value in list(txn.cursor(db=dbs.engines)):
+        record = unpack_record(value)
+        if is_live(record, now):
+            continue
+        ended = record.get("ended") or record["expires_at"] + 2 * record["heartbeat"]
+        if ended + keep >= now:
+            continue
+        if by_engine.set_range(key) and by_engine.key().startswith(key):
+            continue  # its workflows still wait for a taker
+        txn.delete(key, db=dbs.engines)
+        gone.append(key.hex())
+    return gone

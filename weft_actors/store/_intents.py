@@ -11,7 +11,10 @@ from typing import Any, NamedTuple
 
 __all__ = [
     "AppendInbox",
+    "CloseWorkflow",
     "CreateWorkflow",
+    "FireStart",
+    "PurgeWorkflow",
     "Finish",
     "StepCommit",
     "TimerRef",
@@ -88,3 +91,33 @@ class AppendInbox(NamedTuple):
     name: str
     payload: bytes
     request_id: str | None = None
+
+
+class CloseWorkflow(NamedTuple):
+    """An external terminal transition (terminate, execution timeout, cancel of a parked run),
+    committed by any live engine, owner or not. Not fenced: it *moves* the fence instead, by
+    rotating the epoch in the same transaction, so the running owner's next write fails.
+
+    Raises ``WorkflowClosed`` if the workflow already ended; ``run_id``, when given, must
+    still be the current run (a deadline of an older run never closes a newer one).
+    """
+
+    wid: str
+    status: str
+    error: dict[str, Any] | None = None
+    run_id: str | None = None
+
+
+class PurgeWorkflow(NamedTuple):
+    """Delete a finished workflow: record, op logs, inbox, timers, visibility. The epoch stays
+    (and grows by one), so an owner of any earlier generation of the id stays fenced out."""
+
+    wid: str
+
+
+class FireStart(NamedTuple):
+    """``pending`` -> ``running`` of a delayed start whose time has come, claiming it for the
+    committing engine in the same transaction. Loses (``None``) if another engine fired it."""
+
+    wid: str
+    run_id: str

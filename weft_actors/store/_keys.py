@@ -14,6 +14,12 @@ _U64: Final = struct.Struct(">Q")
 NO_ENGINE: Final = bytes(16)
 """The ``by_engine`` prefix of running workflows that have no holder (released, or never claimed)."""
 
+START_SEQ: Final = 0xFFFFFFFF
+"""Timer sequence number of a delayed start (``pending`` -> ``running``)."""
+DEADLINE_SEQ: Final = 0xFFFFFFFE
+"""Timer sequence number of an execution timeout."""
+SYSTEM_TIMER_SEQS: Final = frozenset({START_SEQ, DEADLINE_SEQ})
+
 STATUS_CODES: Final = {
     "pending": 1,
     "running": 2,

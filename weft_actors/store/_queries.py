@@ -21,7 +21,7 @@ from ._keys import (
     visibility_prefix,
 )
 
-__all__ = ["get_workflow", "load_ops", "load_inbox", "read_feed", "by_engine", "list_workflows"]
+__all__ = ["get_workflow", "get_epoch", "load_ops", "load_inbox", "by_engine", "list_workflows"]
 
 
 def get_workflow(txn: lmdb.Transaction, dbs: Databases, wid: str) -> dict[str, Any] | None:
@@ -51,22 +51,6 @@ def load_ops(txn: lmdb.Transaction, dbs: Databases, wid: str, run_id: str) -> di
 
 def load_inbox(txn: lmdb.Transaction, dbs: Databases, wid: str) -> list[tuple[int, dict[str, Any]]]:
     return [(inbox_seq(key), unpack_record(value)) for key, value in _scan(txn, dbs.inbox, prefixed(wid))]
-
-
-def feed_head(txn: lmdb.Transaction, dbs: Databases) -> int:
-    raw = txn.get(b"feed_seq", db=dbs.meta)
-    return 0 if raw is None else unpack_u64(raw)[0]
-
-
-def read_feed(txn: lmdb.Transaction, dbs: Databases, after: int, limit: int) -> list[tuple[int, str]]:
-    cursor = txn.cursor(db=dbs.feed)
-    found: list[tuple[int, str]] = []
-    if cursor.set_range((after + 1).to_bytes(8, "big")):
-        for key, value in cursor:
-            found.append((unpack_u64(key)[0], value.decode()))
-            if len(found) >= limit:
-                break
-    return found
 
 
 def by_engine(txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes) -> list[str]:

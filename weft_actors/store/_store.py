@@ -11,9 +11,12 @@ import lmdb
 
 from .._clock import Clock, SystemClock
 from ..codec import unpack_record
-from ..errors import EngineDeposed, StorageError, StorageFull, WeftError
+from ..errors import StorageError, StorageFull, WeftError
 from . import _engines, _queries
-from ._apply import TxnState, apply_intent, next_epoch, release_claims
+from ._apply import TxnState, next_epoch, release_claims
+from ._dispatch import apply_intent
+from ._feed import feed_head, read_feed
+from ._upkeep import UpkeepMixin
 from ._env import DEFAULT_MAP_SIZE, check_ownership_mode, close_environment, open_environment
 from ._keys import NO_ENGINE, TERMINAL, by_engine_key, engine_key, holder_value, split_holder
 
@@ -23,7 +26,7 @@ __all__ = ["LmdbStore"]
 log = logging.getLogger("weft_actors.store")
 
 
-class LmdbStore:
+class LmdbStore(UpkeepMixin):
     """One LMDB environment, opened in the process that uses it (never across a fork).
 
     Not thread-safe for writes: one thread (the engine's loop thread) commits.
@@ -44,12 +47,18 @@ class LmdbStore:
         self.commits = 0
         self.writes = 0
         self._locks: dict[str, int] = {}
+        self._closed = False
+        self._incarnations: dict[str, str] = {}
+        """engine id -> the incarnation this instance registered: a record re-registered by
+        someone else is no longer ours, and every commit checks that."""
 
     def close(self) -> None:
         for fd in self._locks.values():
             os.close(fd)
         self._locks.clear()
-        close_environment(self.path)
+        if not self._closed:  # the environment is shared: release this instance's use once
+            self._closed = True
+            close_environment(self.path)
 
     # -- writes ---------------------------------------------------------------------------
 
@@ -60,11 +69,13 @@ class LmdbStore:
         If the transaction itself fails every entry is that error; if the engine is no longer
         live every entry is ``EngineDeposed``. Nothing is committed for a rejected intent.
         """
-        now = self.clock.now()
         results: list[Any] = []
         try:
             with self.env.begin(write=True) as txn:
-                record = _engines.check_live(txn, self.dbs, engine_id, now)
+                # The time is read once this process holds the write lock: a stall between
+                # reading the clock and committing must not let a stale "now" pass the check.
+                now = self.clock.now()
+                record = _engines.check_live(txn, self.dbs, engine_id, now, self._incarnations.get(engine_id))
                 state = TxnState(txn, self.dbs, engine_key(engine_id), now)
                 if now >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
                     # A busy engine's commits carry its heartbeat: a long loop turn full of
@@ -110,47 +121,75 @@ class LmdbStore:
     ) -> None:
         """Record a new live engine; check the ownership-mode marker first.
 
-        Also takes an exclusive lock on a file named for the engine: the lock dies with the
-        process, so a peer on this machine can confirm the death without waiting for expiry.
+        A refused engine (another mode, or a second live one in ``single`` mode) writes
+        nothing. Also takes an exclusive lock on a file named for the engine: the lock dies
+        with the process, so a peer on this machine can confirm the death without waiting for
+        expiry. In ``single`` mode the record never expires (there are no heartbeats).
         """
-        now = self.clock.now()
-        if mode == "single":
-            # A single engine killed a moment ago must not block its own restart.
-            for other, record in self.engines().items():
-                if other != engine_id and record["state"] == "live" and self.process_gone(other):
-                    self.mark_engine_dead(other)
+        incarnation = os.urandom(8).hex()
+        raw = engine_key(engine_id)
 
         def txn_fn(txn: lmdb.Transaction) -> None:
+            now = self.clock.now()
             check_ownership_mode(txn, self.dbs, mode)
             if mode == "single":
+                # A single engine killed a moment ago must not block its own restart. Probed
+                # after the marker check, in this transaction: a refused engine writes nothing.
+                for key, value in list(txn.cursor(db=self.dbs.engines)):
+                    record = unpack_record(value)
+                    if key.hex() != engine_id and record["state"] == "live" and self.process_gone(key.hex()):
+                        record["state"] = "dead"
+                        record["ended"] = now
+                        _engines.put_engine(txn, self.dbs, key, record)
                 _engines.refuse_second_single(txn, self.dbs, engine_id, now)
+            if _engines.engine_record(txn, self.dbs, raw) is not None:
+                # The same id registered again: the old incarnation is deposed by its next
+                # commit, and whatever it held becomes reclaimable now instead of never.
+                release_claims(TxnState(txn, self.dbs, raw, now))
             _engines.put_engine(
                 txn,
                 self.dbs,
-                engine_key(engine_id),
+                raw,
                 {
                     "slot": slot,
                     "pid": pid if pid is not None else os.getpid(),
                     "state": "live",
                     "heartbeat": heartbeat,
                     "ttl": ttl,
-                    "expires_at": now + ttl,
+                    "expires_at": float("inf") if mode == "single" else now + ttl,
                     "started": now,
-                    "cursor": self.feed_head(),
+                    "cursor": feed_head(txn, self.dbs),
                     "mode": mode,
+                    "incarnation": incarnation,
+                    "ended": None,
                 },
             )
 
-        self._write(txn_fn)
+        # Locked before the record exists: a peer that sees the record live and probes the
+        # lock must never find it free while this engine is starting.
         self._lock_engine_file(engine_id)
+        try:
+            self._write(txn_fn)
+        except BaseException:
+            fd = self._locks.pop(engine_id, None)
+            if fd is not None:  # refused: leave no trace, not even the lock file
+                try:
+                    os.unlink(self._lock_path(engine_id))
+                except OSError:
+                    pass
+                os.close(fd)
+            raise
+        self._incarnations[engine_id] = incarnation
 
     def heartbeat(self, engine_id: str, feed_cursor: int | None = None) -> dict[str, Any]:
-        """Extend this engine's lease; ``EngineDeposed`` if it is dead, expired or gone."""
-        now = self.clock.now()
+        """Extend this engine's lease; ``EngineDeposed`` if it is dead, expired, gone or
+        registered again by someone else. One write, whatever the number of claims."""
 
         def txn_fn(txn: lmdb.Transaction) -> dict[str, Any]:
-            record = _engines.check_live(txn, self.dbs, engine_id, now)
-            record["expires_at"] = now + record["ttl"]
+            now = self.clock.now()
+            record = _engines.check_live(txn, self.dbs, engine_id, now, self._incarnations.get(engine_id))
+            if record["mode"] != "single":
+                record["expires_at"] = now + record["ttl"]
             if feed_cursor is not None:
                 record["cursor"] = feed_cursor
             _engines.put_engine(txn, self.dbs, engine_key(engine_id), record)
@@ -167,22 +206,29 @@ class LmdbStore:
             if record is None or record["state"] == "dead":
                 return False
             record["state"] = "dead"
+            record["ended"] = self.clock.now()
             _engines.put_engine(txn, self.dbs, raw, record)
             return True
 
         return self._write(txn_fn)
 
     def release_engine(self, engine_id: str) -> int:
-        """Graceful stop: release every claim of the engine and mark it stopped."""
+        """Graceful stop: release every claim of the engine and mark it stopped, so that any
+        live engine reclaims its running workflows at once. A no-op for an engine that is no
+        longer this instance's live registration (dead, expired, or registered again): a
+        deposed engine commits nothing, and its claims are reclaimable anyway."""
 
         def txn_fn(txn: lmdb.Transaction) -> int:
             raw = engine_key(engine_id)
-            state = TxnState(txn, self.dbs, raw, self.clock.now())
-            moved = release_claims(state)
             record = _engines.engine_record(txn, self.dbs, raw)
-            if record is not None and record["state"] == "live":
-                record["state"] = "stopped"
-                _engines.put_engine(txn, self.dbs, raw, record)
+            mine = self._incarnations.get(engine_id)
+            now = self.clock.now()
+            if record is None or not _engines.is_live(record, now) or (mine is not None and record.get("incarnation") != mine):
+                return 0
+            moved = release_claims(TxnState(txn, self.dbs, raw, now))
+            record["state"] = "stopped"
+            record["ended"] = now
+            _engines.put_engine(txn, self.dbs, raw, record)
             return moved
 
         moved = self._write(txn_fn)
@@ -197,11 +243,11 @@ class LmdbStore:
         A candidate whose holder changed since it was read, or whose workflow is no longer
         running, is lost (``None``). One transaction for the whole list.
         """
-        now = self.clock.now()
         me = engine_key(engine_id)
 
         def txn_fn(txn: lmdb.Transaction) -> dict[str, int | None]:
-            _engines.check_live(txn, self.dbs, engine_id, now)
+            now = self.clock.now()
+            _engines.check_live(txn, self.dbs, engine_id, now, self._incarnations.get(engine_id))
             state = TxnState(txn, self.dbs, me, now)
             won: dict[str, int | None] = {}
             for wid, expected in candidates:
@@ -229,7 +275,14 @@ class LmdbStore:
     def _lock_engine_file(self, engine_id: str) -> None:
         os.makedirs(os.path.join(self.path, "engines"), exist_ok=True)
         fd = os.open(self._lock_path(engine_id), os.O_CREAT | os.O_RDWR, 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # The id's previous incarnation still runs and holds it; peers then see this id
+            # as alive until that process exits, which only delays a takeover.
+            os.close(fd)
+            log.warning("engine %s: lock file is held by its previous incarnation", engine_id)
+            return
         self._locks[engine_id] = fd
 
     def process_gone(self, engine_id: str) -> bool:
@@ -260,7 +313,7 @@ class LmdbStore:
 
     def feed_head(self) -> int:
         with self.env.begin() as txn:
-            return _queries.feed_head(txn, self.dbs)
+            return feed_head(txn, self.dbs)
 
     def get_workflow(self, wid: str) -> dict[str, Any] | None:
         with self.env.begin() as txn:
@@ -299,7 +352,7 @@ class LmdbStore:
 
     def read_feed(self, after: int, limit: int = 10_000) -> list[tuple[int, str]]:
         with self.env.begin() as txn:
-            return _queries.read_feed(txn, self.dbs, after, limit)
+            return read_feed(txn, self.dbs, after, limit)
 
     def engines(self) -> dict[str, dict[str, Any]]:
         with self.env.begin() as txn:

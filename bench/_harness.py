@@ -1,0 +1,242 @@
+"""Shared pieces of the benchmarks: a real supervisor on a free loopback port and a temporary
+data directory (always killed and reaped), CPU accounting from /proc, percentiles, and a
+read-only look at the store once the numbers are in.
+
+Only public surfaces are used: the supervisor CLI and its ready line, ``Client``/``AsyncClient``,
+and ``LmdbStore(path, readonly=True)`` for facts the wire does not carry (read, never written).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any, Iterator
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1); 0.0 for an empty list."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, int(round(q * (len(ordered) - 1)))))
+    return ordered[index]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a live process (all its threads), 0.0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def start_time(pid: int) -> int | None:
+    """The kernel's start time of ``pid`` (clock ticks since boot): with the pid, it names one
+    process, so a recycled pid is never mistaken for a shard of ours."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+        return None
+
+
+def table(result: dict[str, Any], title: str | None = None) -> None:
+    """The readable table of a result, on stderr."""
+    if title:
+        sys.stderr.write(f"{title}\n")
+    for key, value in result.items():
+        if isinstance(value, dict):
+            value = json.dumps(value)
+        sys.stderr.write(f"  {key:<24} {value}\n")
+    sys.stderr.flush()
+
+
+class Supervisor:
+    """``python -m weft_actors.supervisor`` on a free port and a fresh temporary data directory.
+
+    Use as a context manager: on exit (error or not) the supervisor and every shard pid it
+    reported are killed and reaped and the directory is removed (``keep_data`` keeps it for a
+    read-only look: call ``remove_data()`` afterwards).
+    """
+
+    def __init__(
+        self,
+        *,
+        shards: int,
+        app: str = "bench_app",
+        args: tuple[str, ...] = (),
+        log_level: str = "WARNING",
+        keep_data: bool = False,
+        ready_timeout: float = 60.0,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.shards = shards
+        self.data_dir = tempfile.mkdtemp(prefix="weft-bench-")
+        self.port = free_port()
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.command = [
+            sys.executable, "-m", "weft_actors.supervisor",
+            "--shards", str(shards), "--app", app, "--data", self.data_dir,
+            "--bind", self.endpoint, "--log-level", log_level, *args,
+        ]
+        path = os.environ.get("PYTHONPATH", "")
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (BENCH, path) if p), **(env or {})}
+        self.keep_data = keep_data
+        self.ready_timeout = ready_timeout
+        self.process: subprocess.Popen[str] | None = None
+        self.pids: list[int] = []
+        self.known_pids: dict[int, int | None] = {}  # pid -> start time when first seen
+        self.stderr_lines: list[str] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def __enter__(self) -> Supervisor:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
+            start_new_session=True,  # a ^C at the terminal reaches the bench, which cleans up
+        )
+        threading.Thread(target=self._collect_stderr, daemon=True).start()
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(self.process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(self.ready_timeout)
+        if not line or "ready" not in line[0]:
+            raise RuntimeError(f"supervisor not ready within {self.ready_timeout}s: {line!r}\n" + "".join(self.stderr_lines[-30:]))
+        ready = line[0].strip()
+        self.pids = [int(p) for p in ready.split("pids=")[1].split(",")]
+        for pid in self.pids:
+            self._note(pid)
+
+    def _note(self, pid: int) -> None:
+        if pid not in self.known_pids:
+            self.known_pids[pid] = start_time(pid)
+
+    def _collect_stderr(self) -> None:
+        try:
+            for line in self.process.stderr:  # type: ignore[union-attr]
+                self.stderr_lines.append(line)
+                if len(self.stderr_lines) > 5000:
+                    del self.stderr_lines[:1000]
+        except ValueError:
+            pass
+
+    def note_pids(self, stats: dict[str, Any]) -> None:
+        """Remember shard pids seen in ``stats()`` (restarted shards get new ones)."""
+        for shard in stats.get("shards", []):
+            if shard.get("pid"):
+                self._note(int(shard["pid"]))
+
+    def terminate(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM: the supervisor drains its shards and exits; None if it did not in time."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return None if process is None else process.returncode
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self) -> None:
+        """Kill the supervisor and every shard pid we know (checked first), reap, clean up."""
+        process = self.process
+        if process is not None:
+            if process.poll() is None:
+                process.kill()
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+            ours = [pid for pid, started in self.known_pids.items() if started is not None and start_time(pid) == started]
+            for pid in ours:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)  # a SIGSTOPped shard too
+                    os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and any(_alive(pid) for pid in ours):
+                time.sleep(0.02)
+            for stream in (process.stdout, process.stderr):
+                if stream is not None:
+                    with contextlib.suppress(Exception):
+                        stream.close()
+            self.process = None
+        if not self.keep_data:
+            self.remove_data()
+
+    def remove_data(self) -> None:
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    # -- measurements ---------------------------------------------------------------------
+
+    def server_pids(self) -> list[int]:
+        pids = [] if self.process is None else [self.process.pid]
+        return pids + sorted(self.known_pids)
+
+    def cpu(self) -> dict[int, float]:
+        return {pid: cpu_seconds(pid) for pid in self.server_pids()}
+
+    def log_tail(self, n: int = 30) -> str:
+        return "".join(self.stderr_lines[-n:])
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (shards are reaped by init once their
+    supervisor is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+def open_store_readonly(data_dir: str) -> Any:
+    """The store, read-only (no write transaction is ever begun on it)."""
+    from weft_actors.store import LmdbStore
+
+    return LmdbStore(data_dir, readonly=True)
+
+
+@contextlib.contextmanager
+def sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM raises SystemExit, so ``finally`` blocks reap what the bench started."""
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def handler(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,147 @@
+"""How an engine hosts its actors: spawning and driving runs it holds, guarding wakes, and
+dropping an actor whose claim moved.
+
+Mixed into ``Engine``. An actor is only ever built for a claim this engine holds at a known
+epoch; it is dropped, never released, when that claim turns out to be gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from ..codec import decode_args
+from ..errors import EngineDeposed, FencedOut, WeftError
+from ..workflow import WorkflowDefinition, WorkflowRun
+from ._actor import Actor
+
+if TYPE_CHECKING:
+    from .._clock import Clock
+    from ..store import LmdbStore
+    from ._metrics import EngineMetrics
+
+__all__ = ["ActorHost", "resolve"]
+
+log = logging.getLogger("weft_actors.shard")
+
+
+def resolve(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+class ActorHost:
+    """The actor table of an engine and every callback an actor makes into it."""
+
+    engine_id: str
+    store: LmdbStore
+    clock: Clock
+    metrics: EngineMetrics
+    actors: dict[str, Actor]
+    orphans: set[str]
+    _waiters: dict[str, list[asyncio.Future[Any]]]
+    _on_commit_hint: Callable[[str, str], None] | None
+
+    def _definition(self, workflow: Any) -> WorkflowDefinition:  # provided by Engine
+        raise NotImplementedError
+
+    def depose(self, reason: str) -> None:  # provided by Engine
+        raise NotImplementedError
+
+    def _spawn(
+        self,
+        definition: WorkflowDefinition,
+        wid: str,
+        run_id: str,
+        epoch: int,
+        args: tuple[Any, ...],
+        history: dict[int, dict[str, Any]],
+        inbox: Iterable[tuple[int, dict[str, Any]]],
+    ) -> Actor:
+        stale = self.actors.get(wid)
+        if stale is not None:
+            stale.close()
+        run = WorkflowRun(definition, wid, run_id, args, history)
+        actor = Actor(self, wid, run_id, epoch, run)  # type: ignore[arg-type]
+        actor.add_messages(list(inbox))
+        self.actors[wid] = actor
+        actor.handle(run.start())
+        actor.poll()
+        return actor
+
+    def drive(self, wid: str, epoch: int) -> bool:
+        """Replay and resume ``wid``, which this engine holds at ``epoch``: the whole inbox is
+        read with the history, so nothing depends on a previous owner's feed cursor."""
+        record, holder, ops, inbox = self.store.load_for_replay(wid)
+        if record is None or record["status"] != "running":
+            return False
+        if holder is None or holder[:16].hex() != self.engine_id or int.from_bytes(holder[16:24], "big") != epoch:
+            return False
+        self._spawn(self._definition(record["type"]), wid, record["run_id"], epoch, decode_args(record["args"]), ops, inbox)
+        return True
+
+    def deliver_messages(self, actor: Actor, messages: list[tuple[int, dict[str, Any]]]) -> None:
+        kind = messages[-1][1]["kind"] if messages else "feed"
+        if not self.wake_guard(actor, kind):
+            return
+        if actor.add_messages(messages):
+            actor.poll()
+
+    def wake_guard(self, actor: Actor, kind: str) -> bool:
+        """Before a wake resumes an actor, confirm this engine still holds it at its epoch.
+        On a mismatch the wake is discarded (and counted) and the actor dropped. If the read
+        itself fails, proceed: the fenced write is the backstop."""
+        try:
+            holder = self.store.get_holder_bytes(actor.wid)
+        except Exception:
+            return True
+        if holder is not None and holder[:16].hex() == self.engine_id and int.from_bytes(holder[16:24], "big") == actor.epoch:
+            return True
+        self.metrics.wake_discarded(kind)
+        self.drop_actor(actor, deposed=True)
+        return False
+
+    def drop_actor(self, actor: Actor, *, deposed: bool = False) -> None:
+        """Stop ``actor`` without committing anything; callers waiting on its result look at
+        the store again at once (someone else owns or ended it now)."""
+        actor.close()
+        if self.actors.get(actor.wid) is actor:
+            del self.actors[actor.wid]
+        if deposed:
+            self.metrics.claim("deposed")
+            for future in self._waiters.get(actor.wid, ()):
+                resolve(future, None)
+
+    def commit_failed(self, actor: Actor, error: WeftError) -> None:
+        if isinstance(error, FencedOut):
+            log.info("workflow %s: %s", actor.wid, error)
+            self.drop_actor(actor, deposed=True)
+        elif isinstance(error, EngineDeposed):
+            self.depose(str(error))
+        else:
+            log.error("workflow %s: commit failed (%s); it will be driven again", actor.wid, error)
+            self.drop_actor(actor)
+            self.orphans.add(actor.wid)
+
+    def actor_finished(self, actor: Actor) -> None:
+        actor.closed = True
+        if self.actors.get(actor.wid) is actor:
+            del self.actors[actor.wid]
+        self.metrics.workflows_completed += 1
+        waiters = self._waiters.pop(actor.wid, None)
+        if waiters:
+            outcome = actor.outcome_record()
+            for future in waiters:
+                resolve(future, outcome)
+        if self._on_commit_hint is not None:
+            self.publish_hint("workflow-done", actor.wid)
+
+    def publish_hint(self, kind: str, wid: str) -> None:
+        hook = self._on_commit_hint
+        if hook is None:
+            return
+        try:
+            hook(kind, wid)
+        except Exception:
+            log.exception("commit hint %s for %s failed", kind, wid)

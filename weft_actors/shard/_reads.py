@@ -1,0 +1,106 @@
+"""Answering reads about workflows: queries, results, ``describe`` and ``list``.
+
+Mixed into ``Engine``. Reads never take a claim: a workflow this engine does not drive is read
+from the store (a query replays it read-only), and ``result`` waits for a local finish or
+polls the store once per heartbeat, so it works wherever the workflow runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ..codec import decode, decode_args, encode
+from ..errors import InvalidRequest, WorkflowNotFound
+from ..store import TERMINAL
+from ..workflow import WorkflowDefinition, WorkflowRun
+from ._hosting import resolve
+from ._outcome import describe_workflow, raise_for_outcome
+
+if TYPE_CHECKING:
+    from ..store import LmdbStore
+    from ._actor import Actor
+    from ._committer import GroupCommitter
+
+__all__ = ["WorkflowReads"]
+
+
+class WorkflowReads:
+    heartbeat: float
+    store: LmdbStore
+    committer: GroupCommitter
+    actors: dict[str, Actor]
+    _waiters: dict[str, list[asyncio.Future[Any]]]
+
+    def _check_running(self) -> None:  # provided by Engine
+        raise NotImplementedError
+
+    def _definition(self, workflow: Any) -> WorkflowDefinition:  # provided by Engine
+        raise NotImplementedError
+
+    async def query(self, workflow_id: str, name: str, *args: Any) -> Any:
+        self._check_running()
+        actor = self.actors.get(workflow_id)
+        if actor is not None and not actor.closed:
+            value = actor.run.query(name, args)
+        else:
+            value = self._query_by_replay(workflow_id, name, args)
+        return decode(encode(value, "query result"), "query result")
+
+    def _query_by_replay(self, workflow_id: str, name: str, args: tuple[Any, ...]) -> Any:
+        record, _, ops, _ = self.store.load_for_replay(workflow_id)
+        if record is None:
+            raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
+        run = WorkflowRun(self._definition(record["type"]), workflow_id, record["run_id"], decode_args(record["args"]), ops)
+        try:
+            run.start()
+            return run.query(name, args)
+        finally:
+            run.close()
+
+    async def result(self, workflow_id: str, timeout: float | None = None) -> Any:
+        loop = self.committer.loop
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            self._check_running()
+            if workflow_id not in self.actors:
+                record = self.store.get_workflow(workflow_id)
+                if record is None:
+                    raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
+                if record["status"] in TERMINAL:
+                    return raise_for_outcome(workflow_id, record)
+            # Woken by the local finish (with the outcome), when the local actor is dropped,
+            # or after a poll interval: the workflow may be owned by another engine.
+            wait = self.heartbeat
+            if deadline is not None:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise TimeoutError(f"workflow {workflow_id!r} did not finish within {timeout}s")
+                wait = min(wait, remaining)
+            future: asyncio.Future[Any] = loop.create_future()
+            self._waiters.setdefault(workflow_id, []).append(future)
+            timer = loop.call_later(wait, resolve, future, None)
+            try:
+                outcome = await future
+            finally:
+                timer.cancel()
+                waiters = self._waiters.get(workflow_id)
+                if waiters is not None and future in waiters:
+                    waiters.remove(future)
+                    if not waiters:
+                        del self._waiters[workflow_id]
+            if outcome is not None:
+                return raise_for_outcome(workflow_id, outcome)
+
+    async def describe(self, workflow_id: str) -> dict[str, Any]:
+        self._check_running()
+        record, holder, ops, inbox = self.store.load_for_replay(workflow_id)
+        if record is None:
+            raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
+        return describe_workflow(workflow_id, record, holder, ops, inbox, self.store.get_epoch(workflow_id))
+
+    async def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+        self._check_running()
+        if status is not None and status not in TERMINAL | {"pending", "running"}:
+            raise InvalidRequest(f"unknown status {status!r}")
+        return self.store.list_workflows(status, type, limit, cursor)

@@ -1,0 +1,168 @@
+"""The reclaim pass: take over the workflows nobody live drives, and drive them.
+
+Candidates are the running workflows of dead or expired engines (a ``by_engine`` scan) and
+running workflows with no holder. Each live engine takes the candidates whose
+rendezvous-preferred live engine is itself, and any candidate still stranded one heartbeat
+later (its preferred engine may lack the type, or be busy). A takeover is a CAS on the exact
+holder bytes read; a candidate that loses is re-read and retried, at most
+``MAX_TAKEOVER_TRIES`` times per pass. Only workflow types this engine registers are taken,
+and a workflow taken is driven at once; a drive that throws is retried on later passes,
+never released.
+
+The same pass fires the timers that have no owner: delayed starts (acquired in the
+pending -> running transaction) and execution deadlines (closed by whichever engine sees
+them first, which rotates the epoch and deposes the owner).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from .._placement import preferred
+from ..errors import WeftError
+from ..store import CloseWorkflow, FireStart
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+__all__ = ["Reclaimer", "MAX_TAKEOVER_TRIES"]
+
+log = logging.getLogger("weft_actors.shard")
+
+MAX_TAKEOVER_TRIES: Final = 5
+
+
+class Reclaimer:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._first_seen: dict[str, float] = {}
+        """Candidates preferred by another engine -> when this engine first saw them."""
+        self._firing: set[str] = set()
+
+    # -- liveness -------------------------------------------------------------------------
+
+    def live_engines(self) -> list[str]:
+        """Ids of the live engines, this one included. With ``probe_peers``, a peer whose
+        process is confirmed gone (its lock file is free) is marked dead on the way."""
+        engine = self.engine
+        store = engine.store
+        live = [engine.engine_id]
+        for engine_id, record in store.live_engines().items():
+            if engine_id == engine.engine_id:
+                continue
+            if engine.probe_peers and store.process_gone(engine_id):
+                log.info("engine %s: its process is gone; marking it dead", engine_id)
+                store.mark_engine_dead(engine_id)
+                continue
+            live.append(engine_id)
+        return live
+
+    # -- takeover -------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """One reclaim pass; returns how many workflows were taken over."""
+        engine = self.engine
+        store = engine.store
+        me = engine.engine_id
+        live = self.live_engines()
+        now = engine.clock.now()
+        wanted: list[tuple[str, bytes | None]] = []
+        first_seen: dict[str, float] = {}
+        for wid, holder, wf_type in store.reclaim_candidates(me):
+            if wf_type not in engine.workflows:
+                continue
+            seen = self._first_seen.get(wid, now)
+            if preferred(wid, live) == me or now - seen >= engine.heartbeat:
+                wanted.append((wid, holder))
+            else:
+                first_seen[wid] = seen
+        self._first_seen = first_seen
+        self._retry_orphans()  # before taking more: a drive that failed in this pass waits
+        taken = self._take(wanted) if wanted else 0
+        self._fire_system_timers(live, now)
+        return taken
+
+    def _take(self, wanted: list[tuple[str, bytes | None]]) -> int:
+        engine = self.engine
+        store = engine.store
+        metrics = engine.metrics
+        taken = 0
+        for attempt in range(1, MAX_TAKEOVER_TRIES + 1):
+            won = store.takeover(engine.engine_id, wanted)
+            lost = []
+            for wid, _ in wanted:
+                epoch = won.get(wid)
+                if epoch is None:
+                    metrics.claim("lost_race")
+                    lost.append(wid)
+                    continue
+                metrics.claim("takeover")
+                taken += 1
+                self.drive(wid, epoch)
+            if not lost or attempt == MAX_TAKEOVER_TRIES:
+                break
+            # Re-read: a candidate another live engine won is no longer listed.
+            fresh = {wid: holder for wid, holder, _ in store.reclaim_candidates(engine.engine_id)}
+            wanted = [(wid, fresh[wid]) for wid in lost if wid in fresh]
+            if not wanted:
+                break
+        return taken
+
+    def drive(self, wid: str, epoch: int) -> None:
+        engine = self.engine
+        try:
+            engine.drive(wid, epoch)
+        except Exception:
+            log.exception("workflow %s: drive failed; retrying on a later pass", wid)
+            engine.metrics.drive_failures += 1
+            actor = engine.actors.pop(wid, None)
+            if actor is not None:
+                actor.close()
+            engine.orphans.add(wid)
+
+    def _retry_orphans(self) -> None:
+        engine = self.engine
+        for wid in list(engine.orphans):
+            engine.orphans.discard(wid)
+            holder = engine.store.get_holder(wid)
+            if holder is not None and holder[0] == engine.engine_id and wid not in engine.actors:
+                self.drive(wid, holder[1])
+
+    # -- timers without an owner ----------------------------------------------------------
+
+    def _fire_system_timers(self, live: list[str], now: float) -> None:
+        engine = self.engine
+        for fire_at, wid, kind, run_id in engine.store.due_system_timers():
+            key = f"{kind}/{wid}/{run_id}"
+            if key in self._firing:
+                continue
+            if preferred(wid, live) != engine.engine_id and now - fire_at < engine.heartbeat:
+                continue  # its preferred engine fires it; anyone does once it is overdue
+            if kind == "start":
+                record = engine.store.get_workflow(wid)
+                if record is None or record["type"] not in engine.workflows:
+                    continue
+                self._firing.add(key)
+                engine.committer.submit(FireStart(wid, run_id), self._started(key, wid))
+            elif kind == "deadline":
+                self._firing.add(key)
+                error = {"type": "WorkflowTimedOut", "message": "execution timeout", "kind": "timed_out"}
+                engine.committer.submit(CloseWorkflow(wid, "timed_out", error, run_id), self._closed(key, wid))
+
+    def _started(self, key: str, wid: str) -> Any:
+        def done(epoch: Any) -> None:
+            self._firing.discard(key)
+            if isinstance(epoch, int):
+                self.engine.metrics.claim("acquired")
+                self.drive(wid, epoch)
+
+        return done
+
+    def _closed(self, key: str, wid: str) -> Any:
+        def done(result: Any) -> None:
+            self._firing.discard(key)
+            if not isinstance(result, WeftError):
+                self.engine.closed_externally(wid, result)
+
+        return done

@@ -1,0 +1,39 @@
+"""Checks of engine configuration and of caller input, done before anything is written."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Final
+
+from ..errors import InvalidRequest
+
+__all__ = ["validate_timing", "validate_id", "new_id", "OWNERSHIP_MODES", "MAX_ID_BYTES"]
+
+MAX_ID_BYTES: Final = 256
+OWNERSHIP_MODES: Final = ("workflow-lease", "single")
+_EPSILON: Final = 1e-9
+
+
+def validate_timing(heartbeat: float, ttl: float) -> None:
+    """``heartbeat < ttl`` and ``ttl >= 3 * heartbeat``, both positive: a lease must survive
+    two missed heartbeats, or a busy but healthy engine would be taken over."""
+    if not heartbeat > 0 or not ttl > 0:
+        raise ValueError(f"heartbeat ({heartbeat}) and ttl ({ttl}) must both be > 0")
+    if heartbeat >= ttl:
+        raise ValueError(f"heartbeat ({heartbeat}) must be shorter than ttl ({ttl})")
+    if ttl < 3 * heartbeat - _EPSILON:  # 3 * 0.2 is 0.6000000000000001 in floats
+        raise ValueError(f"ttl ({ttl}) must be at least 3 * heartbeat ({3 * heartbeat}): a lease must outlive two missed heartbeats")
+
+
+def new_id() -> str:
+    return os.urandom(16).hex()
+
+
+def validate_id(wid: Any) -> str:
+    if not isinstance(wid, str) or not wid:
+        raise InvalidRequest(f"a workflow id must be a non-empty string, not {wid!r}")
+    if "\x00" in wid:
+        raise InvalidRequest("a workflow id must not contain NUL")
+    if len(wid.encode()) > MAX_ID_BYTES:
+        raise InvalidRequest(f"a workflow id is at most {MAX_ID_BYTES} bytes", limit=MAX_ID_BYTES)
+    return wid

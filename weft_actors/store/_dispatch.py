@@ -1,0 +1,23 @@
+"""Which function applies which write intent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._apply import APPLIERS, TxnState
+from ._intents import CloseWorkflow, FireStart, PurgeWorkflow
+from ._lifecycle import close_workflow, fire_start, purge_workflow
+
+__all__ = ["apply_intent"]
+
+_APPLIERS: dict[type, Any] = {
+    **APPLIERS,
+    CloseWorkflow: close_workflow,
+    PurgeWorkflow: purge_workflow,
+    FireStart: fire_start,
+}
+
+
+def apply_intent(state: TxnState, intent: Any) -> Any:
+    """Apply one intent; it raises a ``WeftError`` (having written nothing) or returns its result."""
+    return _APPLIERS[type(intent)](state, intent)

@@ -1,0 +1,107 @@
+"""Store operations of the maintenance pass: liveness reads, due system timers, and pruning
+of the feed and of the registry, so neither grows forever."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from ..codec import unpack_record
+from . import _engines
+from ._feed import prune_feed
+from ._keys import SYSTEM_TIMER_SEQS, engine_key, ms, pack_u64, split_timer_key
+
+if TYPE_CHECKING:
+    import lmdb
+
+    from .._clock import Clock
+    from ._env import Databases
+
+__all__ = ["UpkeepMixin"]
+
+
+class UpkeepMixin:
+    """Mixed into ``LmdbStore``; uses its environment, databases, clock and write helper."""
+
+    env: lmdb.Environment
+    dbs: Databases
+    clock: Clock
+    _incarnations: dict[str, str]
+
+    def _write(self, fn: Any) -> Any:  # provided by LmdbStore
+        raise NotImplementedError
+
+    def _lock_path(self, engine_id: str) -> str:  # provided by LmdbStore
+        raise NotImplementedError
+
+    def check_engine(self, engine_id: str) -> dict[str, Any]:
+        """Read-only liveness check of this process's engine (for ``single`` mode, which has
+        no heartbeat write): ``EngineDeposed`` if it is dead, expired or registered again."""
+        with self.env.begin() as txn:
+            return _engines.check_live(txn, self.dbs, engine_id, self.clock.now(), self._incarnations.get(engine_id))
+
+    def live_engines(self) -> dict[str, dict[str, Any]]:
+        """Records of the engines that are live now (state ``live`` and not expired)."""
+        with self.env.begin() as txn:
+            return _engines.live_records(txn, self.dbs, self.clock.now())
+
+    def due_system_timers(self, limit: int = 1000) -> list[tuple[float, str, str, str]]:
+        """``(fire_at, wid, kind, run_id)`` of due delayed starts and execution deadlines.
+
+        These have no owner to fire them (a pending workflow has no holder; a deadline must
+        fire even if the owner is stuck), so every engine's pass looks for them. Timers of
+        ops are skipped: their owners keep those in memory.
+        """
+        now_key = pack_u64(ms(self.clock.now()) + 1)
+        found: list[tuple[float, str, str, str]] = []
+        with self.env.begin() as txn:
+            cursor = txn.cursor(db=self.dbs.timers)
+            if not cursor.first():
+                return found
+            for key, value in cursor:
+                if key >= now_key:
+                    break
+                fire_at, seq, wid = split_timer_key(key)
+                if seq in SYSTEM_TIMER_SEQS:
+                    record = unpack_record(value)
+                    found.append((fire_at, wid, record["kind"], record["run_id"]))
+                    if len(found) >= limit:
+                        break
+        return found
+
+    def prune_feed(self, engine_id: str, own_cursor: int, retention: float, limit: int = 10_000) -> int:
+        """Delete feed entries below every live engine's cursor and older than ``retention``.
+
+        ``own_cursor`` stands in for the caller's stored cursor, which may lag (a ``single``
+        engine never writes it). Returns how many entries were deleted.
+        """
+
+        def txn_fn(txn: lmdb.Transaction) -> int:
+            now = self.clock.now()
+            live = _engines.live_records(txn, self.dbs, now)
+            cursors = [own_cursor if eid == engine_id else int(r.get("cursor") or 0) for eid, r in live.items()]
+            if engine_id not in live:
+                return 0  # a deposed engine changes nothing
+            return prune_feed(txn, self.dbs, cursors, now, retention, limit)
+
+        return self._write(txn_fn)
+
+    def prune_engines(self, keep: float) -> list[str]:
+        """Delete registry records of engines that ended more than ``keep`` seconds ago and
+        hold no claim, and their lock files. Returns the ids deleted."""
+
+        def txn_fn(txn: lmdb.Transaction) -> list[str]:
+            return _engines.prune_engines(txn, self.dbs, self.clock.now(), keep)
+
+        gone = self._write(txn_fn)
+        for engine_id in gone:
+            try:
+                os.unlink(self._lock_path(engine_id))
+            except OSError:
+                pass
+        return gone
+
+    def engine(self, engine_id: str) -> dict[str, Any] | None:
+        """One engine's registry record, or ``None``."""
+        with self.env.begin() as txn:
+            return _engines.engine_record(txn, self.dbs, engine_key(engine_id))
