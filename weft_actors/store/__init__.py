@@ -4,6 +4,7 @@ Knows nothing of asyncio or zmq. ``LmdbStore`` is the embedded default; another 
 implements the same methods and passes the same conformance suite (``tests/store``).
 """
 
+from ._check import Problem, check_store
 from ._env import SCHEMA_VERSION
 from ._intents import (
     AppendInbox,
@@ -20,6 +21,8 @@ from ._keys import TERMINAL, split_holder
 from ._store import LmdbStore
 
 __all__ = [
+    "Problem",
+    "check_store",
     "SCHEMA_VERSION",
     "TERMINAL",
     "split_holder",
