@@ -50,6 +50,47 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def system_busy_seconds() -> float:
+    """CPU seconds spent by the whole machine so far (all cores, everything but idle and
+    iowait). Minus the CPU of our own processes it shows what others took meanwhile: on a
+    shared machine that is how a disturbed measurement is recognised."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
+
+
+def wait_quiet(max_wait: float = 60.0, busy_limit: float = 0.3) -> float:
+    """Wait (at most ``max_wait`` s) until the machine is quiet: less than ``busy_limit`` of
+    one core busy over a 1 s sample. Returns the last busy fraction seen."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        before = system_busy_seconds()
+        time.sleep(1.0)
+        busy = system_busy_seconds() - before
+        if busy < busy_limit or time.monotonic() > deadline:
+            if busy >= busy_limit:
+                sys.stderr.write(f"note: the machine is busy ({busy:.2f} cores) and stayed so for {max_wait:.0f}s; measuring anyway\n")
+            return busy
+        sys.stderr.write(f"waiting for a quiet machine ({busy:.2f} cores busy)\r")
+
+
+def device_sectors_written(path: str) -> int | None:
+    """Sectors (512 B) written so far to the block device holding ``path`` (/proc/diskstats):
+    what really reached the disk, from every process on the machine."""
+    dev = os.stat(path).st_dev
+    major, minor = os.major(dev), os.minor(dev)
+    try:
+        with open("/proc/diskstats") as f:
+            for line in f:
+                fields = line.split()
+                if int(fields[0]) == major and int(fields[1]) == minor:
+                    return int(fields[9])
+    except (FileNotFoundError, ValueError, IndexError):
+        pass
+    return None
+
+
 def start_time(pid: int) -> int | None:
     """The kernel's start time of ``pid`` (clock ticks since boot): with the pid, it names one
     process, so a recycled pid is never mistaken for a shard of ours."""
@@ -205,6 +246,9 @@ class Supervisor:
 
     def cpu(self) -> dict[int, float]:
         return {pid: cpu_seconds(pid) for pid in self.server_pids()}
+
+    def disk_sectors(self) -> int | None:
+        return device_sectors_written(self.data_dir)
 
     def log_tail(self, n: int = 30) -> str:
         return "".join(self.stderr_lines[-n:])

@@ -11,7 +11,8 @@
     ├── UnknownWorkflowType        unknown_workflow_type
     ├── UnknownActivity            unknown_activity
     ├── UnknownQuery               unknown_query
-    ├── UpdateRejected             update_rejected
+    ├── UpdateRejected             update_rejected        (a validator refused the update)
+    ├── UpdateFailed               update_failed          (the update handler raised)
     ├── NonDeterminismError        non_determinism
     ├── InvalidAwait               invalid_await          (a workflow awaited a non-ctx awaitable)
     ├── ActivityError              activity_failed        (raised inside the workflow)
@@ -51,6 +52,7 @@ __all__ = [
     "UnknownActivity",
     "UnknownQuery",
     "UpdateRejected",
+    "UpdateFailed",
     "NonDeterminismError",
     "InvalidAwait",
     "ActivityError",
@@ -152,7 +154,17 @@ class UnknownQuery(WeftError):
 
 
 class UpdateRejected(WeftError):
+    """The update was refused before anything was recorded: its validator raised (or returned
+    False), or the workflow has no handler of that name."""
+
     code = "update_rejected"
+
+
+class UpdateFailed(WeftError):
+    """The update handler raised; ``type``, ``cause_message`` and ``traceback`` describe it.
+    The workflow carries on."""
+
+    code = "update_failed"
 
 
 class NonDeterminismError(WeftError):
@@ -174,6 +186,9 @@ class ActivityError(WeftError):
 
 
 class ChildWorkflowError(WeftError):
+    """Raised in a parent workflow when its child did not complete; ``workflow_id`` is the
+    child's, ``status`` its ending, ``type``/``cause_message`` its error if it failed."""
+
     code = "child_workflow_failed"
 
 

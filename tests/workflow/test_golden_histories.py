@@ -7,13 +7,15 @@ already running in a store, so the fix is in the change, never in regenerating t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from wf_harness import FakeEngine, from_json, history_from_json, to_json
+from wf_harness import FakeEngine, fixed_random, fixed_uuid, from_json, history_from_json, to_json
+from wf_script import Script
 
 from weft_actors.codec import decode
 from weft_actors.errors import ActivityError
@@ -99,7 +101,28 @@ async def golden_retry(ctx, n: int) -> dict:
     return {"failure": failure, "value": value}
 
 
-REFERENCE = {workflow_definition(fn).name: fn for fn in (golden_order, golden_approval, golden_retry)}
+@workflow
+async def golden_semantics(ctx, needed: int) -> dict:
+    state = {"total": 0}
+
+    def add(amount: int) -> int:
+        state["total"] += amount
+        return state["total"]
+
+    ctx.on_update("add", add)
+    index, value = await ctx.race([ctx.wait_signal("go"), ctx.sleep(30)])
+    both = await ctx.all([ctx.run(g_reserve, "x"), ctx.random()])
+    await ctx.wait_condition(lambda: state["total"] >= needed)
+    patched = await ctx.patched("golden-change")
+    try:
+        await ctx.wait_signal("never")
+        cleanup = None
+    except asyncio.CancelledError:
+        cleanup = await ctx.uuid4()
+    return {"race": [index, value], "both": both, "total": state["total"], "patched": patched, "cleanup": cleanup}
+
+
+REFERENCE = {workflow_definition(fn).name: fn for fn in (golden_order, golden_approval, golden_retry, golden_semantics)}
 
 
 @pytest.fixture(autouse=True)
@@ -221,6 +244,22 @@ def build_goldens() -> dict[str, dict[str, Any]]:
     goldens["retry_pending_second_attempt"] = _record(
         "golden_retry", "unfinished: g_flaky failed once and waits for its retry timer", pending, [7],
         resume_result_repr=repr({"failure": ["ValueError", "bad input 7", 3], "value": 70}))
+    # race (a signal wins, the timer is cancelled), all, updates waking a condition, a patch
+    # marker, and a cancellation handled by the workflow.
+    semantics = Script(golden_semantics, 5)
+    semantics.signal("go", "went")
+    semantics.finish(2, "reservation-x")
+    semantics.finish(3, fixed_random(3))
+    semantics.update("add", 2)
+    semantics.update("add", 3)
+    semantics.finish(7, True)  # the patch marker, reached live
+    semantics.cancel()
+    semantics.finish(9, fixed_uuid(9))
+    semantics.workflow_id, semantics.run_id = "golden-semantics-1", "run-1"  # type: ignore[attr-defined]
+    assert semantics.final is not None and semantics.final.kind == "complete", semantics.final
+    goldens["semantics_race_all_update_patch_cancel"] = _record(
+        "golden_semantics", "a race won by a signal (its timer cancelled), all over an activity and random, "
+        "two updates waking a condition, a patch marker, a cancellation caught with cleanup", semantics, [5])
     return goldens
 
 

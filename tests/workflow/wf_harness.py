@@ -187,6 +187,8 @@ class FakeEngine:
             return self._outcome(cmd.seq, ok=encode(fixed_random(cmd.seq)))
         if kind == "uuid4":
             return self._outcome(cmd.seq, ok=encode(fixed_uuid(cmd.seq)))
+        if kind == "patch":  # reached live: the marker says the run took the new path
+            return self._outcome(cmd.seq, ok=encode(True))
         raise AssertionError(f"the fake engine cannot run {op!r}")
 
     def _apply_handlers(self, waited: str | None) -> list[Command]:

@@ -2,7 +2,10 @@
 
 An actor has at most one commit in flight. Everything that wakes it (an activity's outcome,
 a timer, an inbox message) is noted and handled by ``poll()`` once no commit is in flight,
-so outcomes are always recorded, committed and delivered one at a time and in order.
+so outcomes are always recorded, committed and delivered one at a time and in order. The
+commands one delivery produces (ops to start, ops to cancel, conditions to resolve) are
+folded into one commit. Several ops may be pending at once (``all``/``race``); each has its
+own timer and activity attempt, keyed by seq.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ import logging
 import random
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..codec import encode
 from ..errors import SerializationError, WeftError
-from ..store import Finish, StepCommit, TimerRef
-from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, error_record
+from ..store import CancelOther, ContinueRun, Finish, StepCommit, TimerRef
+from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, cancelled_record, error_record
+from ._inbox import InboxMixin
+from ._writes import Writes
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -26,10 +31,13 @@ __all__ = ["Actor"]
 log = logging.getLogger("weft_actors.shard")
 
 _ENCODED_NONE = encode(None)
+_ENCODED_TRUE = encode(True)
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
+_DONE = 0
+_FIRED = 1
 
 
-class Actor:
+class Actor(InboxMixin):
     """Owns one run of workflow ``wid`` at claim ``epoch``; built by the engine only."""
 
     __slots__ = (
@@ -42,15 +50,17 @@ class Actor:
         "closed",
         "inbox",
         "inbox_seen",
-        "cmd",
-        "timer",
-        "timer_entry",
-        "timer_fired",
-        "result",
-        "cancel_attempt",
-        "attempt_token",
+        "ops",
+        "timers",
+        "attempts",
+        "wakes",
+        "token",
+        "children",
+        "writes",
+        "after",
         "stuck",
         "finish",
+        "next_run",
     )
 
     def __init__(self, engine: Engine, wid: str, run_id: str, epoch: int, run: WorkflowRun) -> None:
@@ -63,15 +73,27 @@ class Actor:
         self.closed = False
         self.inbox: list[tuple[int, dict[str, Any]]] = []
         self.inbox_seen = 0
-        self.cmd: Command | None = None
-        self.timer: TimerRef | None = None
-        self.timer_entry: list[Any] | None = None
-        self.timer_fired = False
-        self.result: tuple[int, int, Any, BaseException | None] | None = None
-        self.cancel_attempt: Any = None
-        self.attempt_token = 0
+        self.ops: dict[int, Command] = {}
+        """The op commands being executed, by seq."""
+        self.timers: dict[int, tuple[TimerRef, list[Any] | None]] = {}
+        """seq -> (durable timer, in-memory heap entry or None once fired)."""
+        self.attempts: dict[int, list[Any]] = {}
+        """seq -> [token, cancel function] of the activity attempt in flight."""
+        self.wakes: list[tuple[Any, ...]] = []
+        """Activity outcomes and timer fires not handled yet, in arrival order."""
+        self.token = 0
+        self.children: dict[str, int] | None = None
+        self.writes: Writes | None = None
+        self.after: Callable[[], None] | None = None
         self.stuck = False
         self.finish: Finish | None = None
+        self.next_run: tuple[str, bytes] | None = None
+
+    @property
+    def cmd(self) -> Command | None:
+        """The pending op command of lowest seq (what a single-op workflow waits on)."""
+        ops = self.ops
+        return ops[min(ops)] if ops else None
 
     # -- wakes ----------------------------------------------------------------------------
 
@@ -86,56 +108,88 @@ class Actor:
         return new
 
     def on_timer(self, seq: int) -> None:
-        if self.closed or self.cmd is None or self.cmd.seq != seq:
+        timer = self.timers.get(seq)
+        if self.closed or timer is None or seq not in self.ops:
             return
         if not self.engine.wake_guard(self, "timer"):
             return
-        self.timer_entry = None
-        self.timer_fired = True
+        self.timers[seq] = (timer[0], None)
+        self.wakes.append((_FIRED, seq))
         self.poll()
 
     def on_activity_done(self, token: int, seq: int, value: Any, error: BaseException | None) -> None:
-        if self.closed or token != self.attempt_token:
+        attempt = self.attempts.get(seq)
+        if self.closed or attempt is None or attempt[0] != token:
             return
-        self.cancel_attempt = None
-        self.result = (token, seq, value, error)
-        self.poll()
+        attempts = self.attempts
+        del attempts[seq]
+        if not attempts:
+            attempts.clear()  # drops the table: a parked actor keeps a 64-byte empty dict
+        self.wakes.append((_DONE, seq, value, error))
+        if not self.busy:  # else the commit's callback (or the end of handle) polls
+            self.poll()
 
     # -- driving --------------------------------------------------------------------------
 
     def handle(self, commands: list[Command]) -> None:
+        """Act on the driver's commands, then on whatever else woke the actor. Writes the
+        commands need go out in one commit; wakes meanwhile (an activity that finished
+        inline) wait for ``poll``."""
+        self.busy = True
         for cmd in commands:
             kind = cmd.kind
             if kind == "op":
                 self._start_op(cmd)
-            elif kind == "complete":
-                self._finish(Finish("completed", cmd.payload, None))
-            elif kind == "fail":
-                self._finish(Finish("failed", None, cmd.error))
+            elif kind == "cancel":
+                self._cancel_op(cmd.seq, cmd.op.kind, cmd.record, cmd.error)  # type: ignore[union-attr]
+            elif kind == "resolve":
+                self.ops.pop(cmd.seq, None)
+                writes = self._writes()
+                writes.timers_del.extend(self._clear_timer(cmd.seq, cmd.record))
+                writes.ops.append((cmd.seq, self.run.record_outcome(cmd.seq, ok=cmd.payload, err=cmd.error)))
             else:
-                self._park_stuck(cmd.error or {})
+                self.busy = False
+                self._end(cmd)
+                return
+        self.busy = False
+        writes = self.writes
+        if writes is not None:
+            self.writes = None
+            self._commit_writes(writes)
+        self.poll()
 
     def poll(self) -> None:
         """Act on whatever woke the actor, one commit at a time."""
-        if self.busy or self.closed or self.stuck or self.cmd is None:
+        if self.busy or self.closed or self.stuck:
             return
-        if self.result is not None:
-            _, seq, value, error = self.result
-            self.result = None
-            if seq == self.cmd.seq:
-                self._activity_outcome(value, error)
+        wakes = self.wakes
+        while wakes:
+            wake = wakes.pop(0)
+            cmd = self.ops.get(wake[1])
+            if cmd is None:
+                continue  # the op was cancelled or resolved meanwhile
+            if wake[0] == _DONE:
+                self._activity_outcome(cmd, wake[2], wake[3])
+            else:
+                self._timer_outcome(cmd)
+            if self.busy:
                 return
-        if self.timer_fired:
-            self.timer_fired = False
-            self._timer_outcome()
-            return
         if self.inbox:
             self._consume_inbox()
 
-    def _commit(self, ops: tuple[tuple[int, bytes], ...] = (), consume: tuple[int, ...] = (), timers_put: tuple[TimerRef, ...] = (), timers_del: tuple[TimerRef, ...] = (), finish: Finish | None = None, fields: dict[str, Any] | None = None) -> None:
+    def _writes(self) -> Writes:
+        writes = self.writes
+        if writes is None:
+            writes = self.writes = Writes()
+        return writes
+
+    def _commit(self, ops: tuple[tuple[int, bytes], ...] = (), consume: tuple[int, ...] = (), timers_put: tuple[TimerRef, ...] = (), timers_del: tuple[TimerRef, ...] = (), finish: Finish | None = None, fields: dict[str, Any] | None = None, effects: tuple[Any, ...] = ()) -> None:
         self.busy = True
-        intent = _new_tuple(StepCommit, (self.wid, self.epoch, self.run_id, ops, consume, timers_put, timers_del, finish, fields))
+        intent = _new_tuple(StepCommit, (self.wid, self.epoch, self.run_id, ops, consume, timers_put, timers_del, finish, fields, effects))
         self.engine.committer.submit(intent, self._committed)
+
+    def _commit_writes(self, w: Writes, finish: Finish | None = None) -> None:
+        self._commit(tuple(w.ops), tuple(w.consume), tuple(w.timers_put), tuple(w.timers_del), finish, w.fields, tuple(w.effects))
 
     def _committed(self, result: Any) -> None:
         self.busy = False
@@ -144,94 +198,149 @@ class Actor:
         if isinstance(result, WeftError):
             self.engine.commit_failed(self, result)
             return
+        after = self.after
+        if after is not None:
+            self.after = None
+            after()
+        if result is not None:
+            self.engine.after_step(self, result)
         if self.stuck:
             return
-        if self.run.outcome is not None:
-            self.engine.actor_finished(self)
+        outcome = self.run.outcome
+        if outcome is not None:
+            if self.next_run is not None:
+                self.engine.continue_run(self, result.epoch)
+            else:
+                self.engine.actor_finished(self)
             return
         self.handle(self.run.deliver())
-        self.poll()
+
+    # -- starting and stopping ops ----------------------------------------------------------
 
     def _start_op(self, cmd: Command) -> None:
-        self.cmd = cmd
+        seq = cmd.seq
+        self.ops[seq] = cmd
         op = cmd.op
         kind = op.kind  # type: ignore[union-attr]
-        record = cmd.record or {}
+        record = cmd.record
         if kind == "activity":
-            retry_at = record.get("retry_at")
+            retry_at = record.get("retry_at") if record is not None else None
             if retry_at is not None:
-                self._schedule_timer(TimerRef(retry_at, cmd.seq, "retry"))
+                self._schedule_timer(TimerRef(retry_at, seq, "retry"))
             else:
-                self._run_attempt(record.get("attempts", 0) + 1)
-        elif kind == "sleep" or (kind == "signal" and op.timeout is not None):  # type: ignore[union-attr]
-            fire_at = record.get("fire_at")
-            if fire_at is None:
-                delay = op.seconds if kind == "sleep" else op.timeout  # type: ignore[union-attr]
-                ref = TimerRef(self.engine.clock.now() + delay, cmd.seq, kind)
-                self._schedule_timer(ref)
-                self._commit(ops=((cmd.seq, self.run.record_started(cmd.seq, fire_at=ref.fire_at)),), timers_put=(ref,))
-            else:
-                self._schedule_timer(TimerRef(fire_at, cmd.seq, kind))
-            self.poll()
-        elif kind == "signal":
-            self.poll()
+                self._run_attempt(cmd, (record.get("attempts", 0) if record is not None else 0) + 1)
+        elif kind == "signal" or kind == "condition":
+            if op.timeout is not None:  # type: ignore[union-attr]
+                self._start_timer(cmd, op.timeout)  # type: ignore[union-attr]
+        elif kind == "sleep":
+            self._start_timer(cmd, op.seconds)  # type: ignore[union-attr]
+        elif kind == "child":
+            self._start_child(cmd)
         else:
-            self._value_outcome(kind)
+            self._value_outcome(cmd)
+
+    def _start_timer(self, cmd: Command, delay: float) -> None:
+        seq, kind = cmd.seq, cmd.op.kind  # type: ignore[union-attr]
+        fire_at = cmd.record.get("fire_at") if cmd.record is not None else None
+        if fire_at is None:
+            ref = TimerRef(self.engine.clock.now() + delay, seq, kind)
+            self._schedule_timer(ref)
+            writes = self._writes()
+            writes.ops.append((seq, self.run.record_started(seq, fire_at=ref.fire_at)))
+            writes.timers_put.append(ref)
+        else:
+            self._schedule_timer(TimerRef(fire_at, seq, kind))
 
     def _schedule_timer(self, ref: TimerRef) -> None:
-        self.timer = ref
-        self.timer_entry = self.engine.timers.add(ref.fire_at, self.on_timer, ref.seq)
+        old = self.timers.get(ref.seq)
+        if old is not None:
+            self.engine.timers.cancel(old[1])
+        self.timers[ref.seq] = (ref, self.engine.timers.add(ref.fire_at, self.on_timer, ref.seq))
 
-    def _clear_timer(self) -> tuple[TimerRef, ...]:
-        ref = self.timer
-        if ref is None:
-            return ()
-        self.engine.timers.cancel(self.timer_entry)
-        self.timer = None
-        self.timer_entry = None
-        self.timer_fired = False
-        return (ref,)
+    def _clear_timer(self, seq: int, record: dict[str, Any] | None = None) -> tuple[TimerRef, ...]:
+        """Drop ``seq``'s timer; the durable one to delete (from ``record`` if not in memory)."""
+        timers = self.timers
+        timer = timers.pop(seq, None)
+        if timer is not None:
+            if not timers:
+                timers.clear()  # as for attempts: no table kept while parked
+            self.engine.timers.cancel(timer[1])
+            return (timer[0],)
+        if record is not None:
+            at = record.get("fire_at") or record.get("retry_at")
+            if at is not None and "t" not in record:
+                return (TimerRef(at, seq, record.get("kind", "")),)
+        return ()
+
+    def _cancel_op(self, seq: int, kind: str, record: dict[str, Any] | None, error: dict[str, Any] | None, inbox_seq: int | None = None) -> None:
+        """Stop op ``seq`` (its attempt, timer, child) and record its cancelled outcome."""
+        self.ops.pop(seq, None)
+        attempt = self.attempts.pop(seq, None)
+        if attempt is not None:
+            if not self.attempts:
+                self.attempts.clear()
+            if attempt[1] is not None:
+                attempt[1]()
+        writes = self._writes()
+        writes.timers_del.extend(self._clear_timer(seq, record))
+        if kind == "child":
+            child_id = (record or self.run.history.get(seq) or {}).get("child_id")
+            if child_id is not None:
+                if self.children:
+                    self.children.pop(child_id, None)
+                writes.effects.append(CancelOther(child_id))
+        extra = {} if inbox_seq is None else {"inbox": inbox_seq}
+        writes.ops.append((seq, self.run.record_outcome(seq, err=error or cancelled_record("cancelled"), **extra)))
 
     # -- outcomes -------------------------------------------------------------------------
 
-    def _value_outcome(self, kind: str) -> None:
+    def _value_outcome(self, cmd: Command) -> None:
+        kind = cmd.op.kind  # type: ignore[union-attr]
         if kind == "now":
-            value: Any = datetime.fromtimestamp(self.engine.clock.now(), timezone.utc)
+            payload = encode(datetime.fromtimestamp(self.engine.clock.now(), timezone.utc))
         elif kind == "random":
-            value = random.random()
+            payload = encode(random.random())
+        elif kind == "patch":
+            payload = _ENCODED_TRUE
         else:
-            value = uuid.uuid4()
-        seq = self.cmd.seq  # type: ignore[union-attr]
-        self._commit(ops=((seq, self.run.record_outcome(seq, ok=encode(value))),))
+            payload = encode(uuid.uuid4())
+        seq = cmd.seq
+        del self.ops[seq]
+        self._writes().ops.append((seq, self.run.record_outcome(seq, ok=payload)))
 
-    def _run_attempt(self, attempt: int) -> None:
-        cmd = self.cmd
+    def _run_attempt(self, cmd: Command, attempt: int) -> None:
         op: ActivityOp = cmd.op  # type: ignore[assignment]
-        self.attempt_token += 1
-        token = self.attempt_token
-        seq = cmd.seq  # type: ignore[union-attr]
+        self.token += 1
+        token = self.token
+        seq = cmd.seq
         info = _new_tuple(ActivityInfo, (f"{self.wid}/{self.run_id}/{seq}", self.wid, self.run_id, seq, attempt, op.name))
         self.engine.activities_started += 1
 
         def done(value: Any, error: BaseException | None) -> None:
             self.on_activity_done(token, seq, value, error)
 
-        self.cancel_attempt = self.engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
+        entry = [token, None]
+        self.attempts[seq] = entry
+        cancel = self.engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
+        if self.attempts.get(seq) is entry:  # still running: it did not finish inline
+            entry[1] = cancel
 
-    def _activity_outcome(self, value: Any, error: BaseException | None) -> None:
-        cmd = self.cmd
-        seq = cmd.seq  # type: ignore[union-attr]
+    def _activity_outcome(self, cmd: Command, value: Any, error: BaseException | None) -> None:
+        seq = cmd.seq
         op: ActivityOp = cmd.op  # type: ignore[assignment]
-        previous = self.run.history.get(seq) or {}
-        attempts = previous.get("attempts", 0) + 1
+        previous = self.run.history.get(seq)
+        attempts = (previous.get("attempts", 0) if previous is not None else 0) + 1
         if error is None:
             try:
                 payload = encode(value, "activity result")
             except SerializationError as exc:
                 error = exc
             else:
-                self._commit(ops=((seq, self.run.record_outcome(seq, ok=payload, attempts=attempts)),), timers_del=self._clear_timer())
+                del self.ops[seq]
+                timers = self._clear_timer(seq) if self.timers else ()
+                self._commit(ops=((seq, self.run.record_outcome(seq, ok=payload, attempts=attempts)),), timers_del=timers)
                 return
+        previous = previous or {}
         now = self.engine.clock.now()
         first_at = previous.get("first_at", now)
         retry = op.retry
@@ -248,71 +357,89 @@ class Actor:
         if retryable:
             ref = TimerRef(now + delay, seq, "retry")
             started = self.run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"])
-            stale = self._clear_timer()
+            stale = self._clear_timer(seq)
             self._schedule_timer(ref)
             self._commit(ops=((seq, started),), timers_put=(ref,), timers_del=stale)
             return
-        self._commit(ops=((seq, self.run.record_outcome(seq, err=failure, attempts=attempts)),), timers_del=self._clear_timer())
+        del self.ops[seq]
+        self._commit(ops=((seq, self.run.record_outcome(seq, err=failure, attempts=attempts)),), timers_del=self._clear_timer(seq))
 
-    def _timer_outcome(self) -> None:
-        cmd = self.cmd
-        seq = cmd.seq  # type: ignore[union-attr]
-        kind = cmd.op.kind  # type: ignore[union-attr]
+    def _timer_outcome(self, cmd: Command) -> None:
+        seq = cmd.seq
+        op = cmd.op
+        kind = op.kind  # type: ignore[union-attr]
         if kind == "activity":
             # The retry timer stays recorded until the attempt's outcome commit deletes it;
             # a crash before then re-runs the attempt at once on recovery.
-            self._run_attempt(self.run.history[seq].get("attempts", 0) + 1)
+            self._run_attempt(cmd, self.run.history[seq].get("attempts", 0) + 1)
             return
-        timers = self._clear_timer()
+        timers = self._clear_timer(seq)
+        del self.ops[seq]
         if kind == "sleep":
             record = self.run.record_outcome(seq, ok=_ENCODED_NONE)
         else:
-            error = {"kind": "timeout", "type": "TimeoutError", "message": f"no signal {cmd.op.name!r} in time"}  # type: ignore[union-attr]
-            record = self.run.record_outcome(seq, err=error)
+            what = f"no signal {op.name!r}" if kind == "signal" else "condition not met"  # type: ignore[union-attr]
+            record = self.run.record_outcome(seq, err={"kind": "timeout", "type": "TimeoutError", "message": f"{what} in time"})
         self._commit(ops=((seq, record),), timers_del=timers)
 
-    def _consume_inbox(self) -> None:
-        waiting = self.run.waiting_signal()
-        handlers = self.run.signal_handlers
-        for index, (inbox_seq, message) in enumerate(self.inbox):
-            if message["kind"] != "signal":
-                continue
-            name = message["name"]
-            if name == waiting:
-                del self.inbox[index]
-                seq = self.cmd.seq  # type: ignore[union-attr]
-                record = self.run.record_outcome(seq, ok=message["payload"], inbox=inbox_seq)
-                self._commit(ops=((seq, record),), consume=(inbox_seq,), timers_del=self._clear_timer())
-                return
-            if name in handlers:
-                del self.inbox[index]
-                seq, record = self.run.record_handler(name, message["payload"], inbox_seq)
-                self._commit(ops=((seq, record),), consume=(inbox_seq,))
-                return
+    # -- the end --------------------------------------------------------------------------
 
-    def _finish(self, finish: Finish) -> None:
-        if self.cancel_attempt is not None:
-            self.cancel_attempt()
-            self.cancel_attempt = None
+    def _end(self, cmd: Command) -> None:
+        kind = cmd.kind
+        if kind == "stuck":
+            self._park_stuck(cmd.error or {})
+            return
+        writes = self.writes
+        self.writes = None
+        if self.ops or self.timers or self.attempts or self.wakes:  # what it no longer awaits
+            if writes is None:
+                writes = Writes()
+            self._stop_work(writes)
+        if kind == "complete":
+            finish: Finish | None = Finish("completed", cmd.payload, None)
+        elif kind == "fail":
+            error = cmd.error or {}
+            finish = Finish("cancelled" if error.get("kind") == "cancelled" else "failed", None, error)
+        else:  # continue as new
+            finish = None
+            self.next_run = (uuid.uuid4().hex, cmd.payload)  # type: ignore[assignment]
+            if writes is None:
+                writes = Writes()
+            writes.effects.append(ContinueRun(self.next_run[0], cmd.payload))  # type: ignore[arg-type]
         self.finish = finish
-        self._commit(finish=finish, timers_del=self._clear_timer())
+        if writes is None:
+            self._commit(finish=finish)
+        else:
+            self._commit_writes(writes, finish)
+
+    def _stop_work(self, writes: Writes | None) -> None:
+        """Cancel attempts in flight and drop timers (deleting the durable ones if ``writes``)."""
+        for attempt in self.attempts.values():
+            if attempt[1] is not None:
+                attempt[1]()
+        self.attempts.clear()
+        for ref, entry in self.timers.values():
+            self.engine.timers.cancel(entry)
+            if writes is not None:
+                writes.timers_del.append(ref)
+        self.timers.clear()
+        self.ops.clear()
+        self.wakes.clear()
 
     def _park_stuck(self, error: dict[str, Any]) -> None:
         self.stuck = True
+        self.writes = None
+        self._stop_work(None)
         log.error("workflow %s is stuck: %s", self.wid, error.get("message"))
         self._commit(fields={"nondeterminism": error.get("message")})
 
     def outcome_record(self) -> dict[str, Any]:
         """The finished run's ending, shaped like the stored workflow record's fields."""
         finish = self.finish
-        return {"status": finish.status, "result": finish.result, "error": finish.error}
+        return {"status": finish.status, "result": finish.result, "error": finish.error}  # type: ignore[union-attr]
 
     def close(self) -> None:
         """Stop without committing anything more (deposed, evicted or engine stopping)."""
         self.closed = True
-        self.engine.timers.cancel(self.timer_entry)
-        if self.cancel_attempt is not None:
-            self.cancel_attempt()
-            self.cancel_attempt = None
+        self._stop_work(None)
         self.run.close()
-

@@ -31,9 +31,11 @@ from ..workflow import WorkflowDefinition, collect_workflows, workflow_definitio
 from ._activities import ActivityRunner
 from ._actor import Actor
 from ._committer import GroupCommitter
+from ._eviction import Evictor
 from ._handle import WorkflowHandle
 from ._hosting import ActorHost, resolve
 from ._maintenance import Maintenance
+from ._messages import WorkflowMessages
 from ._metrics import EngineMetrics
 from ._reads import WorkflowReads
 from ._timers import TimerService
@@ -46,7 +48,7 @@ log = logging.getLogger("weft_actors.shard")
 CommitHint = Callable[[str, str], None]
 
 
-class Engine(ActorHost, WorkflowReads):
+class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     """Runs workflows of ``app`` (a module, or a list of ``@workflow`` functions) on the store
     at ``data_dir``. A later engine on the same directory takes over whatever this one leaves
     running, after a crash too.
@@ -59,6 +61,12 @@ class Engine(ActorHost, WorkflowReads):
     inbox append commits (``"workflow-touched"``) and after a workflow ends
     (``"workflow-done"``), so a hint publisher can be plugged in. ``feed_retention`` and
     ``engine_retention`` (seconds) bound the change feed and the registry of ended engines.
+
+    ``retention`` (seconds, default 7 days): a finished workflow keeps its record and result
+    for good, but its op log and leftover inbox are pruned once it ended that long ago (checked
+    every ``prune_interval``). ``max_live_actors`` caps the actors kept in memory: parked ones
+    beyond it are evicted least recently used first, keeping their claims, and replayed from
+    the store on their next wake (``_eviction``).
     """
 
     def __init__(
@@ -83,12 +91,16 @@ class Engine(ActorHost, WorkflowReads):
         feed_retention: float = 3600.0,
         engine_retention: float = 3600.0,
         prune_interval: float = 60.0,
+        retention: float = 7 * 86400.0,
+        max_live_actors: int = 100_000,
     ) -> None:
         validate_timing(heartbeat, ttl)
         if ownership not in OWNERSHIP_MODES:
             raise ValueError(f"ownership must be one of {OWNERSHIP_MODES}, not {ownership!r}")
         if feed_retention < 0 or engine_retention < 0 or prune_interval <= 0:
             raise ValueError("feed_retention and engine_retention must be >= 0, prune_interval > 0")
+        if not retention >= 0:
+            raise ValueError("retention must be >= 0")
         self.data_dir = data_dir
         self.workflows: dict[str, WorkflowDefinition] = collect_workflows(app)
         self.clock: Clock = clock or SystemClock()
@@ -102,6 +114,7 @@ class Engine(ActorHost, WorkflowReads):
         self.feed_retention = feed_retention
         self.engine_retention = engine_retention
         self.prune_interval = prune_interval
+        self.retention = retention
         self._on_commit_hint = on_commit_hint
         self._max_threads = max_activity_threads
         self._sync = sync
@@ -110,9 +123,11 @@ class Engine(ActorHost, WorkflowReads):
         self._background = background
         self.actors: dict[str, Actor] = {}
         self.orphans: set[str] = set()
+        self.eviction = Evictor(self, max_live_actors)
         self.metrics = EngineMetrics()
         self.activities_started = 0
         self._waiters: dict[str, list[asyncio.Future[Any]]] = {}
+        self._update_waiters: dict[tuple[str, str], list[asyncio.Future[Any]]] = {}
         self._stopped = asyncio.Event()
         self.state = "new"
         self.store: LmdbStore
@@ -196,6 +211,7 @@ class Engine(ActorHost, WorkflowReads):
         for actor in list(self.actors.values()):
             actor.close()
         self.actors.clear()
+        self.eviction.clear()
         self.orphans.clear()
 
     def _shutdown(self, error: WeftError) -> None:
@@ -224,6 +240,8 @@ class Engine(ActorHost, WorkflowReads):
         pass still runs every ``heartbeat``."""
         if self.state == "running":
             self.maintenance.hint()
+            if workflow_id is not None and self._update_waiters:  # an owner elsewhere may have answered
+                self.committer.loop.call_soon_threadsafe(self.update_hinted, workflow_id)
 
     def tick(self) -> None:
         """Fire due timers and run one maintenance pass now (for tests on a fake clock)."""
@@ -313,8 +331,11 @@ class Engine(ActorHost, WorkflowReads):
             self.publish_hint("workflow-touched", workflow_id)
         actor = self.actors.get(workflow_id)
         if actor is not None:
-            message = {"kind": "signal", "name": name, "payload": data, "request_id": None, "at": self.clock.now()}
-            self.deliver_messages(actor, [(seq, message)])
+            # The whole inbox, not just this message: one appended by another engine just
+            # before may not have reached this actor yet, and must not be skipped.
+            self.deliver_messages(actor, self.store.load_inbox(workflow_id))
+        elif workflow_id in self.eviction.evicted:
+            self.eviction.revive(workflow_id, "signal")  # its replay reads the inbox, this signal included
 
     async def terminate(self, workflow_id: str, reason: str | None = None) -> None:
         """End a workflow at once, whoever owns it: one transaction sets it ``terminated``,
@@ -341,12 +362,15 @@ class Engine(ActorHost, WorkflowReads):
         actor = self.actors.get(workflow_id)
         if actor is not None:
             self.drop_actor(actor)
+        self.eviction.forget(workflow_id)
         outcome = {"status": result["status"], "result": None, "error": None}
         record = self.store.get_workflow(workflow_id)
         if record is not None:
             outcome["error"] = record.get("error")
         for future in self._waiters.pop(workflow_id, ()):
             resolve(future, outcome)
+        for wid in result.get("touched", ()):  # its children, closed or asked to cancel
+            self.wake(wid)
         if self._on_commit_hint is not None:
             self.publish_hint("workflow-touched", workflow_id)
             self.publish_hint("workflow-done", workflow_id)
@@ -362,11 +386,12 @@ class Engine(ActorHost, WorkflowReads):
             "ownership": self.ownership,
             "live_actors": len(self.actors),
             "parked_actors": parked,
-            "claims_active": len(self.actors) + len(self.orphans),
+            "claims_active": len(self.actors) + len(self.eviction.evicted) + len(self.orphans),
             "commits_total": self.committer.batches,
             "writes_total": self.committer.intents,
             "timers": len(self.timers),
             "activities_started": self.activities_started,
             "feed_cursor": self.maintenance.feed_cursor,
+            **self.eviction.snapshot(),
             **self.metrics.snapshot(),
         }

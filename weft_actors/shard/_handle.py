@@ -39,6 +39,15 @@ class WorkflowHandle:
     async def describe(self) -> dict[str, Any]:
         return await self._engine.describe(self.id)
 
+    async def update(self, name: str, *args: Any, request_id: str | None = None) -> Any:
+        """Apply update ``name(*args)`` and return the handler's result; the same
+        ``request_id`` applied twice runs the handler once (see ``Engine.update``)."""
+        return await self._engine.update(self.id, name, *args, request_id=request_id)
+
+    async def cancel(self) -> None:
+        """Request cancellation; the workflow sees ``CancelledError`` at its current await."""
+        await self._engine.cancel(self.id)
+
     async def terminate(self, reason: str | None = None) -> None:
         """End the workflow at once, whichever engine owns it (see ``Engine.terminate``)."""
         await self._engine.terminate(self.id, reason)

@@ -2,7 +2,8 @@
 dropping an actor whose claim moved.
 
 Mixed into ``Engine``. An actor is only ever built for a claim this engine holds at a known
-epoch; it is dropped, never released, when that claim turns out to be gone.
+epoch; it is dropped, never released, when that claim turns out to be gone. ``actors`` is kept
+in least-recently-used order for eviction (``_eviction``): iterate over a copy.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ._actor import Actor
 if TYPE_CHECKING:
     from .._clock import Clock
     from ..store import LmdbStore
+    from ._eviction import Evictor
     from ._metrics import EngineMetrics
 
 __all__ = ["ActorHost", "resolve"]
@@ -40,6 +42,7 @@ class ActorHost:
     metrics: EngineMetrics
     actors: dict[str, Actor]
     orphans: set[str]
+    eviction: Evictor
     _waiters: dict[str, list[asyncio.Future[Any]]]
     _on_commit_hint: Callable[[str, str], None] | None
 
@@ -59,13 +62,19 @@ class ActorHost:
         history: dict[int, dict[str, Any]],
         inbox: Iterable[tuple[int, dict[str, Any]]],
     ) -> Actor:
-        stale = self.actors.get(wid)
+        actors = self.actors
+        stale = actors.pop(wid, None)
         if stale is not None:
             stale.close()
+        eviction = self.eviction
+        if eviction.evicted:
+            eviction.forget(wid)
         run = WorkflowRun(definition, wid, run_id, args, history)
         actor = Actor(self, wid, run_id, epoch, run)  # type: ignore[arg-type]
         actor.add_messages(list(inbox))
-        self.actors[wid] = actor
+        actors[wid] = actor
+        if len(actors) > eviction.max_live:
+            eviction.schedule()
         actor.handle(run.start())
         actor.poll()
         return actor
@@ -97,6 +106,7 @@ class ActorHost:
         except Exception:
             return True
         if holder is not None and holder[:16].hex() == self.engine_id and int.from_bytes(holder[16:24], "big") == actor.epoch:
+            self.eviction.touch(actor)
             return True
         self.metrics.wake_discarded(kind)
         self.drop_actor(actor, deposed=True)

@@ -1,5 +1,5 @@
-"""The maintenance pass: heartbeat, reclaim, feed poll and pruning, every ``heartbeat`` seconds
-and at once on a hint.
+"""The maintenance pass: heartbeat, reclaim, feed poll, eviction and pruning, every
+``heartbeat`` seconds and at once on a hint.
 
 Liveness is per engine: one heartbeat write per interval, whatever the number of claims (a
 hinted pass in between writes none). The feed poll is the correctness path for messages to
@@ -25,6 +25,11 @@ __all__ = ["Maintenance"]
 log = logging.getLogger("weft_actors.shard")
 
 FEED_BATCH = 10_000
+HISTORY_BATCH = 2_000
+"""Keys one retention transaction deletes at most."""
+HISTORY_BUDGET = 0.025
+"""Seconds of one pass spent on retention at most: a backlog is worked off over the following
+heartbeat passes (not only every ``prune_interval``) without starving the loop."""
 
 
 class Maintenance:
@@ -33,6 +38,7 @@ class Maintenance:
         self.reclaimer = Reclaimer(engine)
         self.feed_cursor = engine.store.feed_head()
         self._next_prune = engine.clock.now() + engine.prune_interval
+        self._history_backlog = False
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = threading.get_ident()
@@ -101,7 +107,8 @@ class Maintenance:
         if engine.state != "running":
             return
         self.poll_feed()
-        self._maybe_prune()
+        engine.eviction.run()
+        self._maybe_prune(heartbeat)
         engine.metrics.reclaim_pass(time.perf_counter() - started)
 
     def _beat(self) -> None:
@@ -135,8 +142,11 @@ class Maintenance:
                 newest[wid] = seq
             for wid, seq in newest.items():
                 actor = engine.actors.get(wid)
-                if actor is not None and seq > actor.inbox_seen:
-                    engine.deliver_messages(actor, store.load_inbox(wid))
+                if actor is not None:
+                    if seq > actor.inbox_seen:
+                        engine.deliver_messages(actor, store.load_inbox(wid))
+                elif wid in engine.eviction.evicted:
+                    engine.eviction.revive(wid, "signal")  # its replay reads the whole inbox
             self.feed_cursor = entries[-1][0]
             if len(entries) < FEED_BATCH:
                 break
@@ -144,20 +154,40 @@ class Maintenance:
 
     # -- pruning --------------------------------------------------------------------------
 
-    def _maybe_prune(self) -> None:
+    def _maybe_prune(self, heartbeat: bool) -> None:
         engine = self.engine
         now = engine.clock.now()
         if now < self._next_prune:
+            if self._history_backlog and heartbeat:  # not on hinted passes, however many
+                self.prune_history()
             return
         self._next_prune = now + engine.prune_interval
         self.prune()
 
     def prune(self) -> None:
-        """Delete feed entries every live engine has passed (older than the retention), and
-        registry records of engines long gone that hold nothing."""
+        """Delete feed entries every live engine has passed (older than the retention),
+        registry records of engines long gone that hold nothing, and the history of workflows
+        that finished longer ago than ``retention``."""
         engine = self.engine
         try:
             engine.metrics.feed_pruned += engine.store.prune_feed(engine.engine_id, self.feed_cursor, engine.feed_retention)
             engine.metrics.engines_pruned += len(engine.store.prune_engines(engine.engine_retention))
         except WeftError as exc:
             log.warning("pruning failed: %s", exc)
+        self.prune_history()
+
+    def prune_history(self) -> None:
+        """Bounded transactions of the retention prune, for at most ``HISTORY_BUDGET`` seconds;
+        what is left is marked as a backlog for the next pass."""
+        engine = self.engine
+        deadline = time.perf_counter() + HISTORY_BUDGET
+        try:
+            while True:
+                result = engine.store.prune_history(engine.retention, engine.engine_id, HISTORY_BATCH)
+                engine.metrics.histories_pruned += result.workflows
+                self._history_backlog = result.more
+                if not result.more or time.perf_counter() >= deadline or engine.state != "running":
+                    return
+        except WeftError as exc:
+            self._history_backlog = False
+            log.warning("retention prune failed: %s", exc)

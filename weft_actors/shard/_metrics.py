@@ -26,6 +26,7 @@ class EngineMetrics:
         "feed_lag",
         "feed_pruned",
         "engines_pruned",
+        "histories_pruned",
         "workflows_completed",
         "drive_failures",
     )
@@ -41,6 +42,7 @@ class EngineMetrics:
         self.feed_lag = 0
         self.feed_pruned = 0
         self.engines_pruned = 0
+        self.histories_pruned = 0
         self.workflows_completed = 0
         self.drive_failures = 0
 
@@ -72,6 +74,7 @@ class EngineMetrics:
             "feed_lag": self.feed_lag,
             "feed_pruned_total": self.feed_pruned,
             "engines_pruned_total": self.engines_pruned,
+            "histories_pruned_total": self.histories_pruned,
             "drive_failures_total": self.drive_failures,
             "workflows_completed": self.workflows_completed,
             # Flat names of the first version, kept for readers that still use them.

@@ -72,6 +72,8 @@ def describe_workflow(
         entry: dict[str, Any] = {"seq": seq, "kind": op.get("kind"), "name": op.get("name"), "outcome": _outcome(op)}
         if "attempts" in op:
             entry["attempts"] = op["attempts"]
+        if "child_id" in op:
+            entry["child_id"] = op["child_id"]
         if "err" in op:
             entry["error"] = {"type": op["err"].get("type"), "message": op["err"].get("message")}
         history.append(entry)
@@ -93,5 +95,8 @@ def describe_workflow(
         "result": result,
         "error": None if error is None else {k: error.get(k) for k in ("type", "message", "traceback")},
         "nondeterminism": record.get("nondeterminism"),
+        "history_pruned": record.get("history_pruned"),
         "memo": None if record.get("memo") is None else decode(record["memo"], "memo"),
+        "parent": record.get("parent"),
+        "previous_runs": list(record.get("previous_runs") or ()),
     }

@@ -11,7 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ..codec import decode, decode_args, encode
-from ..errors import InvalidRequest, WorkflowNotFound
+from ..errors import InvalidRequest, WorkflowClosed, WorkflowNotFound
 from ..store import TERMINAL
 from ..workflow import WorkflowDefinition, WorkflowRun
 from ._hosting import resolve
@@ -51,6 +51,13 @@ class WorkflowReads:
         record, _, ops, _ = self.store.load_for_replay(workflow_id)
         if record is None:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
+        if record.get("history_pruned"):  # replaying no history would answer from the start state
+            raise WorkflowClosed(
+                f"workflow {workflow_id!r} finished ({record['status']}) and its history was pruned "
+                "after the retention period; it can no longer be queried",
+                workflow_id=workflow_id,
+                status=record["status"],
+            )
         run = WorkflowRun(self._definition(record["type"]), workflow_id, record["run_id"], decode_args(record["args"]), ops)
         try:
             run.start()
@@ -100,6 +107,10 @@ class WorkflowReads:
         return describe_workflow(workflow_id, record, holder, ops, inbox, self.store.get_epoch(workflow_id))
 
     async def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+        """One page, ``{"items": [{"id", "type", "status", "updated"}...], "cursor": next or
+        None}``, in workflow-id order. Following the cursors never lists a workflow twice, and
+        lists every workflow that matches throughout, even one whose status changes meanwhile
+        (the exact guarantee: ``store._listing.list_workflows``)."""
         self._check_running()
         if status is not None and status not in TERMINAL | {"pending", "running"}:
             raise InvalidRequest(f"unknown status {status!r}")

@@ -17,7 +17,9 @@ from ._intents import (
     StepCommit,
     TimerRef,
 )
+from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepResult
 from ._keys import TERMINAL, split_holder
+from ._messages import RequestCancel, SignalWithStart
 from ._store import LmdbStore
 
 __all__ = [
@@ -27,6 +29,13 @@ __all__ = [
     "TERMINAL",
     "split_holder",
     "AppendInbox",
+    "CancelOther",
+    "ContinueRun",
+    "CreateChild",
+    "PutRequest",
+    "RequestCancel",
+    "SignalWithStart",
+    "StepResult",
     "CloseWorkflow",
     "Created",
     "CreateWorkflow",

@@ -15,7 +15,7 @@ from ..errors import StorageError, WeftError
 from ._apply import TxnState
 from ._dispatch import apply_intent
 from ._intents import PurgeWorkflow
-from ._keys import NO_ENGINE, TERMINAL, split_visibility_key
+from ._keys import NO_ENGINE, TERMINAL, split_visibility_key, unpack_u64
 
 if TYPE_CHECKING:
     from ._store import LmdbStore
@@ -40,8 +40,9 @@ def purge_candidates(store: LmdbStore, status: str | None, older_than: float | N
     """Finished workflows matching ``status`` whose last change is older than ``older_than``."""
     found = []
     with store.env.begin() as txn:
-        for key in txn.cursor(db=store.dbs.visibility).iternext(values=False):
-            item_status, wf_type, updated, wid = split_visibility_key(key)
+        for key, value in txn.cursor(db=store.dbs.visibility):
+            item_status, wf_type, wid = split_visibility_key(key)
+            updated = unpack_u64(value)[0] / 1000.0
             if item_status not in TERMINAL or (status is not None and item_status != status):
                 continue
             if older_than is not None and updated > now - older_than:

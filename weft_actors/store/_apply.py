@@ -21,6 +21,7 @@ from ._keys import (
     START_SEQ,
     TERMINAL,
     by_engine_key,
+    expiring_key,
     fence,
     holder_value,
     inbox_key,
@@ -30,9 +31,10 @@ from ._keys import (
     timer_key,
     unpack_u64,
     visibility_key,
+    visibility_value,
 )
 
-__all__ = ["TxnState", "APPLIERS", "next_epoch", "set_visibility", "release_claims"]
+__all__ = ["TxnState", "APPLIERS", "next_epoch", "set_visibility", "release_claims", "step_commit", "append_inbox", "create_workflow"]
 
 
 class TxnState:
@@ -69,10 +71,18 @@ def next_epoch(state: TxnState, wid_raw: bytes) -> int:
 
 
 def set_visibility(state: TxnState, record: dict[str, Any], wid: str, old: dict[str, Any] | None) -> None:
+    """Move ``wid``'s index entries from ``old`` (its previous record, if any) to ``record``:
+    its visibility entry, and, for a finished workflow whose history is kept, its ``expiring``
+    entry (what the retention prune scans, oldest first). Called by every transaction that
+    changes a status, in that transaction."""
     dbs, txn = state.dbs, state.txn
     if old is not None:
-        txn.delete(visibility_key(old["status"], old["type"], old["updated"], wid), db=dbs.visibility)
-    txn.put(visibility_key(record["status"], record["type"], record["updated"], wid), b"", db=dbs.visibility)
+        txn.delete(visibility_key(old["status"], old["type"], wid), db=dbs.visibility)
+        if old["status"] in TERMINAL and not old.get("history_pruned"):
+            txn.delete(expiring_key(old["updated"], wid), db=dbs.expiring)
+    txn.put(visibility_key(record["status"], record["type"], wid), visibility_value(record["updated"]), db=dbs.visibility)
+    if record["status"] in TERMINAL:
+        txn.put(expiring_key(record["updated"], wid), b"", db=dbs.expiring)
 
 
 def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
@@ -129,13 +139,19 @@ def check_fence(state: TxnState, wid: str, epoch: int) -> None:
         raise FencedOut(f"this engine no longer holds workflow {wid!r} at epoch {epoch}", workflow_id=wid, epoch=epoch)
 
 
-def step_commit(state: TxnState, intent: StepCommit) -> None:
+def step_commit(state: TxnState, intent: StepCommit) -> Any:
+    """The owner's step, fenced on its claim. Returns None, or a ``StepResult`` when the step
+    had effects (``_effects``) or touched relatives (a parent to notify, children to close)."""
     txn, dbs = state.txn, state.dbs
-    wid, epoch, run_id, ops, consume, timers_put, timers_del, finish, fields = intent
+    wid, epoch, run_id, ops, consume, timers_put, timers_del, finish, fields, effects = intent
     wid_raw = wid.encode()
     holder = txn.get(wid_raw, db=dbs.claim_holder)
     if holder is None or holder[:24] != state.engine_raw + pack_u64(epoch):
         raise FencedOut(f"this engine no longer holds workflow {wid!r} at epoch {epoch}", workflow_id=wid, epoch=epoch)
+    if effects:
+        from ._effects import step_with_effects  # the rare path; imported late (an import cycle)
+
+        return step_with_effects(state, intent)
     record: dict[str, Any] | None = None
     old: dict[str, Any] | None = None
     if finish is not None or fields:
@@ -161,7 +177,7 @@ def step_commit(state: TxnState, intent: StepCommit) -> None:
             db=dbs.timers,
         )
     if record is None:
-        return
+        return None
     if fields:
         record.update(fields)
     if finish is not None:
@@ -175,6 +191,12 @@ def step_commit(state: TxnState, intent: StepCommit) -> None:
             txn.delete(timer_key(record["deadline"], wid, DEADLINE_SEQ), db=dbs.timers)
         set_visibility(state, record, wid, old)
     txn.put(wid_raw, pack_record(record), db=dbs.workflows)
+    if finish is not None and (record.get("parent") is not None or record.get("children")):
+        from ._children import on_terminal
+        from ._effects import StepResult
+
+        return StepResult(touched=tuple(on_terminal(state, wid, record)))
+    return None
 
 
 def append_inbox(state: TxnState, intent: AppendInbox) -> int:

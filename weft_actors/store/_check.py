@@ -8,7 +8,9 @@ One read transaction, one pass per keyspace. What it checks and why:
 - a holder's epoch equals ``claim_epoch`` and epochs are positive; no holder on a
   finished workflow; every holder has its ``by_engine`` entry and every entry its holder;
   a running workflow is held or indexed as ownerless (else no engine would reclaim it);
-- each workflow record has exactly its visibility entry and no entry lacks a record;
+- each workflow record has exactly its visibility entry (with its ``updated``) and no entry
+  lacks a record; a finished workflow whose history is kept has its ``expiring`` entry, and
+  no other entry exists there (else the retention prune would miss or mistake it);
 - no feed entry is older than the feed retention (plus slack) on a store with no live engine.
 """
 
@@ -22,7 +24,7 @@ import lmdb
 
 from ..codec import unpack_record
 from ._env import Databases
-from ._keys import NO_ENGINE, TERMINAL, split_holder, unpack_u64, visibility_key
+from ._keys import NO_ENGINE, TERMINAL, expiring_key, split_holder, unpack_u64, visibility_key, visibility_value
 
 __all__ = ["Problem", "check_environment", "check_store"]
 
@@ -134,15 +136,24 @@ def _check_claims(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict
 
 def _check_visibility(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
     problems: list[Problem] = []
-    entries = set(txn.cursor(db=dbs.visibility).iternext(values=False))
+    entries = dict(txn.cursor(db=dbs.visibility))
     expected = set()
+    expiring = set(txn.cursor(db=dbs.expiring).iternext(values=False))
+    expected_expiring = set()
     for wid, record in records.items():
-        key = visibility_key(record["status"], record["type"], record["updated"], wid)
+        key = visibility_key(record["status"], record["type"], wid)
         expected.add(key)
-        if key not in entries:
-            problems.append(Problem("visibility_missing", wid, f"no {record['status']} entry"))
-    for key in entries - expected:
+        if entries.get(key) != visibility_value(record["updated"]):
+            problems.append(Problem("visibility_missing", wid, f"no {record['status']} entry at its updated time"))
+        if record["status"] in TERMINAL and not record.get("history_pruned"):
+            due = expiring_key(record["updated"], wid)
+            expected_expiring.add(due)
+            if due not in expiring:
+                problems.append(Problem("expiring_missing", wid, "finished with its history kept, but not indexed for retention"))
+    for key in entries.keys() - expected:
         problems.append(Problem("visibility_stale", None, f"entry {key!r} matches no record"))
+    for key in expiring - expected_expiring:
+        problems.append(Problem("expiring_stale", None, f"entry {key!r} matches no finished record"))
     return problems
 
 

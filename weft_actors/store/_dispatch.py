@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ._apply import APPLIERS, TxnState
-from ._intents import CloseWorkflow, FireStart, PurgeWorkflow
+from ._intents import AppendInbox, CloseWorkflow, FireStart, PurgeWorkflow
 from ._lifecycle import close_workflow, fire_start, purge_workflow
+from ._messages import RequestCancel, SignalWithStart, append_message, request_cancel_intent, signal_with_start
 
 __all__ = ["apply_intent"]
 
@@ -15,6 +16,9 @@ _APPLIERS: dict[type, Any] = {
     CloseWorkflow: close_workflow,
     PurgeWorkflow: purge_workflow,
     FireStart: fire_start,
+    AppendInbox: append_message,
+    RequestCancel: request_cancel_intent,
+    SignalWithStart: signal_with_start,
 }
 
 

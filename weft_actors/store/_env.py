@@ -9,12 +9,13 @@ from typing import Final
 import lmdb
 
 from ..errors import OwnershipModeMismatch, SchemaVersionError, StorageError
+from ._migrate import upgrade
 
 __all__ = ["SCHEMA_VERSION", "DATABASES", "open_environment", "Databases"]
 
 log = logging.getLogger("weft_actors.store")
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 DEFAULT_MAP_SIZE: Final = 1 << 40  # sparse: LMDB only takes what it writes
 
 DATABASES: Final = (
@@ -28,6 +29,7 @@ DATABASES: Final = (
     "engines",
     "by_engine",
     "visibility",
+    "expiring",
     "requests",
     "meta",
 )
@@ -92,7 +94,16 @@ def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb
         )
     except lmdb.Error as exc:
         raise StorageError(f"cannot open store at {path}: {exc}", path=path) from exc
-    dbs = Databases(env)
+    try:
+        dbs = Databases(env)
+    except lmdb.Error as exc:  # read-only, and a keyspace of a newer version is missing
+        env.close()
+        raise SchemaVersionError(
+            f"store at {path} predates schema version {SCHEMA_VERSION}; open it read-write once "
+            f"to upgrade it ({exc})",
+            stored_version=None,
+            code_version=SCHEMA_VERSION,
+        ) from exc
     with env.begin(write=not readonly) as txn:
         stored = txn.get(b"schema", db=dbs.meta)
         if stored is None:
@@ -108,6 +119,18 @@ def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb
                     stored_version=version,
                     code_version=SCHEMA_VERSION,
                 )
+            if version < SCHEMA_VERSION:
+                if readonly:
+                    env.close()
+                    raise SchemaVersionError(
+                        f"store at {path} has schema version {version}; open it read-write once "
+                        f"to upgrade it to {SCHEMA_VERSION}",
+                        stored_version=version,
+                        code_version=SCHEMA_VERSION,
+                    )
+                upgrade(txn, dbs, version)
+                txn.put(b"schema", str(SCHEMA_VERSION).encode(), db=dbs.meta)
+                log.info("store at %s upgraded from schema version %s to %s", path, version, SCHEMA_VERSION)
     return env, dbs
 
 

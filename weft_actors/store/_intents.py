@@ -69,7 +69,8 @@ class StepCommit(NamedTuple):
 
     ``ops`` are ``(seq, packed op record)``; ``consume`` the inbox sequence numbers the
     recorded ops consumed (deleted in this same transaction: exactly-once delivery);
-    ``finish`` ends the run and releases the claim; ``fields`` merges into the workflow record.
+    ``finish`` ends the run and releases the claim; ``fields`` merges into the workflow record;
+    ``effects`` are writes beyond the run's own log that must commit with it (``_effects``).
     """
 
     wid: str
@@ -81,6 +82,7 @@ class StepCommit(NamedTuple):
     timers_del: tuple[TimerRef, ...] = ()
     finish: Finish | None = None
     fields: dict[str, Any] | None = None
+    effects: tuple[Any, ...] = ()
 
 
 class AppendInbox(NamedTuple):

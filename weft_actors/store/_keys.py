@@ -91,31 +91,40 @@ def by_engine_key(engine_raw: bytes, wid: str) -> bytes:
 
 
 @functools.lru_cache(maxsize=4096)
-def _status_type_prefix(status: str, wf_type: str) -> bytes:
+def visibility_group(status: str, wf_type: str) -> bytes:
+    """``status(1) || len(type)(2) || type``: the prefix of one (status, type) group."""
     raw_type = wf_type.encode()
     return bytes((STATUS_CODES[status],)) + _U16.pack(len(raw_type)) + raw_type
 
 
-def visibility_key(status: str, wf_type: str, updated: float, wid: str) -> bytes:
-    return _status_type_prefix(status, wf_type) + _U64.pack(max(0, int(updated * 1000 + 0.5))) + wid.encode()
+def visibility_key(status: str, wf_type: str, wid: str) -> bytes:
+    """``group || wid``. ``updated`` is the entry's value, not part of the key: a workflow
+    keeps one position per group however often it is touched, which is what makes listing
+    cursors stable (see ``_listing``)."""
+    return visibility_group(status, wf_type) + wid.encode()
 
 
-def split_visibility_key(key: bytes) -> tuple[str, str, float, str]:
+def visibility_value(updated: float) -> bytes:
+    return _U64.pack(ms(updated))
+
+
+def split_visibility_key(key: bytes) -> tuple[str, str, str]:
+    """``(status, type, wid)``; raises on a key that is not a visibility key."""
     status = STATUS_NAMES[key[0]]
     (type_len,) = _U16.unpack_from(key, 1)
-    wf_type = key[3 : 3 + type_len].decode()
-    (updated_ms,) = _U64.unpack_from(key, 3 + type_len)
-    return status, wf_type, updated_ms / 1000.0, key[11 + type_len :].decode()
+    if len(key) < 3 + type_len:
+        raise ValueError("truncated visibility key")
+    return status, key[3 : 3 + type_len].decode(), key[3 + type_len :].decode()
 
 
-def visibility_prefix(status: str | None, wf_type: str | None) -> bytes:
-    if status is None:
-        return b""
-    prefix = bytes((STATUS_CODES[status],))
-    if wf_type is not None:
-        raw_type = wf_type.encode()
-        prefix += _U16.pack(len(raw_type)) + raw_type
-    return prefix
+def group_length(key: bytes) -> int:
+    """Length of the (status, type) group prefix at the start of a visibility key."""
+    return 3 + _U16.unpack_from(key, 1)[0]
+
+
+def expiring_key(updated: float, wid: str) -> bytes:
+    """``updated ms(8) || wid``: a finished workflow whose history awaits the retention prune."""
+    return _U64.pack(ms(updated)) + wid.encode()
 
 
 HOLDER_LEN: Final = 24

@@ -14,6 +14,7 @@ from typing import Any
 from ..codec import pack_record, unpack_record
 from ..errors import InvalidRequest, WorkflowClosed, WorkflowNotFound
 from ._apply import TxnState, next_epoch, set_visibility
+from ._children import on_terminal
 from ._feed import feed_entry
 from ._intents import CloseWorkflow, FireStart, PurgeWorkflow
 from ._keys import (
@@ -22,6 +23,7 @@ from ._keys import (
     START_SEQ,
     TERMINAL,
     by_engine_key,
+    expiring_key,
     holder_value,
     pack_u64,
     prefixed,
@@ -92,7 +94,8 @@ def close_workflow(state: TxnState, intent: CloseWorkflow) -> dict[str, Any]:
     # instead of keeping it parked until some wake finds the fence moved.
     seq = state.next_feed_seq()
     state.txn.put(pack_u64(seq), feed_entry(state.now, wid), db=state.dbs.feed)
-    return {"status": intent.status, "epoch": epoch, "previous_owner": previous, "feed_seq": seq}
+    touched = on_terminal(state, wid, record) if record.get("parent") is not None or record.get("children") else []
+    return {"status": intent.status, "epoch": epoch, "previous_owner": previous, "feed_seq": seq, "touched": touched}
 
 
 def purge_workflow(state: TxnState, intent: PurgeWorkflow) -> int:
@@ -108,13 +111,14 @@ def purge_workflow(state: TxnState, intent: PurgeWorkflow) -> int:
     _drop_claim(state, wid)
     _delete_timers(state, wid, record)
     prefix = prefixed(wid)
-    for db in (dbs.ops, dbs.inbox):
+    for db in (dbs.ops, dbs.inbox, dbs.requests):
         cursor = txn.cursor(db=db)
         if cursor.set_range(prefix):
             while cursor.key().startswith(prefix):
                 if not cursor.delete() or not cursor.key():
                     break
-    txn.delete(visibility_key(record["status"], record["type"], record["updated"], wid), db=dbs.visibility)
+    txn.delete(visibility_key(record["status"], record["type"], wid), db=dbs.visibility)
+    txn.delete(expiring_key(record["updated"], wid), db=dbs.expiring)
     txn.delete(wid.encode(), db=dbs.workflows)
     return next_epoch(state, wid.encode())
 

@@ -12,11 +12,12 @@ import lmdb
 from .._clock import Clock, SystemClock
 from ..codec import unpack_record
 from ..errors import StorageError, StorageFull, WeftError
-from . import _engines, _queries
+from . import _engines, _listing, _queries
 from ._apply import TxnState, next_epoch, release_claims
 from ._dispatch import apply_intent
 from ._feed import feed_head, read_feed
 from ._upkeep import UpkeepMixin
+from ._messages import RequestsMixin
 from ._env import DEFAULT_MAP_SIZE, check_ownership_mode, close_environment, open_environment
 from ._keys import NO_ENGINE, TERMINAL, by_engine_key, engine_key, holder_value, split_holder
 
@@ -26,7 +27,7 @@ __all__ = ["LmdbStore"]
 log = logging.getLogger("weft_actors.store")
 
 
-class LmdbStore(UpkeepMixin):
+class LmdbStore(UpkeepMixin, RequestsMixin):
     """One LMDB environment, opened in the process that uses it (never across a fork).
 
     Not thread-safe for writes: one thread (the engine's loop thread) commits.
@@ -385,8 +386,9 @@ class LmdbStore(UpkeepMixin):
     def list_workflows(
         self, status: str | None = None, wf_type: str | None = None, limit: int = 100, cursor: str | None = None
     ) -> dict[str, Any]:
+        """One page in workflow-id order, read in one snapshot (guarantee: ``_listing``)."""
         with self.env.begin() as txn:
-            return _queries.list_workflows(txn, self.dbs, status, wf_type, limit, cursor)
+            return _listing.list_workflows(txn, self.dbs, status, wf_type, limit, cursor)
 
     def count(self, name: str) -> int:
         with self.env.begin() as txn:

@@ -1,5 +1,5 @@
 """Store operations of the maintenance pass: liveness reads, due system timers, and pruning
-of the feed and of the registry, so neither grows forever."""
+of the feed, of the registry and of finished workflows' history, so none grows forever."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec import unpack_record
 from . import _engines
 from ._feed import prune_feed
+from ._retention import PruneResult, prune_history
 from ._keys import SYSTEM_TIMER_SEQS, engine_key, ms, pack_u64, split_timer_key
 
 if TYPE_CHECKING:
@@ -83,6 +84,20 @@ class UpkeepMixin:
             if engine_id not in live:
                 return 0  # a deposed engine changes nothing
             return prune_feed(txn, self.dbs, cursors, now, retention, limit)
+
+        return self._write(txn_fn)
+
+    def prune_history(self, retention: float, engine_id: str | None = None, limit: int = 5_000) -> PruneResult:
+        """Delete the op logs (every run) and leftover inbox of workflows that finished more
+        than ``retention`` seconds ago, oldest first, about ``limit`` keys per call (one
+        transaction). Records, results, listing entries and claim epochs stay. With
+        ``engine_id``, a deposed engine changes nothing. ``more`` says another call has work."""
+
+        def txn_fn(txn: lmdb.Transaction) -> PruneResult:
+            now = self.clock.now()
+            if engine_id is not None and engine_id not in _engines.live_records(txn, self.dbs, now):
+                return PruneResult(0, 0, False)
+            return prune_history(txn, self.dbs, now, retention, limit)
 
         return self._write(txn_fn)
 

@@ -13,17 +13,40 @@ from ._api import (
     workflow_definition,
 )
 from ._context import Context
-from ._driver import Command, WorkflowRun, error_from_record, error_record
-from ._ops import HANDLER, ActivityOp, Op, SignalOp, SleepOp, ValueOp
+from ._driver import WorkflowRun
+from ._ops import (
+    HANDLER,
+    PARENT_CLOSE,
+    UPDATE,
+    ActivityOp,
+    ChildOp,
+    Combinator,
+    ConditionOp,
+    ContinueAsNew,
+    Op,
+    PatchOp,
+    SignalOp,
+    SleepOp,
+    ValueOp,
+)
+from ._records import CANCEL_REQUESTED, Command, cancelled_record, error_from_record, error_record
 
 __all__ = [
+    "CANCEL_REQUESTED",
     "HANDLER",
+    "PARENT_CLOSE",
+    "UPDATE",
     "ActivityDefinition",
     "ActivityInfo",
     "ActivityOp",
+    "ChildOp",
+    "Combinator",
     "Command",
+    "ConditionOp",
     "Context",
+    "ContinueAsNew",
     "Op",
+    "PatchOp",
     "RetryPolicy",
     "SignalOp",
     "SleepOp",
@@ -32,6 +55,7 @@ __all__ = [
     "WorkflowRun",
     "activity",
     "activity_definition",
+    "cancelled_record",
     "collect_workflows",
     "current_activity",
     "error_from_record",

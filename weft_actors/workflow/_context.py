@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..codec import encode_args
 from ..errors import InvalidRequest
-from ._api import RetryPolicy, activity_definition
-from ._ops import ActivityOp, SignalOp, SleepOp, ValueOp
+from ._api import RetryPolicy, activity_definition, workflow_definition
+from ._ops import (
+    PARENT_CLOSE,
+    ActivityOp,
+    ChildOp,
+    Combinator,
+    ConditionOp,
+    ContinueAsNew,
+    Op,
+    PatchOp,
+    SignalOp,
+    SleepOp,
+    ValueOp,
+)
 
 if TYPE_CHECKING:
     from ._driver import WorkflowRun
@@ -31,7 +43,7 @@ class _ReplaySilentLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
 class Context:
     """The workflow's handle on the engine. Built by the driver; there is no public constructor.
 
-    Every operation returns an op to ``await`` (or, later, to pass to ``all``/``race``); the
+    Every operation returns an op to ``await`` (or to pass, unawaited, to ``all``/``race``); the
     outcome is recorded before the workflow moves past it, and replayed from the record after
     a restart.
     """
@@ -101,6 +113,59 @@ class Context:
             raise InvalidRequest("timeout must be >= 0")
         return SignalOp(name, timeout)
 
+    def wait_condition(self, predicate: Callable[[], Any], timeout: float | None = None) -> ConditionOp:
+        """Wait until ``predicate()`` is true; re-checked after every signal or update handler.
+        ``TimeoutError`` on timeout. The predicate must only read workflow state."""
+        if not callable(predicate):
+            raise InvalidRequest("wait_condition needs a callable predicate")
+        if timeout is not None and timeout < 0:
+            raise InvalidRequest("timeout must be >= 0")
+        return ConditionOp(predicate, timeout)
+
+    def all(self, ops: Iterable[Op]) -> Combinator:
+        """Run ``ops`` concurrently; the list of their results, in order. The first error
+        propagates (like ``asyncio.gather``) and cancels the ops still running, whose
+        results nobody could observe any more."""
+        return Combinator("all", _ops_of(ops, "all"))
+
+    def race(self, ops: Iterable[Op]) -> Combinator:
+        """Run ``ops`` concurrently; ``(index, result)`` of the first to finish (its error, if
+        it failed). The losers are cancelled; a losing ``wait_signal`` consumes nothing."""
+        found = _ops_of(ops, "race")
+        if not found:
+            raise InvalidRequest("race needs at least one op")
+        return Combinator("race", found)
+
+    def child(self, workflow: Any, *args: Any, id: str | None = None, parent_close: str = "terminate") -> ChildOp:
+        """Start child workflow ``workflow(*args)`` and wait for its result; its failure raises
+        ``ChildWorkflowError``. ``parent_close`` says what happens to it if this workflow
+        closes first: ``terminate``, ``cancel`` (a cancel request) or ``abandon``."""
+        if isinstance(workflow, str):
+            name = workflow
+        else:
+            definition = workflow_definition(workflow)
+            if definition is None:
+                raise InvalidRequest(f"{workflow!r} is not a @workflow")
+            name = definition.name
+        if parent_close not in PARENT_CLOSE:
+            raise InvalidRequest(f"parent_close must be one of {PARENT_CLOSE}, not {parent_close!r}")
+        if id is not None and (not isinstance(id, str) or not id):
+            raise InvalidRequest(f"a child workflow id must be a non-empty string, not {id!r}")
+        return ChildOp(name, encode_args(args, "child workflow argument"), id, parent_close)
+
+    def continue_as_new(self, *args: Any) -> ContinueAsNew:
+        """End this run with status ``continued`` and start a fresh one (new run id, empty
+        history, same inbox) with ``args``: return it or raise it."""
+        return ContinueAsNew(encode_args(args, "workflow argument"))
+
+    def patched(self, change_id: str) -> PatchOp:
+        """``await ctx.patched("id")``: True in runs that reach this point after the change was
+        deployed, False in runs that had already passed it; keep the old branch until no run
+        from before the change is left."""
+        if not isinstance(change_id, str) or not change_id:
+            raise InvalidRequest("patched needs a non-empty change id")
+        return PatchOp(change_id)
+
     def now(self) -> ValueOp:
         """The current time (aware UTC datetime), recorded once."""
         return ValueOp("now")
@@ -122,3 +187,23 @@ class Context:
         itself recorded, so replay applies it at the same point. A pending ``wait_signal`` of the
         same name takes precedence."""
         self._run.signal_handlers[name] = fn
+
+    def on_update(self, name: str, fn: Callable[..., Any], validator: Callable[..., Any] | None = None) -> None:
+        """Apply ``fn(*args)`` for each update ``name`` at an await point and answer the caller
+        with its return value (or its error). ``validator(*args)`` runs first, on the owner,
+        before anything is recorded: raising (or returning False) rejects the update with
+        ``UpdateRejected``. Both must be plain (not ``async``) functions; the validator must
+        not change workflow state."""
+        self._run.update_handlers[name] = (fn, validator)
+
+
+def _ops_of(ops: Iterable[Op], what: str) -> tuple[Op, ...]:
+    found = tuple(ops)
+    for op in found:
+        if not isinstance(op, Op):
+            if hasattr(op, "close") and hasattr(op, "send"):
+                op.close()  # an un-awaited coroutine: close it so Python does not warn
+            raise InvalidRequest(f"ctx.{what} takes unawaited ctx operations, not {op!r}")
+        if op.kind == "patch":
+            raise InvalidRequest(f"ctx.patched cannot run inside ctx.{what}")
+    return found

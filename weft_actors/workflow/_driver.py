@@ -5,92 +5,70 @@ for the engine. Every op has a sequence number in issue order; every outcome and
 handler application has a delivery ordinal ``t``. Replay delivers recorded events in ``t``
 order, so a restarted run sees exactly what the first one saw; the first op without a
 recorded outcome is handed to the engine to execute for real.
+
+The common case (one op awaited at a time) keeps its own fast path: ``waiting``/``waiting_seq``
+name the op and no container is touched. ``all``/``race`` and ``wait_condition`` go through
+``CombinatorMixin``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import traceback
-from collections import deque
-from typing import Any, NamedTuple
+from typing import Any, Final
 
 from ..codec import decode, encode, pack_record
-from ..errors import (
-    ActivityError,
-    InvalidAwait,
-    NonDeterminismError,
-    SerializationError,
-    UnknownQuery,
-    WeftError,
-    error_class,
-)
+from ..errors import InvalidAwait, NonDeterminismError, SerializationError
 from ._api import WorkflowDefinition
+from ._combinators import CombinatorMixin
+from ._handlers import HandlersMixin
 from ._context import Context
-from ._ops import HANDLER, Op
+from ._ops import HANDLER, UPDATE, ContinueAsNew, Op
+from ._records import Command, error_from_record, error_record
 
 __all__ = ["Command", "WorkflowRun", "error_record", "error_from_record"]
 
 
-_CLOSE_TRIES = 100  # close() re-throws GeneratorExit at most this often (awaits in finally blocks)
+_CLOSE_TRIES: Final = 100  # close() re-throws GeneratorExit at most this often (awaits in finally blocks)
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
+_HANDLER_KINDS: Final = frozenset((HANDLER, UPDATE))
+_SPECIAL_KINDS: Final = frozenset(("all", "race", "patch"))
 
 
-class Command(NamedTuple):
-    """What the engine must do next for a run.
-
-    ``kind`` is ``"op"`` (execute ``op`` at ``seq``; ``record`` is its started state, if any),
-    ``"complete"`` (``payload`` is the encoded result), ``"fail"`` (``error``), or ``"stuck"``
-    (non-determinism: ``error`` says where; the run stays running until fixed code replays it).
-    """
-
-    kind: str
-    seq: int = -1
-    op: Op | None = None
-    record: dict[str, Any] | None = None
-    payload: bytes | None = None
-    error: dict[str, Any] | None = None
-
-
-def error_record(exc: BaseException, kind: str = "exception") -> dict[str, Any]:
-    """A serialisable description of ``exc``: type name, message, traceback text."""
-    exc_type = type(exc)
-    name = exc_type.__qualname__
-    if exc_type.__module__ not in ("builtins", "asyncio.exceptions"):
-        name = f"{exc_type.__module__}.{name}"
-    record = {
-        "kind": kind,
-        "type": name,
-        "message": str(exc),
-        "traceback": "".join(traceback.format_exception(exc)),
-    }
-    if isinstance(exc, WeftError):
-        record["code"] = exc.code
-    return record
-
-
-def error_from_record(record: dict[str, Any]) -> BaseException:
-    """The exception a workflow sees for a recorded failure."""
-    kind = record.get("kind")
-    if kind == "timeout":
-        return TimeoutError(record.get("message", "timed out"))
-    if kind == "cancelled":
-        return asyncio.CancelledError(record.get("message", ""))
-    if kind == "activity":
-        return ActivityError(
-            f"activity {record.get('activity')!r} failed: {record['type']}: {record['message']}",
-            activity=record.get("activity"),
-            type=record["type"],
-            cause_message=record["message"],
-            traceback=record.get("traceback", ""),
-            attempts=record.get("attempts"),
-        )
-    if "code" in record:
-        return error_class(record["code"])(record["message"])
-    return WeftError(f"{record.get('type')}: {record.get('message')}")
-
-
-class WorkflowRun:
+class WorkflowRun(CombinatorMixin, HandlersMixin):
     """One run of a workflow, replayed from ``history`` (seq -> op record) and then live."""
+
+    __slots__ = (
+        "workflow_id",
+        "run_id",
+        "workflow_type",
+        "history",
+        "query_handlers",
+        "signal_handlers",
+        "update_handlers",
+        "_events",
+        "_next_event",
+        "_live_t",
+        "_next_t",
+        "replaying",
+        "next_seq",
+        "waiting",
+        "waiting_seq",
+        "_emitted_seq",
+        "outcome",
+        "cancel_requested",
+        "ctx",
+        "_definition",
+        "_args",
+        "_coro",
+        "_slots",
+        "_dead",
+        "_conditions",
+        "_resolving",
+        "_applied",
+        "_out",
+        "_settled_now",
+        "_building",
+    )
 
     def __init__(
         self,
@@ -106,8 +84,12 @@ class WorkflowRun:
         self.history: dict[int, dict[str, Any]] = history or {}
         self.query_handlers: dict[str, Any] = {}
         self.signal_handlers: dict[str, Any] = {}
+        self.update_handlers: dict[str, tuple[Any, Any]] = {}
         recorded = sorted((rec["t"], seq) for seq, rec in self.history.items() if "t" in rec)
-        self._events: deque[tuple[int, int]] = deque(recorded)
+        # Recorded, undelivered events are ``_events[_next_event:]`` (a list, not a deque: a
+        # parked run's empty list costs 56 bytes, an empty deque over 600).
+        self._events: list[tuple[int, int]] = recorded
+        self._next_event = 0
         self._live_t = (recorded[-1][0] + 1) if recorded else 1
         self._next_t = self._live_t
         self.replaying = bool(recorded)
@@ -116,10 +98,19 @@ class WorkflowRun:
         self.waiting_seq = -1
         self._emitted_seq = -1
         self.outcome: Command | None = None
+        self.cancel_requested = False
         self.ctx = Context(self)
         self._definition = definition
         self._args = args
         self._coro: Any = None
+        self._slots = None
+        self._dead = None
+        self._conditions = None
+        self._resolving = None
+        self._applied: set[int] | None = None
+        self._out = None
+        self._settled_now = None
+        self._building = False
 
     # -- engine-facing --------------------------------------------------------------------
 
@@ -139,7 +130,7 @@ class WorkflowRun:
 
     def record_outcome(self, seq: int, ok: bytes | None = None, err: dict[str, Any] | None = None, **extra: Any) -> bytes:
         """The packed op record for ``seq``'s outcome; delivered by the next ``deliver()``."""
-        op = self.waiting if seq == self.waiting_seq else None
+        op = self.waiting if seq == self.waiting_seq else self._op_at(seq)
         record = self.history.get(seq)
         record = dict(record) if record else {}
         if op is not None:
@@ -157,40 +148,29 @@ class WorkflowRun:
         return pack_record(record)
 
     def record_started(self, seq: int, **fields: Any) -> bytes:
-        """The packed record of an op that has started but not finished (timer, retry)."""
-        op = self.waiting
-        record = {"kind": op.kind, "name": op.name} if op is not None and seq == self.waiting_seq else {}
+        """The packed record of an op that has started but not finished (timer, retry, child)."""
+        op = self.waiting if seq == self.waiting_seq else self._op_at(seq)
+        record = {"kind": op.kind, "name": op.name} if op is not None else {}
         record.update(self.history.get(seq) or {})
         record.update(fields)
         self.history[seq] = record
         return pack_record(record)
 
-    def record_handler(self, name: str, payload: bytes, inbox_seq: int) -> tuple[int, bytes]:
-        """Record that signal handler ``name`` applies now, at the current await point."""
-        seq = self.next_seq
-        self.next_seq += 1
-        record = {"kind": HANDLER, "name": name, "t": self._next_t, "ok": payload, "inbox": inbox_seq}
-        self._next_t += 1
-        self.history[seq] = record
-        self._events.append((record["t"], seq))
-        return seq, pack_record(record)
-
     def waiting_signal(self) -> str | None:
-        """The name of the signal the run is blocked on, if any."""
+        """The name of a signal the run is blocked on (the lowest seq), if any."""
         op = self.waiting
-        if op is not None and op.kind == "signal" and "t" not in self.history.get(self.waiting_seq, ()):
-            return op.name
+        if op is None:
+            return None
+        if self.waiting_seq >= 0:
+            if op.kind == "signal" and "t" not in self.history.get(self.waiting_seq, ()):
+                return op.name
+            return None
+        history = self.history
+        for seq in sorted(self._slots or ()):
+            op = self._slots[seq].op  # type: ignore[index]
+            if op.kind == "signal" and "t" not in history.get(seq, ()):
+                return op.name
         return None
-
-    def query(self, name: str, args: tuple[Any, ...]) -> Any:
-        handler = self.query_handlers.get(name)
-        if handler is None:
-            raise UnknownQuery(
-                f"workflow {self.workflow_id!r} has no query handler {name!r}",
-                workflow_id=self.workflow_id,
-                query=name,
-            )
-        return handler(*args)
 
     def close(self) -> None:
         """Abandon the coroutine, running its ``finally`` blocks; never raises. An await in a
@@ -210,55 +190,103 @@ class WorkflowRun:
 
     def _pump(self) -> list[Command]:
         events, history = self._events, self.history
-        while events and self.outcome is None:
-            t, seq = events.popleft()
+        while self.outcome is None:
+            index = self._next_event
+            if index >= len(events):
+                break
+            t, seq = events[index]
+            self._next_event = index + 1
             self.replaying = t < self._live_t
             record = history[seq]
-            if record["kind"] == HANDLER:
+            if record["kind"] in _HANDLER_KINDS:
                 if self.replaying:
                     if seq != self.next_seq:
-                        self._stuck(f"recorded signal handler at #{seq} but the code is at #{self.next_seq}")
+                        self._stuck(f"recorded {record['kind']} {record['name']!r} at #{seq} but the code is at #{self.next_seq}")
                         break
                     self.next_seq += 1
-                self._apply_handler(record)
+                if record["kind"] == HANDLER:
+                    self._apply_handler(record)
+                elif self._applied and seq in self._applied:
+                    self._applied.discard(seq)  # applied live, when it was recorded
+                else:
+                    self._replay_update(record)
+                if self._conditions and self.outcome is None:
+                    self._check_conditions()
                 continue
-            if seq != self.waiting_seq:
+            if seq == self.waiting_seq:
+                if self._conditions:
+                    self._conditions.pop(seq, None)
+                    self._resolving.discard(seq)  # type: ignore[union-attr]
+                err = record.get("err")
+                if err is None:
+                    try:
+                        value = decode(record["ok"], "recorded outcome") if record["ok"] is not None else None
+                    except SerializationError as exc:
+                        self._advance(None, exc)
+                        continue
+                    self._advance(value, None)
+                else:
+                    if err.get("kind") == "cancelled":
+                        self.cancel_requested = True
+                    self._advance(None, error_from_record(err))
+            elif self._slots and seq in self._slots:
+                self._deliver_slot(seq, record)
+            elif self._dead and seq in self._dead:
+                del self._dead[seq]  # a cancelled op's record: nobody awaits it
+            else:
                 self._stuck(f"op #{seq} ({record['kind']} {record['name']!r}) is recorded but the code is not awaiting it")
                 break
-            err = record.get("err")
-            if err is None:
-                try:
-                    value = decode(record["ok"], "recorded outcome") if record["ok"] is not None else None
-                except SerializationError as exc:
-                    self._advance(None, exc)
-                    continue
-                self._advance(value, None)
-            else:
-                self._advance(None, error_from_record(err))
         self.replaying = False
+        if self._next_event >= len(events) and events:
+            events.clear()
+            self._next_event = 0
+        out = self._out
+        if out is not None:
+            self._out = None
         if self.outcome is not None:
-            return [self.outcome]
-        if self.waiting is not None and self.waiting_seq != self._emitted_seq:
-            self._emitted_seq = self.waiting_seq
-            return [_new_tuple(Command, ("op", self.waiting_seq, self.waiting, self.history.get(self.waiting_seq), None, None))]
-        return []
+            if out is None:
+                return [self.outcome]
+            out.append(self.outcome)
+            return out
+        waiting = self.waiting
+        if waiting is not None:
+            seq = self.waiting_seq
+            if seq < 0:
+                out = self._emit_slots(out)
+            elif seq != self._emitted_seq:
+                self._emitted_seq = seq
+                cmd = _new_tuple(Command, ("op", seq, waiting, history.get(seq), None, None))
+                if out is None:
+                    return [cmd]
+                out.append(cmd)
+        return out if out is not None else []
 
     def _advance(self, value: Any, error: BaseException | None) -> None:
         """Run the coroutine until it blocks on an op or ends."""
         coro = self._coro
         self.waiting = None
+        self.waiting_seq = -1
         while True:
             try:
                 yielded = coro.throw(error) if error is not None else coro.send(value)
             except StopIteration as stop:
-                self._complete(stop.value)
+                if isinstance(stop.value, ContinueAsNew):
+                    self._continue(stop.value)
+                else:
+                    self._complete(stop.value)
+                return
+            except ContinueAsNew as exc:
+                self._continue(exc)
                 return
             except (Exception, asyncio.CancelledError) as exc:
                 self._fail(exc)
                 return
             if isinstance(yielded, Op):
-                self._issue(yielded)
-                return
+                settled = self._issue(yielded)
+                if settled is None:
+                    return
+                value, error = settled
+                continue
             value, error = None, InvalidAwait(
                 f"workflow {self.workflow_type!r} awaited {yielded!r}; only ctx operations may "
                 "be awaited in a workflow (use ctx.sleep, ctx.run, ...)",
@@ -266,33 +294,46 @@ class WorkflowRun:
                 awaited=repr(yielded),
             )
 
-    def _issue(self, op: Op) -> None:
+    def _issue(self, op: Op) -> tuple[Any, BaseException | None] | None:
+        """Give ``op`` its seq and wait for it; ``(value, error)`` instead if it is settled at
+        once without a seq (``patched`` on an old path, an empty ``all``)."""
+        kind = op.kind
+        if kind in _SPECIAL_KINDS:
+            if kind == "patch":
+                return self._issue_patch(op)
+            return self._issue_group(op)  # type: ignore[arg-type]
         seq = self.next_seq
-        self.next_seq += 1
+        self.next_seq = seq + 1
         record = self.history.get(seq)
-        if record is not None and (record.get("kind") != op.kind or record.get("name") != op.name):
+        if record is not None and (record.get("kind") != kind or record.get("name") != op.name):
             self._stuck(
-                f"replay issued {op.kind} {op.name!r} at #{seq} but the history has "
+                f"replay issued {kind} {op.name!r} at #{seq} but the history has "
                 f"{record.get('kind')} {record.get('name')!r}"
             )
-            return
+            return None
         self.waiting = op
         self.waiting_seq = seq
+        if kind == "condition" and self._watch(seq, op):  # type: ignore[arg-type]
+            self._emitted_seq = seq  # already holds: resolved, nothing for the engine to run
+        return None
 
-    def _apply_handler(self, record: dict[str, Any]) -> None:
-        handler = self.signal_handlers.get(record["name"])
-        if handler is None:
-            self._stuck(f"signal handler {record['name']!r} is recorded but not registered")
-            return
-        try:
-            payload = decode(record["ok"], "signal payload") if record["ok"] is not None else None
-            handler(payload)
-        except Exception as exc:
-            self.close()
-            self._fail(exc)
+    def _issue_patch(self, op: Op) -> tuple[Any, BaseException | None] | None:
+        """A marker at this seq says the run took the new path here; history that goes on
+        past this point without one says it took the old path (and keeps its seqs)."""
+        seq = self.next_seq
+        record = self.history.get(seq)
+        if record is not None:
+            if record.get("kind") != "patch" or record.get("name") != op.name:
+                return False, None
+        elif self._events_left(replayed_only=True):
+            return False, None
+        self.next_seq = seq + 1
+        self.waiting = op
+        self.waiting_seq = seq
+        return None
 
     def _complete(self, value: Any) -> None:
-        if self._events:
+        if self._events_left(replayed_only=False):
             self._stuck("the workflow returned but its history has more recorded events")
             return
         try:
@@ -302,8 +343,14 @@ class WorkflowRun:
             return
         self.outcome = Command("complete", payload=payload)
 
+    def _continue(self, request: ContinueAsNew) -> None:
+        if self._events_left(replayed_only=False):
+            self._stuck("the workflow continued as new but its history has more recorded events")
+            return
+        self.outcome = Command("continue", payload=request.payload)
+
     def _fail(self, exc: BaseException) -> None:
-        if self._events and self._events[0][0] < self._live_t:
+        if self._events_left(replayed_only=True):
             # The history went further than this code does: changed code, not a real failure.
             self._stuck(f"the workflow raised {type(exc).__name__}: {exc} but its history has more recorded events")
             return

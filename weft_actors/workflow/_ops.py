@@ -6,14 +6,32 @@ An op does nothing by itself: no I/O, no clock, no randomness.
 
 from __future__ import annotations
 
-from typing import Any, Generator
+from typing import Any, Callable, Generator
 
 from ._api import ActivityDefinition, RetryPolicy
 
-__all__ = ["Op", "ActivityOp", "SleepOp", "SignalOp", "ValueOp", "HANDLER"]
+__all__ = [
+    "Op",
+    "ActivityOp",
+    "SleepOp",
+    "SignalOp",
+    "ValueOp",
+    "ConditionOp",
+    "ChildOp",
+    "PatchOp",
+    "Combinator",
+    "ContinueAsNew",
+    "HANDLER",
+    "UPDATE",
+    "PARENT_CLOSE",
+]
 
 HANDLER = "handler"
 """Kind of the op recorded when a signal handler was applied at an await point."""
+UPDATE = "update"
+"""Kind of the op recorded when an update handler was applied at an await point."""
+PARENT_CLOSE = ("terminate", "cancel", "abandon")
+"""What happens to a running child when its parent closes."""
 
 
 class Op:
@@ -74,3 +92,66 @@ class ValueOp(Op):
 
     def __init__(self, kind: str) -> None:
         super().__init__(kind, "")
+
+
+class ConditionOp(Op):
+    """``wait_condition(predicate, timeout)``: the driver re-checks ``predicate`` where the
+    workflow's state can change (at issue and after each handler); the engine records the
+    moment it held, so replay resumes at the same point."""
+
+    __slots__ = ("predicate", "timeout")
+
+    def __init__(self, predicate: Callable[[], Any], timeout: float | None) -> None:
+        super().__init__("condition", "")
+        self.predicate = predicate
+        self.timeout = timeout
+
+
+class ChildOp(Op):
+    """``child(workflow, *args)``: start a child workflow and wait for its ending. ``name`` is
+    the child's workflow type; ``id`` its workflow id (derived from the parent's when None)."""
+
+    __slots__ = ("args", "id", "parent_close")
+
+    def __init__(self, wf_type: str, args: bytes, id: str | None, parent_close: str) -> None:
+        super().__init__("child", wf_type)
+        self.args = args
+        self.id = id
+        self.parent_close = parent_close
+
+
+class PatchOp(Op):
+    """``patched(change_id)``: True for runs that reach this point live (a marker is recorded),
+    False for runs that passed it before the change (nothing is recorded or consumed)."""
+
+    __slots__ = ()
+
+    def __init__(self, change_id: str) -> None:
+        super().__init__("patch", change_id)
+
+
+class Combinator(Op):
+    """``all``/``race`` over unawaited ops (combinators may nest). It has no seq of its own:
+    each leaf op gets one, in list order, when the combinator is awaited, and the driver
+    resolves the combinator from its leaves' outcomes in delivery order."""
+
+    __slots__ = ("ops",)
+
+    def __init__(self, kind: str, ops: tuple[Op, ...]) -> None:
+        super().__init__(kind, "")
+        self.ops = ops
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} of {len(self.ops)} ops>"
+
+
+class ContinueAsNew(BaseException):
+    """Returned or raised by a workflow (build it with ``ctx.continue_as_new(*args)``): the run
+    ends with status ``continued`` and a fresh run of the same workflow id starts with ``args``.
+
+    A ``BaseException``, so that ``except Exception`` in workflow code does not swallow it.
+    """
+
+    def __init__(self, args: bytes) -> None:
+        super().__init__("continue as new")
+        self.payload = args

@@ -1,0 +1,235 @@
+"""End-to-end throughput: N workflows of ``--steps`` activities through a real supervisor.
+
+    python bench/throughput.py --workflows 20000 --shards 2
+    python bench/throughput.py --workflows 10000 --sweep 1,2,4
+
+Starts ``python -m weft_actors.supervisor --app bench_app`` on a free loopback port and a
+temporary data directory (durable, synced commits: the default), then drives the workflows
+through ``AsyncClient`` from ``--clients`` processes with ``--concurrency`` workflows in flight
+in total: each worker calls ``start`` and then ``result`` on the handle, again and again.
+A latency is the time from the ``start`` request to the ``result`` reply, measured in the
+client. A warm-up batch (not counted) runs first.
+
+Prints one JSON line per shard count on stdout: workflows, shards, steps, seconds,
+workflows_per_s, steps_per_s, p50_ms, p99_ms, cpu_s (CPU of the supervisor and its shards
+during the timed part), and more: concurrency, clients, client_cpu_s, cpu_by_process
+(supervisor first, then shards), other_cpu_s (CPU the rest of the machine used meanwhile:
+a disturbed run shows here; the bench first waits up to 60 s for a quiet machine),
+disk_write_kb_per_workflow (sectors written to the data directory's block device, from
+``/proc/diskstats``: the whole device, so quiet machines only), and
+commits and writes_per_commit (from the shards' ``stats()``, which they push once a second,
+so read 1.1 s after the run). A readable table and a progress bar go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _harness import Supervisor, percentile, sigterm_as_exit, system_busy_seconds, table, wait_quiet  # noqa: E402
+from _progress import Progress  # noqa: E402
+
+
+def _workflow(steps: int) -> tuple[str, tuple[Any, ...]]:
+    return ("three_steps", ()) if steps == 3 else ("n_steps", (steps,))
+
+
+async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: int, done: Any = None, progress: Progress | None = None) -> list[float]:
+    """Run workflows ``first .. first+count-1``; return their latencies in seconds."""
+    from weft_actors import AsyncClient
+
+    name, extra = _workflow(steps)
+    latencies: list[float] = []
+    next_index = first
+    end = first + count
+    clock = time.perf_counter
+
+    async with AsyncClient(endpoint, timeout=120) as client:
+
+        async def worker() -> None:
+            nonlocal next_index
+            while next_index < end:
+                i = next_index
+                next_index += 1
+                started = clock()
+                handle = await client.start(name, i, *extra)
+                result = await handle.result(timeout=300)
+                latencies.append(clock() - started)
+                if result != i + steps:
+                    raise AssertionError(f"workflow {handle.id}: {result!r} != {i + steps}")
+                if progress is not None:
+                    progress.advance()
+                elif done is not None:
+                    with done.get_lock():
+                        done.value += 1
+
+        await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, count)))))
+    return latencies
+
+
+def _client_main(endpoint: str, first: int, count: int, concurrency: int, steps: int, go: Any, done: Any, conn: Any) -> None:
+    """A client process: wait for the start signal, drive its slice, send back latencies."""
+    import uvloop
+
+    try:
+        go.wait()
+        cpu0 = time.process_time()
+        latencies = uvloop.run(drive(endpoint, first, count, concurrency, steps, done=done))
+        conn.send(("ok", latencies, time.process_time() - cpu0))
+    except BaseException as exc:  # reported to the parent, which fails the run
+        conn.send(("error", repr(exc), 0.0))
+    finally:
+        conn.close()
+
+
+def run_in_processes(endpoint: str, first: int, workflows: int, concurrency: int, steps: int, clients: int, label: str) -> tuple[list[float], float, float]:
+    """Drive ``workflows`` from ``clients`` processes; (latencies, wall seconds, client cpu)."""
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Event()
+    done = ctx.Value("q", 0)
+    children = []
+    per = [workflows // clients + (1 if k < workflows % clients else 0) for k in range(clients)]
+    start = first
+    try:
+        for k in range(clients):
+            parent, child = ctx.Pipe(duplex=False)
+            process = ctx.Process(
+                target=_client_main,
+                args=(endpoint, start, per[k], max(1, concurrency // clients), steps, go, done, child),
+                name=f"bench-client-{k}",
+            )
+            process.start()
+            child.close()
+            children.append((process, parent))
+            start += per[k]
+        time.sleep(0.5)  # let the children import before the clock starts
+        progress = Progress(workflows, label)
+        started = time.perf_counter()
+        go.set()
+        latencies: list[float] = []
+        cpu = 0.0
+        pending = list(children)
+        seen = 0
+        while pending:
+            for process, conn in list(pending):
+                if conn.poll(0.05):
+                    status, payload, used = conn.recv()
+                    if status != "ok":
+                        raise RuntimeError(f"client {process.name} failed: {payload}")
+                    latencies.extend(payload)
+                    cpu += used
+                    pending.remove((process, conn))
+                elif not process.is_alive() and not conn.poll():
+                    raise RuntimeError(f"client {process.name} died (exit {process.exitcode})")
+            now_done = done.value
+            if now_done > seen:
+                progress.advance(now_done - seen)
+                seen = now_done
+        seconds = time.perf_counter() - started
+        if seen < workflows:
+            progress.advance(workflows - seen)
+        return latencies, seconds, cpu
+    finally:
+        for process, conn in children:
+            if process.is_alive():
+                process.kill()
+            process.join(10)
+            conn.close()
+
+
+def shard_counters(endpoint: str) -> tuple[int, int]:
+    """(commits, write intents) summed over the shards, from ``stats()``."""
+    from weft_actors import Client
+
+    with Client(endpoint, timeout=10) as client:
+        shards = client.stats()["shards"]
+    return sum(s.get("commits_total", 0) for s in shards), sum(s.get("writes_total", 0) for s in shards)
+
+
+def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients: int, warmup: int, supervisor_args: tuple[str, ...], quiet: bool = True) -> dict[str, Any]:
+    import uvloop
+
+    with Supervisor(shards=shards, args=supervisor_args) as supervisor:
+        endpoint = supervisor.endpoint
+        if warmup:
+            uvloop.run(drive(endpoint, 10_000_000, warmup, min(concurrency, warmup), steps))
+        counters_before = shard_counters(endpoint)
+        if quiet:
+            wait_quiet()
+        busy_before = system_busy_seconds()
+        cpu_before = supervisor.cpu()
+        sectors_before = supervisor.disk_sectors()
+        if clients == 1:
+            progress = Progress(workflows, f"{shards} shard(s)")
+            cpu0 = time.process_time()
+            started = time.perf_counter()
+            latencies = uvloop.run(drive(endpoint, 0, workflows, concurrency, steps, progress=progress))
+            seconds = time.perf_counter() - started
+            client_cpu = time.process_time() - cpu0
+        else:
+            latencies, seconds, client_cpu = run_in_processes(endpoint, 0, workflows, concurrency, steps, clients, f"{shards} shard(s)")
+        cpu_after = supervisor.cpu()
+        busy = system_busy_seconds() - busy_before
+        sectors_after = supervisor.disk_sectors()
+        time.sleep(1.1)  # shards push their counters to the supervisor once a second
+        counters_after = shard_counters(endpoint)
+        if supervisor.process is not None and supervisor.process.poll() is not None:
+            raise RuntimeError("the supervisor exited during the run:\n" + supervisor.log_tail())
+    if len(latencies) != workflows:
+        raise RuntimeError(f"{len(latencies)} latencies for {workflows} workflows")
+    by_process = {str(pid): round(cpu_after.get(pid, 0.0) - cpu_before.get(pid, 0.0), 3) for pid in cpu_before}
+    foreign = busy - sum(by_process.values()) - client_cpu
+    return {
+        "workflows": workflows,
+        "shards": shards,
+        "steps": steps,
+        "seconds": round(seconds, 3),
+        "workflows_per_s": round(workflows / seconds, 1),
+        "steps_per_s": round(workflows * steps / seconds, 1),
+        "p50_ms": round(percentile(latencies, 0.50) * 1000, 2),
+        "p99_ms": round(percentile(latencies, 0.99) * 1000, 2),
+        "cpu_s": round(sum(by_process.values()), 3),
+        "concurrency": concurrency,
+        "clients": clients,
+        "client_cpu_s": round(client_cpu, 3),
+        "cpu_by_process": by_process,
+        "other_cpu_s": round(max(0.0, foreign), 2),
+        "disk_write_kb_per_workflow": None if sectors_before is None or sectors_after is None else round((sectors_after - sectors_before) * 512 / 1024 / workflows, 1),
+        "commits": counters_after[0] - counters_before[0],
+        "writes_per_commit": round((counters_after[1] - counters_before[1]) / max(1, counters_after[0] - counters_before[0]), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workflows", type=int, default=20_000)
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=1000, help="workflows in flight, over all clients")
+    parser.add_argument("--clients", type=int, default=1, help="client processes (1: in this process)")
+    parser.add_argument("--warmup", type=int, default=None, help="uncounted workflows first (default: min(1000, N/10))")
+    parser.add_argument("--no-wait-quiet", action="store_true", help="do not wait for a quiet machine before timing")
+    parser.add_argument("--sweep", help="comma-separated shard counts, one run (and one JSON line) each")
+    parser.add_argument("--supervisor-arg", action="append", default=[], help="extra supervisor option (repeatable)")
+    args = parser.parse_args()
+    if args.workflows < 1 or args.steps < 1 or args.concurrency < 1 or args.clients < 1:
+        parser.error("--workflows, --steps, --concurrency and --clients must be positive")
+    warmup = min(1000, args.workflows // 10) if args.warmup is None else args.warmup
+    counts = [int(s) for s in args.sweep.split(",")] if args.sweep else [args.shards]
+    with sigterm_as_exit():
+        for shards in counts:
+            result = run_once(args.workflows, shards, args.steps, args.concurrency, args.clients, warmup, tuple(args.supervisor_arg), not args.no_wait_quiet)
+            table(result, f"throughput, {shards} shard(s)")
+            print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

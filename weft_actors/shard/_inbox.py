@@ -1,0 +1,182 @@
+"""What an actor does with its inbox, and with the children it starts.
+
+Mixed into ``Actor``. Messages are taken one per commit, oldest first: a signal goes to the
+lowest-seq ``wait_signal`` still wanted (never to one that lost a race), else to its handler;
+an update is validated on the owner before anything is recorded; a cancel request cancels
+every op awaited right now; a child's ``child-done`` resolves the op that started it. Each
+consumption is deleted in the transaction that records what it did: exactly-once delivery.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..codec import decode_args, unpack_record
+from ..errors import UpdateRejected, WorkflowAlreadyExists
+from ..store import TERMINAL, CreateChild, CreateWorkflow, PutRequest
+from ..workflow import CANCEL_REQUESTED, Command, cancelled_record, error_record
+from ._writes import Writes, child_error, child_id_for
+
+if TYPE_CHECKING:
+    from ..workflow import WorkflowRun
+    from ._engine import Engine
+
+__all__ = ["InboxMixin"]
+
+
+class InboxMixin:
+    __slots__ = ()
+
+    engine: Engine
+    wid: str
+    run_id: str
+    run: WorkflowRun
+    inbox: list[tuple[int, dict[str, Any]]]
+    ops: dict[int, Command]
+    children: dict[str, int] | None
+    writes: Writes | None
+    after: Callable[[], None] | None
+
+    # provided by Actor
+    def _writes(self) -> Writes:
+        raise NotImplementedError
+
+    def _commit(self, ops: Any = (), consume: Any = (), timers_put: Any = (), timers_del: Any = (), finish: Any = None, fields: Any = None, effects: Any = ()) -> None:
+        raise NotImplementedError
+
+    def _commit_writes(self, w: Writes, finish: Any = None) -> None:
+        raise NotImplementedError
+
+    def _clear_timer(self, seq: int, record: dict[str, Any] | None = None) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def _cancel_op(self, seq: int, kind: str, record: dict[str, Any] | None, error: dict[str, Any] | None, inbox_seq: int | None = None) -> None:
+        raise NotImplementedError
+
+    # -- children -------------------------------------------------------------------------
+
+    def _start_child(self, cmd: Command) -> None:
+        seq, op = cmd.seq, cmd.op
+        record = cmd.record
+        if record is not None and record.get("child_id") is not None:  # started before: wait
+            self._children()[record["child_id"]] = seq
+            return
+        child_id = op.id or child_id_for(self.wid, self.run_id, seq)  # type: ignore[union-attr]
+        writes = self._writes()
+        existing = self.engine.store.get_workflow(child_id)
+        if existing is not None and existing["status"] not in TERMINAL:
+            del self.ops[seq]
+            error = WorkflowAlreadyExists(f"workflow {child_id!r} already exists (status {existing['status']})", workflow_id=child_id)
+            writes.ops.append((seq, self.run.record_outcome(seq, err=error_record(error))))
+            return
+        # A finished workflow's id may be reused (a parent that continues as new may start
+        # "the same" child every run); a running one's never.
+        child_run = uuid.uuid4().hex
+        create = CreateWorkflow(child_id, op.name, op.args, child_run, "start_new", None, self.wid, None, None)  # type: ignore[union-attr]
+        started = self.run.record_started(seq, child_id=child_id, child_run_id=child_run, parent_close=op.parent_close)  # type: ignore[union-attr]
+        writes.ops.append((seq, started))
+        writes.effects.append(CreateChild(create, self.run_id, seq, op.name in self.engine.workflows))  # type: ignore[union-attr]
+        writes.fields = {"children": True}
+        self._children()[child_id] = seq
+
+    def _children(self) -> dict[str, int]:
+        if self.children is None:
+            self.children = {}
+        return self.children
+
+    # -- the inbox ------------------------------------------------------------------------
+
+    def _consume_inbox(self) -> None:
+        run = self.run
+        for index, (inbox_seq, message) in enumerate(self.inbox):
+            kind = message["kind"]
+            if kind == "signal":
+                name = message["name"]
+                seq = run.wanted_signal(name)
+                if seq is not None:
+                    del self.inbox[index]
+                    self.ops.pop(seq, None)
+                    record = run.record_outcome(seq, ok=message["payload"], inbox=inbox_seq)
+                    self._commit(ops=((seq, record),), consume=(inbox_seq,), timers_del=self._clear_timer(seq))
+                    return
+                if name in run.signal_handlers:
+                    del self.inbox[index]
+                    seq, record = run.record_handler(name, message["payload"], inbox_seq)
+                    self._commit(ops=((seq, record),), consume=(inbox_seq,))
+                    return
+            elif kind == "update":
+                del self.inbox[index]
+                self._apply_update(inbox_seq, message)
+                return
+            elif kind == "cancel":
+                if not run.cancel_requested and not run.pending_seqs():
+                    continue  # nothing awaited right now (cannot last): keep it for later
+                del self.inbox[index]
+                self._apply_cancel(inbox_seq)
+                return
+            elif kind == "child-done":
+                del self.inbox[index]
+                self._child_done(inbox_seq, message)
+                return
+
+    def _apply_update(self, inbox_seq: int, message: dict[str, Any]) -> None:
+        """Validate on the owner before anything is recorded; a rejection is answered under
+        the request id (so a retry gets it too) and leaves no op in the history."""
+        request_id = message.get("request_id")
+        name = message["name"]
+        try:
+            args = decode_args(message["payload"], "update argument")
+            self.run.validate_update(name, args)
+        except Exception as exc:
+            if not isinstance(exc, UpdateRejected):
+                exc = UpdateRejected(f"update {name!r} rejected: {exc}", workflow_id=self.wid, update=name)
+            answer = {"err": error_record(exc)}
+            effects = (PutRequest(request_id, answer),) if request_id else ()
+            self._answer_after(request_id)
+            self._commit(consume=(inbox_seq,), effects=effects)
+            return
+        seq, packed, record = self.run.record_update(name, args, message["payload"], inbox_seq, request_id)
+        answer = {"ok": record["ok"]} if "err" not in record else {"err": record["err"]}
+        effects = (PutRequest(request_id, answer),) if request_id else ()
+        self._answer_after(request_id)
+        self._commit(ops=((seq, packed),), consume=(inbox_seq,), effects=effects)
+
+    def _answer_after(self, request_id: str | None) -> None:
+        if request_id is not None:
+            engine, wid = self.engine, self.wid
+            self.after = lambda: engine.update_answered(wid, request_id)
+
+    def _apply_cancel(self, inbox_seq: int) -> None:
+        """Cancellation is delivered at the current await: every op awaited now gets a
+        cancelled outcome (its work stopped), so the workflow sees ``CancelledError`` there and
+        may clean up. A repeated request is consumed and changes nothing."""
+        run = self.run
+        if run.cancel_requested:
+            self._commit(consume=(inbox_seq,))
+            return
+        error = cancelled_record(CANCEL_REQUESTED)
+        first = True
+        for seq in run.pending_seqs():
+            cmd = self.ops.get(seq)
+            kind = cmd.op.kind if cmd is not None else run.history.get(seq, {}).get("kind", "")  # type: ignore[union-attr]
+            self._cancel_op(seq, kind, run.history.get(seq), error, inbox_seq if first else None)
+            first = False
+        writes = self.writes
+        self.writes = None
+        writes.consume.append(inbox_seq)  # type: ignore[union-attr]
+        self._commit_writes(writes)  # type: ignore[arg-type]
+
+    def _child_done(self, inbox_seq: int, message: dict[str, Any]) -> None:
+        child_id = message["name"]
+        seq = self.children.pop(child_id, None) if self.children else None
+        if seq is None or seq not in self.ops:
+            self._commit(consume=(inbox_seq,))  # nobody awaits that child any more
+            return
+        del self.ops[seq]
+        outcome = unpack_record(message["payload"])
+        if outcome["status"] == "completed":
+            record = self.run.record_outcome(seq, ok=outcome["result"], inbox=inbox_seq)
+        else:
+            record = self.run.record_outcome(seq, err=child_error(child_id, outcome), inbox=inbox_seq)
+        self._commit(ops=((seq, record),), consume=(inbox_seq,))

@@ -1,0 +1,163 @@
+"""Effects: writes beyond a run's own op log that must commit atomically with an owner's step.
+
+A ``StepCommit`` may carry ``effects``: starting a child (in the same transaction as the
+parent's op record of it), storing an update's result under its request id (with the op that
+applied the handler), asking another workflow to cancel (a losing or abandoned child), and
+continuing as new (the run's terminal step creates the next run). Only a child start can be
+refused; it is checked before anything of the step is written, so a refused step writes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from ..codec import pack_record, unpack_record
+from ..errors import FencedOut, WorkflowAlreadyExists, WorkflowNotFound
+from ._apply import TxnState, create_workflow, next_epoch, set_visibility, step_commit
+from ._children import apply_parent_close, request_cancel
+from ._intents import Created, CreateWorkflow, StepCommit
+from ._keys import DEADLINE_SEQ, NO_ENGINE, TERMINAL, by_engine_key, holder_value, prefixed, run_prefix, timer_key
+
+__all__ = [
+    "CreateChild",
+    "PutRequest",
+    "CancelOther",
+    "ContinueRun",
+    "StepResult",
+    "step_with_effects",
+    "request_key",
+    "MAX_PREVIOUS_RUNS",
+]
+
+MAX_PREVIOUS_RUNS = 20
+"""How many earlier runs a continued workflow's record remembers (ids and endings only)."""
+
+
+class CreateChild(NamedTuple):
+    """Create child ``create.wid`` of the committing run (op ``parent_seq``). ``claim``: the
+    committing engine can run the child's type and takes it at once; otherwise the child is
+    left unclaimed, for any engine that can run it to reclaim."""
+
+    create: CreateWorkflow
+    parent_run: str
+    parent_seq: int
+    claim: bool
+
+
+class PutRequest(NamedTuple):
+    """Store the answer to request ``request_id`` of the committing workflow (``{"ok": bytes}``
+    or ``{"err": error record}``): a retried update with that id gets it without re-running."""
+
+    request_id: str
+    result: dict[str, Any]
+
+
+class CancelOther(NamedTuple):
+    """Ask workflow ``wid`` to cancel (see ``request_cancel``); nothing if it already ended."""
+
+    wid: str
+
+
+class ContinueRun(NamedTuple):
+    """End the committing run as ``continued`` and start run ``run_id`` with ``args`` under the
+    same workflow id: fresh op log, same inbox, claim kept by this engine at a new epoch."""
+
+    run_id: str
+    args: bytes
+
+
+class StepResult(NamedTuple):
+    """What a step with effects (or with relatives) did beyond its own run: the new epoch after
+    continue-as-new, children created and claimed here ``(wid, type, args, Created)``, and other
+    workflows whose inbox or state changed (to wake if they run on this engine)."""
+
+    epoch: int | None = None
+    created: tuple[tuple[str, str, bytes, Created], ...] = ()
+    touched: tuple[str, ...] = ()
+
+
+def request_key(wid: str, request_id: str) -> bytes:
+    return prefixed(wid) + request_id.encode()
+
+
+def step_with_effects(state: TxnState, intent: StepCommit) -> StepResult:
+    """Called by ``step_commit`` once the fence is checked. Checks every effect that can be
+    refused, then writes: the children, the step itself, the rest."""
+    txn, dbs, wid = state.txn, state.dbs, intent.wid
+    for effect in intent.effects:
+        if type(effect) is CreateChild:
+            child = effect.create.wid
+            raw = txn.get(child.encode(), db=dbs.workflows)
+            if raw is not None and unpack_record(raw)["status"] not in TERMINAL:
+                raise WorkflowAlreadyExists(f"workflow {child!r} already exists", workflow_id=child)
+        elif type(effect) is ContinueRun:
+            raw = txn.get(wid.encode(), db=dbs.workflows)
+            if raw is None:
+                raise WorkflowNotFound(f"workflow {wid!r} not found", workflow_id=wid)
+            if unpack_record(raw)["run_id"] != intent.run_id:
+                raise FencedOut(f"workflow {wid!r} moved to another run", workflow_id=wid, epoch=intent.epoch)
+    created: list[tuple[str, str, bytes, Created]] = []
+    for effect in intent.effects:
+        if type(effect) is CreateChild:
+            created.append(_create_child(state, wid, effect))
+    plain = step_commit(state, intent._replace(effects=()))  # the step's own writes
+    touched = list(plain.touched) if plain is not None else []
+    epoch = None
+    for effect in intent.effects:
+        kind = type(effect)
+        if kind is PutRequest:
+            value = {"state": "done", **effect.result, "at": state.now}
+            txn.put(request_key(wid, effect.request_id), pack_record(value), db=dbs.requests)
+        elif kind is CancelOther:
+            if request_cancel(state, effect.wid) is not None:
+                touched.append(effect.wid)
+        elif kind is ContinueRun:
+            epoch = _continue_run(state, intent, effect, touched)
+    return StepResult(epoch, tuple(created), tuple(touched))
+
+
+def _create_child(state: TxnState, parent: str, effect: CreateChild) -> tuple[str, str, bytes, Created]:
+    txn, dbs = state.txn, state.dbs
+    create = effect.create
+    result = create_workflow(state, create)
+    wid_raw = create.wid.encode()
+    record = unpack_record(txn.get(wid_raw, db=dbs.workflows))
+    record["parent_run"] = effect.parent_run
+    record["parent_seq"] = effect.parent_seq
+    txn.put(wid_raw, pack_record(record), db=dbs.workflows)
+    if not effect.claim and result.epoch:
+        txn.delete(wid_raw, db=dbs.claim_holder)
+        txn.delete(by_engine_key(state.engine_raw, create.wid), db=dbs.by_engine)
+        txn.put(NO_ENGINE + wid_raw, b"", db=dbs.by_engine)
+        result = Created(result.created, result.run_id, result.status, 0)
+    return create.wid, create.wf_type, create.args, result
+
+
+def _continue_run(state: TxnState, intent: StepCommit, effect: ContinueRun, touched: list[str]) -> int:
+    """Turn the workflow record into the next run's. The old run's op log goes (it is done and
+    its children are settled here), which is what bounds history for endless workflows."""
+    txn, dbs, wid = state.txn, state.dbs, intent.wid
+    wid_raw = wid.encode()
+    record = unpack_record(txn.get(wid_raw, db=dbs.workflows))
+    old = dict(record)
+    old_run = record["run_id"]
+    had_children = record.pop("children", None)
+    previous = list(record.get("previous_runs") or ())[-(MAX_PREVIOUS_RUNS - 1) :]
+    previous.append({"run_id": old_run, "status": "continued", "ended": state.now})
+    record.update(run_id=effect.run_id, args=effect.args, status="running", updated=state.now, result=None, error=None)
+    record["previous_runs"] = previous
+    if record.get("deadline") is not None:  # the execution timeout spans the whole chain of runs
+        txn.put(timer_key(record["deadline"], wid, DEADLINE_SEQ), pack_record({"kind": "deadline", "run_id": effect.run_id}), db=dbs.timers)
+    epoch = next_epoch(state, wid_raw)
+    txn.put(wid_raw, holder_value(state.engine_raw, epoch, state.now), db=dbs.claim_holder)
+    txn.put(wid_raw, pack_record(record), db=dbs.workflows)
+    set_visibility(state, record, wid, old)
+    if had_children:
+        touched.extend(apply_parent_close(state, wid, record, old_run))
+    prefix = run_prefix(wid, old_run)
+    cursor = txn.cursor(db=dbs.ops)
+    if cursor.set_range(prefix):
+        while cursor.key().startswith(prefix):
+            if not cursor.delete() or not cursor.key():
+                break
+    return epoch

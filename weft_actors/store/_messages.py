@@ -1,0 +1,112 @@
+"""Messages that need more than a plain inbox append: idempotent requests (updates), cancel
+requests, and signal-with-start. None is fenced: any live engine commits them for any workflow.
+
+An update's request id makes its append idempotent: the ``requests`` keyspace maps
+``(wid, request id)`` to ``pending`` (with the inbox seq) from the append on, and to the answer
+once the owner applied (or rejected) it. A retried request finds the entry and appends nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ..codec import pack_record, unpack_record
+from ..errors import WorkflowAlreadyExists, WorkflowClosed, WorkflowNotFound
+from ._apply import TxnState, append_inbox, create_workflow
+from ._children import request_cancel
+from ._effects import request_key
+from ._intents import AppendInbox, Created, CreateWorkflow
+from ._keys import TERMINAL
+
+if TYPE_CHECKING:
+    import lmdb
+
+    from ._env import Databases
+
+__all__ = ["RequestCancel", "SignalWithStart", "append_message", "request_cancel_intent", "signal_with_start", "RequestsMixin"]
+
+
+class RequestCancel(NamedTuple):
+    """Ask a workflow to cancel: a ``cancel`` message for a running one, an immediate close as
+    ``cancelled`` for a pending (not yet started) one. ``WorkflowClosed`` if it has ended."""
+
+    wid: str
+
+
+class SignalWithStart(NamedTuple):
+    """Signal workflow ``create.wid``, creating it first if there is none, in one transaction.
+
+    A running or pending workflow is just signalled. A finished one is replaced by a new run if
+    ``create.if_exists`` is ``"start_new"``; otherwise it is ``WorkflowAlreadyExists``
+    (``"error"``) or ``WorkflowClosed`` (``"return"``: it exists, but cannot take the signal).
+    """
+
+    create: CreateWorkflow
+    name: str
+    payload: bytes
+
+
+def append_message(state: TxnState, intent: AppendInbox) -> Any:
+    """``AppendInbox``; with a request id, at most once per ``(wid, request id)``: a repeated
+    request appends nothing and returns its entry (``{"state": "pending"|"done", ...}``)."""
+    if intent.request_id is None:
+        return append_inbox(state, intent)
+    txn, dbs = state.txn, state.dbs
+    key = request_key(intent.wid, intent.request_id)
+    raw = txn.get(key, db=dbs.requests)
+    if raw is not None:
+        return unpack_record(raw)
+    seq = append_inbox(state, intent)
+    txn.put(key, pack_record({"state": "pending", "inbox": seq, "at": state.now}), db=dbs.requests)
+    return seq
+
+
+def request_cancel_intent(state: TxnState, intent: RequestCancel) -> dict[str, Any]:
+    raw = state.txn.get(intent.wid.encode(), db=state.dbs.workflows)
+    if raw is None:
+        raise WorkflowNotFound(f"workflow {intent.wid!r} not found", workflow_id=intent.wid)
+    status = unpack_record(raw)["status"]
+    if status in TERMINAL:
+        raise WorkflowClosed(f"workflow {intent.wid!r} has already finished (status {status})", workflow_id=intent.wid, status=status)
+    return request_cancel(state, intent.wid)  # type: ignore[return-value]
+
+
+def signal_with_start(state: TxnState, intent: SignalWithStart) -> tuple[Created, int]:
+    create = intent.create
+    wid = create.wid
+    raw = state.txn.get(wid.encode(), db=state.dbs.workflows)
+    existing = None if raw is None else unpack_record(raw)
+    if existing is None:
+        created = create_workflow(state, create)
+    elif existing["status"] not in TERMINAL:
+        created = Created(False, existing["run_id"], existing["status"], 0)
+    elif create.if_exists == "start_new":
+        created = create_workflow(state, create)
+    elif create.if_exists == "return":
+        raise WorkflowClosed(
+            f"workflow {wid!r} has finished (status {existing['status']}); it takes no more signals",
+            workflow_id=wid,
+            status=existing["status"],
+        )
+    else:
+        raise WorkflowAlreadyExists(f"workflow {wid!r} already exists (status {existing['status']})", workflow_id=wid, status=existing["status"])
+    seq = append_inbox(state, AppendInbox(wid, "signal", intent.name, intent.payload))
+    return created, seq
+
+
+class RequestsMixin:
+    """Mixed into ``LmdbStore``: reading an update's entry."""
+
+    env: lmdb.Environment
+    dbs: Databases
+
+    def get_request(self, wid: str, request_id: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """``(request entry, workflow record)`` read in one snapshot, so that a request still
+        pending in a finished workflow really was never applied."""
+        with self.env.begin() as txn:
+            raw = txn.get(request_key(wid, request_id), db=self.dbs.requests)
+            record = txn.get(wid.encode(), db=self.dbs.workflows)
+            return (
+                None if raw is None else unpack_record(raw),
+                None if record is None else unpack_record(record),
+            )

@@ -1,0 +1,142 @@
+"""Signal and update handlers, and queries: what runs at an await point, outside the body.
+
+Mixed into ``WorkflowRun``. A signal handler's application is recorded first and applied when
+delivered. An update is validated (nothing recorded if refused), then applied at once, live, so
+its result can be committed with its record; replay re-applies it at its ``t`` for its effect on
+state, and the recorded result stands. Handlers and validators must be plain functions.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ..codec import decode, decode_args, encode, pack_record
+from ..errors import InvalidRequest, UnknownQuery, UpdateRejected
+from ._ops import HANDLER, UPDATE
+from ._records import Command, error_record
+
+__all__ = ["HandlersMixin"]
+
+
+class HandlersMixin:
+    __slots__ = ()
+
+    workflow_id: str
+    history: dict[int, dict[str, Any]]
+    query_handlers: dict[str, Any]
+    signal_handlers: dict[str, Any]
+    update_handlers: dict[str, tuple[Any, Any]]
+    next_seq: int
+    outcome: Command | None
+    _events: list[tuple[int, int]]
+    _next_t: int
+    _applied: set[int] | None
+
+    def close(self) -> None:  # provided by WorkflowRun
+        raise NotImplementedError
+
+    def _fail(self, exc: BaseException) -> None:  # provided by WorkflowRun
+        raise NotImplementedError
+
+    def _stuck(self, message: str) -> None:  # provided by WorkflowRun
+        raise NotImplementedError
+
+    def record_handler(self, name: str, payload: bytes, inbox_seq: int) -> tuple[int, bytes]:
+        """Record that signal handler ``name`` applies now, at the current await point."""
+        seq = self.next_seq
+        self.next_seq += 1
+        record = {"kind": HANDLER, "name": name, "t": self._next_t, "ok": payload, "inbox": inbox_seq}
+        self._next_t += 1
+        self.history[seq] = record
+        self._events.append((record["t"], seq))
+        return seq, pack_record(record)
+
+    def validate_update(self, name: str, args: tuple[Any, ...]) -> None:
+        """``UpdateRejected`` unless update ``name`` has a handler and its validator accepts
+        ``args``. Runs before anything is recorded: a rejected update leaves no trace here."""
+        entry = self.update_handlers.get(name)
+        if entry is None:
+            raise UpdateRejected(
+                f"workflow {self.workflow_id!r} has no update handler {name!r}", workflow_id=self.workflow_id, update=name
+            )
+        validator = entry[1]
+        if validator is None:
+            return
+        try:
+            verdict = validator(*args)
+        except Exception as exc:
+            raise UpdateRejected(
+                f"update {name!r} rejected: {type(exc).__name__}: {exc}",
+                workflow_id=self.workflow_id,
+                update=name,
+                type=type(exc).__name__,
+                cause_message=str(exc),
+            ) from exc
+        if verdict is False:
+            raise UpdateRejected(f"update {name!r} rejected by its validator", workflow_id=self.workflow_id, update=name)
+
+    def record_update(
+        self, name: str, args: tuple[Any, ...], payload: bytes, inbox_seq: int, request_id: str | None
+    ) -> tuple[int, bytes, dict[str, Any]]:
+        """Apply update handler ``name`` now, at the current await point, and record it with
+        its result. Call only with every earlier outcome delivered (the engine's poll does):
+        applying it here, before the commit, is then the same as applying it at delivery."""
+        seq = self.next_seq
+        self.next_seq += 1
+        record: dict[str, Any] = {"kind": UPDATE, "name": name, "t": self._next_t, "args": payload, "inbox": inbox_seq, "request_id": request_id}
+        self._next_t += 1
+        try:
+            value = _call_plain(self.update_handlers[name][0], args, name)
+            record["ok"] = encode(value, "update result")
+        except Exception as exc:  # the caller gets it; the workflow carries on
+            record["err"] = error_record(exc, "update")
+        self.history[seq] = record
+        self._events.append((record["t"], seq))
+        if self._applied is None:
+            self._applied = set()
+        self._applied.add(seq)
+        return seq, pack_record(record), record
+
+    def query(self, name: str, args: tuple[Any, ...]) -> Any:
+        handler = self.query_handlers.get(name)
+        if handler is None:
+            raise UnknownQuery(
+                f"workflow {self.workflow_id!r} has no query handler {name!r}",
+                workflow_id=self.workflow_id,
+                query=name,
+            )
+        return handler(*args)
+
+    def _apply_handler(self, record: dict[str, Any]) -> None:
+        handler = self.signal_handlers.get(record["name"])
+        if handler is None:
+            self._stuck(f"signal handler {record['name']!r} is recorded but not registered")
+            return
+        try:
+            payload = decode(record["ok"], "signal payload") if record["ok"] is not None else None
+            handler(payload)
+        except Exception as exc:
+            self.close()
+            self._fail(exc)
+
+    def _replay_update(self, record: dict[str, Any]) -> None:
+        """Re-apply a recorded update for its effect on workflow state; its recorded result
+        (already answered to the caller) stands, whatever the handler returns now."""
+        entry = self.update_handlers.get(record["name"])
+        if entry is None:
+            self._stuck(f"update handler {record['name']!r} is recorded but not registered")
+            return
+        try:
+            _call_plain(entry[0], decode_args(record["args"], "update argument"), record["name"])
+        except Exception:  # the recorded error stands, as the recorded result does
+            pass
+
+
+def _call_plain(fn: Any, args: tuple[Any, ...], name: str) -> Any:
+    value = fn(*args)
+    if inspect.isawaitable(value):
+        if hasattr(value, "close"):
+            value.close()
+        raise InvalidRequest(f"update handler {name!r} must be a plain function, not async")
+    return value
