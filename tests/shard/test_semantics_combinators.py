@@ -71,7 +71,29 @@ async def fan_out_failing(ctx) -> Any:
     return "no"
 
 
-APP = [deadline, signal_or_timer, fan_out, fan_out_failing]
+@workflow
+async def first_come(ctx) -> Any:
+    await ctx.wait_signal("start")
+    winner = await ctx.race([ctx.wait_signal("a"), ctx.wait_signal("b")])
+    rest = await ctx.wait_signal("a")
+    return [winner, rest]
+
+
+APP = [deadline, signal_or_timer, fan_out, fan_out_failing, first_come]
+
+
+def test_with_both_branches_satisfiable_the_earliest_message_wins_and_the_other_stays_buffered(tmp_path):
+    async def main():
+        async with Engine(str(tmp_path), app=APP) as engine:
+            handle = await engine.start(first_come, id="fc")
+            await handle.signal("b", "B")  # both buffered before the race is entered
+            await handle.signal("a", "A")
+            await handle.signal("start")
+            assert await handle.result(timeout=5) == [(1, "B"), "A"]
+            history = (await handle.describe())["history"]
+            assert [(op["name"], op["outcome"]) for op in history] == [("start", "ok"), ("a", "error"), ("b", "ok"), ("a", "ok")]
+
+    run(main())
 
 
 def test_a_timer_winning_a_race_cancels_the_running_activity(tmp_path):

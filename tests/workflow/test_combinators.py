@@ -85,13 +85,21 @@ def test_a_losing_wait_signal_consumes_nothing() -> None:
     assert not script.signal("a", "stays buffered")  # no op wants it any more
 
 
-def test_two_buffered_signals_wake_exactly_one_branch_the_lowest_seq() -> None:
-    script = Script(racer)
-    assert script.run.wanted_signal("b") == 1
-    assert script.run.wanted_signal("a") == 0  # ask again: still wanted, nothing changed
-    script.signal("a", "first")
-    assert script.run.wanted_signal("b") is None  # the race settled: b lost
-    assert script.result() == [0, "first", None]
+def test_a_signal_two_branches_wait_for_goes_to_exactly_one_the_lowest_seq() -> None:
+    @workflow
+    async def twice(ctx) -> Any:
+        first = await ctx.race([ctx.wait_signal("a"), ctx.wait_signal("a")])
+        second = await ctx.wait_signal("a")
+        return [first, second]
+
+    script = Script(twice)
+    assert script.run.wanted_signal("a") == 0
+    assert script.run.wanted_signal("b") is None
+    script.signal("a", "one")
+    assert script.cancelled == [1]  # the other branch consumed nothing
+    assert script.run.wanted_signal("a") == 2
+    script.signal("a", "two")
+    assert script.result() == [(0, "one"), "two"]
 
 
 def test_replay_stopped_mid_race_resumes_with_the_same_pending_branches() -> None:

@@ -2,11 +2,17 @@
 
 An async activity is first driven inline with ``send(None)``; most finish without suspending,
 and then no Task or Future is made at all. Only one that really suspends gets a Task.
+
+At most ``max_inflight`` attempts run at once per engine. Beyond that an attempt waits in a
+FIFO queue and starts when a running one ends: backpressure, never a failure. Its
+``start_to_close`` clock starts when it starts, not while it queues (``schedule_to_close``,
+checked by the actor, counts from the first attempt and does include the wait).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextvars
 import types
 from concurrent.futures import ThreadPoolExecutor
@@ -43,26 +49,111 @@ async def _finish(coro: Coroutine[Any, Any, Any], first: Any) -> Any:
     return await _resume(coro, first)
 
 
-class ActivityRunner:
-    """Starts attempts and reports each outcome once through ``done(value, error)``."""
+class _Queued:
+    """An attempt waiting for a free in-flight slot; ``cancel`` is set once it has started."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_threads: int) -> None:
+    __slots__ = ("definition", "args", "info", "timeout", "done", "cancel", "cancelled")
+
+    def __init__(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> None:
+        self.definition = definition
+        self.args = args
+        self.info = info
+        self.timeout = timeout
+        self.done = done
+        self.cancel: Callable[[], None] | None = None
+        self.cancelled = False
+
+    def stop(self) -> None:
+        if self.cancel is not None:
+            self.cancel()
+        else:
+            self.cancelled = True  # dropped when its turn comes; its outcome is never reported
+
+
+class ActivityRunner:
+    """Starts attempts and reports each outcome once through ``done(value, error)``.
+
+    ``inflight`` counts the attempts started and not yet reported (or cancelled); ``queued``
+    the attempts waiting for one of the ``max_inflight`` slots, started in arrival order.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, max_threads: int, max_inflight: int = 1000) -> None:
+        if max_inflight < 1:
+            raise ValueError("max_inflight_activities must be >= 1")
         self._loop = loop
         self._pool = ThreadPoolExecutor(max_workers=max_threads, thread_name_prefix="weft-activity")
         self.tasks: set[asyncio.Task[Any]] = set()
         self.started = 0
+        self.max_inflight = max_inflight
+        self.inflight = 0
+        self.peak_inflight = 0
+        self._queue: collections.deque[_Queued] = collections.deque()
+        self._draining = False
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
 
     def run(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None]:
-        """Start one attempt; return a function that cancels it (best effort for threads)."""
+        """Start one attempt, or queue it if ``max_inflight`` run already; return a function
+        that cancels it (best effort for threads; a queued attempt is just dropped)."""
+        if self.inflight >= self.max_inflight or self._queue:  # FIFO: nothing overtakes the queue
+            entry = _Queued(definition, args, info, timeout, done)
+            self._queue.append(entry)
+            return entry.stop
+        return self._start(definition, args, info, timeout, done)
+
+    def _start(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None]:
         self.started += 1
+        self.inflight += 1
+        if self.inflight > self.peak_inflight:
+            self.peak_inflight = self.inflight
+        slot = [True]  # held until the outcome is reported or the attempt is cancelled
+
+        def release() -> None:
+            if slot[0]:
+                slot[0] = False
+                self.inflight -= 1
+                if self._queue:
+                    self._drain()
+
+        def finished(value: Any, error: BaseException | None) -> None:
+            try:
+                done(value, error)
+            finally:
+                release()
+
         try:
             values = decode_args(args)
         except Exception as exc:
-            done(None, exc)
+            finished(None, exc)
             return _noop
         if definition.is_async:
-            return self._run_async(definition, values, info, timeout, done)
-        return self._run_thread(definition, values, info, timeout, done)
+            cancel = self._run_async(definition, values, info, timeout, finished)
+        else:
+            cancel = self._run_thread(definition, values, info, timeout, finished)
+        if not slot[0]:
+            return cancel  # finished inline: nothing left to release
+
+        def cancel_and_release() -> None:
+            cancel()
+            release()
+
+        return cancel_and_release
+
+    def _drain(self) -> None:
+        """Start queued attempts while slots are free (not re-entered by one that ends inline)."""
+        if self._draining:
+            return
+        self._draining = True
+        try:
+            queue = self._queue
+            while queue and self.inflight < self.max_inflight:
+                entry = queue.popleft()
+                if not entry.cancelled:
+                    entry.cancel = self._start(entry.definition, entry.args, entry.info, entry.timeout, entry.done)
+        finally:
+            self._draining = False
 
     def _run_async(self, definition: ActivityDefinition, values: tuple[Any, ...], info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None]:
         token = current_activity.set(info)
@@ -130,6 +221,7 @@ class ActivityRunner:
         return cancel
 
     def close(self) -> None:
+        self._queue.clear()
         for task in list(self.tasks):
             task.cancel()
         self._pool.shutdown(wait=False, cancel_futures=True)

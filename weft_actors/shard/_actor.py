@@ -10,7 +10,6 @@ own timer and activity attempt, keyed by seq.
 
 from __future__ import annotations
 
-import logging
 import random
 import uuid
 from datetime import datetime, timezone
@@ -18,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..codec import encode
 from ..errors import SerializationError, WeftError
-from ..store import CancelOther, ContinueRun, Finish, StepCommit, TimerRef
+from ..store import CancelOther, Finish, StepCommit, TimerRef
 from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, cancelled_record, error_record
+from ._ending import EndingMixin
 from ._inbox import InboxMixin
 from ._writes import Writes
 
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Actor"]
 
-log = logging.getLogger("weft_actors.shard")
 
 _ENCODED_NONE = encode(None)
 _ENCODED_TRUE = encode(True)
@@ -37,7 +36,7 @@ _DONE = 0
 _FIRED = 1
 
 
-class Actor(InboxMixin):
+class Actor(InboxMixin, EndingMixin):
     """Owns one run of workflow ``wid`` at claim ``epoch``; built by the engine only."""
 
     __slots__ = (
@@ -152,10 +151,10 @@ class Actor(InboxMixin):
                 self._end(cmd)
                 return
         self.busy = False
-        writes = self.writes
-        if writes is not None:
+        pending = self.writes
+        if pending is not None:
             self.writes = None
-            self._commit_writes(writes)
+            self._commit_writes(pending)
         self.poll()
 
     def poll(self) -> None:
@@ -289,8 +288,12 @@ class Actor(InboxMixin):
                 if self.children:
                     self.children.pop(child_id, None)
                 writes.effects.append(CancelOther(child_id))
-        extra = {} if inbox_seq is None else {"inbox": inbox_seq}
-        writes.ops.append((seq, self.run.record_outcome(seq, err=error or cancelled_record("cancelled"), **extra)))
+        error = error or cancelled_record("cancelled")
+        if inbox_seq is None:
+            packed = self.run.record_outcome(seq, err=error)
+        else:  # the cancel request's message is consumed by (recorded on) one op only
+            packed = self.run.record_outcome(seq, err=error, inbox=inbox_seq)
+        writes.ops.append((seq, packed))
 
     # -- outcomes -------------------------------------------------------------------------
 
@@ -319,7 +322,7 @@ class Actor(InboxMixin):
         def done(value: Any, error: BaseException | None) -> None:
             self.on_activity_done(token, seq, value, error)
 
-        entry = [token, None]
+        entry: list[Any] = [token, None]
         self.attempts[seq] = entry
         cancel = self.engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
         if self.attempts.get(seq) is entry:  # still running: it did not finish inline
@@ -381,62 +384,6 @@ class Actor(InboxMixin):
             what = f"no signal {op.name!r}" if kind == "signal" else "condition not met"  # type: ignore[union-attr]
             record = self.run.record_outcome(seq, err={"kind": "timeout", "type": "TimeoutError", "message": f"{what} in time"})
         self._commit(ops=((seq, record),), timers_del=timers)
-
-    # -- the end --------------------------------------------------------------------------
-
-    def _end(self, cmd: Command) -> None:
-        kind = cmd.kind
-        if kind == "stuck":
-            self._park_stuck(cmd.error or {})
-            return
-        writes = self.writes
-        self.writes = None
-        if self.ops or self.timers or self.attempts or self.wakes:  # what it no longer awaits
-            if writes is None:
-                writes = Writes()
-            self._stop_work(writes)
-        if kind == "complete":
-            finish: Finish | None = Finish("completed", cmd.payload, None)
-        elif kind == "fail":
-            error = cmd.error or {}
-            finish = Finish("cancelled" if error.get("kind") == "cancelled" else "failed", None, error)
-        else:  # continue as new
-            finish = None
-            self.next_run = (uuid.uuid4().hex, cmd.payload)  # type: ignore[assignment]
-            if writes is None:
-                writes = Writes()
-            writes.effects.append(ContinueRun(self.next_run[0], cmd.payload))  # type: ignore[arg-type]
-        self.finish = finish
-        if writes is None:
-            self._commit(finish=finish)
-        else:
-            self._commit_writes(writes, finish)
-
-    def _stop_work(self, writes: Writes | None) -> None:
-        """Cancel attempts in flight and drop timers (deleting the durable ones if ``writes``)."""
-        for attempt in self.attempts.values():
-            if attempt[1] is not None:
-                attempt[1]()
-        self.attempts.clear()
-        for ref, entry in self.timers.values():
-            self.engine.timers.cancel(entry)
-            if writes is not None:
-                writes.timers_del.append(ref)
-        self.timers.clear()
-        self.ops.clear()
-        self.wakes.clear()
-
-    def _park_stuck(self, error: dict[str, Any]) -> None:
-        self.stuck = True
-        self.writes = None
-        self._stop_work(None)
-        log.error("workflow %s is stuck: %s", self.wid, error.get("message"))
-        self._commit(fields={"nondeterminism": error.get("message")})
-
-    def outcome_record(self) -> dict[str, Any]:
-        """The finished run's ending, shaped like the stored workflow record's fields."""
-        finish = self.finish
-        return {"status": finish.status, "result": finish.result, "error": finish.error}  # type: ignore[union-attr]
 
     def close(self) -> None:
         """Stop without committing anything more (deposed, evicted or engine stopping)."""

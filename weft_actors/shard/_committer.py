@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from ..errors import EngineDeposed, WeftError
 from ..store import LmdbStore
+from ._failpoints import failpoint_from_env
 
 __all__ = ["GroupCommitter"]
 
@@ -28,9 +29,11 @@ class GroupCommitter:
     ``batches``/``intents`` count committed transactions and the intents they carried.
     Once ``close(error)`` is called nothing more reaches the store: every intent, pending or
     later, fails with ``error`` (a deposed or stopped engine commits nothing).
+
+    ``failpoint`` is armed only by ``WEFT_FAILPOINT`` (``_failpoints``), read here once.
     """
 
-    __slots__ = ("_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "batches", "intents")
+    __slots__ = ("_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "batches", "intents", "failpoint")
 
     def __init__(self, store: LmdbStore, engine_id: str, loop: asyncio.AbstractEventLoop) -> None:
         self._store = store
@@ -43,6 +46,9 @@ class GroupCommitter:
         self.on_deposed: Callable[[EngineDeposed], None] | None = None
         self.batches = 0
         self.intents = 0
+        self.failpoint = failpoint_from_env()
+        if self.failpoint is not None:
+            store.before_commit = lambda: self.failpoint.hit("after-apply")  # type: ignore[union-attr]
 
     def submit(self, intent: Any, callback: Callback) -> None:
         self._intents.append(intent)
@@ -72,11 +78,17 @@ class GroupCommitter:
         if self._closed is not None:
             results: list[Any] = [self._closed] * len(intents)
         else:
+            failpoint = self.failpoint
+            if failpoint is not None:
+                failpoint.batch()
+                failpoint.hit("before")
             before = store.commits
             results = store.apply(self._engine_id, intents)
             if store.commits != before:
                 self.batches += 1
                 self.intents += len(intents)
+                if failpoint is not None:
+                    failpoint.hit("after-commit")
         for callback, result in zip(callbacks, results):
             try:
                 callback(result)

@@ -22,6 +22,7 @@ from ..errors import (
     EngineDeposed,
     EngineStopped,
     InvalidRequest,
+    LimitExceeded,
     PayloadTooLarge,
     UnknownWorkflowType,
     WeftError,
@@ -67,6 +68,16 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     every ``prune_interval``). ``max_live_actors`` caps the actors kept in memory: parked ones
     beyond it are evicted least recently used first, keeping their claims, and replayed from
     the store on their next wake (``_eviction``).
+
+    Limits (each refusal is a ``LimitExceeded`` naming the limit, and writes nothing):
+    ``max_active_workflows`` (default ``max(200_000, 2 * max_live_actors)``) is a hard cap on
+    the actors in memory: when a client start finds that many and an eviction pass cannot
+    make room (none is parked), it is refused. Reclaims, child starts and continue-as-new are
+    never refused: those workflows exist already and must run somewhere. ``max_inbox``
+    (default 10,000) caps the signals and updates pending in one workflow's inbox; a retried
+    update (a known request id), a cancel request and a child's completion are always taken.
+    ``max_inflight_activities`` (default 1,000) caps the activity attempts running at once:
+    beyond it attempts wait in a FIFO queue (backpressure, never a failure).
     """
 
     def __init__(
@@ -93,6 +104,9 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         prune_interval: float = 60.0,
         retention: float = 7 * 86400.0,
         max_live_actors: int = 100_000,
+        max_active_workflows: int | None = None,
+        max_inbox: int = 10_000,
+        max_inflight_activities: int = 1000,
     ) -> None:
         validate_timing(heartbeat, ttl)
         if ownership not in OWNERSHIP_MODES:
@@ -124,6 +138,16 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.actors: dict[str, Actor] = {}
         self.orphans: set[str] = set()
         self.eviction = Evictor(self, max_live_actors)
+        self.max_active_workflows = max(200_000, 2 * max_live_actors) if max_active_workflows is None else max_active_workflows
+        if self.max_active_workflows <= max_live_actors:
+            raise ValueError(
+                f"max_active_workflows ({self.max_active_workflows}) must exceed max_live_actors "
+                f"({max_live_actors}): parked actors are evicted down to the latter to admit starts"
+            )
+        if max_inbox < 1 or max_inflight_activities < 1:
+            raise ValueError("max_inbox and max_inflight_activities must be >= 1")
+        self.max_inbox = max_inbox
+        self.max_inflight_activities = max_inflight_activities
         self.metrics = EngineMetrics()
         self.activities_started = 0
         self._waiters: dict[str, list[asyncio.Future[Any]]] = {}
@@ -150,7 +174,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         second live engine in ``single`` mode), then reclaim what nobody live drives."""
         loop = asyncio.get_running_loop()
         kwargs = {} if self._map_size is None else {"map_size": self._map_size}
-        self.store = LmdbStore(self.data_dir, clock=self.clock, sync=self._sync, **kwargs)
+        self.store = LmdbStore(self.data_dir, clock=self.clock, sync=self._sync, max_inbox=self.max_inbox, **kwargs)
         try:
             self.store.register_engine(
                 self.engine_id, heartbeat=self.heartbeat, ttl=self.ttl, mode=self.ownership, slot=self.slot, pid=os.getpid()
@@ -161,7 +185,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.committer = GroupCommitter(self.store, self.engine_id, loop)
         self.committer.on_deposed = lambda error: self.depose(str(error))
         self.timers = TimerService(loop, self.clock)
-        self.activities = ActivityRunner(loop, self._max_threads)
+        self.activities = ActivityRunner(loop, self._max_threads, self.max_inflight_activities)
         self.maintenance = Maintenance(self)
         self.state = "running"
         if self._tune_gc:
@@ -284,6 +308,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         delayed start, claimed here in the same transaction)."""
         self._check_running()
         definition = self._definition(workflow)
+        self.admit()
         wid = new_id() if id is None else validate_id(id)
         if if_exists not in ("error", "return", "start_new"):
             raise InvalidRequest(f"if_exists must be 'error', 'return' or 'start_new', not {if_exists!r}")
@@ -312,6 +337,20 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if isinstance(result, WeftError):
             raise result
         return WorkflowHandle(self, wid, result.run_id)
+
+    def admit(self) -> None:
+        """Refuse a new workflow (``LimitExceeded``) when ``max_active_workflows`` actors are
+        in memory and an eviction pass frees no room: all of them are busy."""
+        if len(self.actors) >= self.max_active_workflows:
+            self.eviction.run()
+            if len(self.actors) >= self.max_active_workflows:
+                raise LimitExceeded(
+                    f"engine {self.engine_id} runs {len(self.actors)} workflows, its limit "
+                    f"(max_active_workflows={self.max_active_workflows}), and none is parked to "
+                    "evict: retry later, or start it elsewhere",
+                    limit="max_active_workflows",
+                    value=self.max_active_workflows,
+                )
 
     def get_handle(self, workflow_id: str) -> WorkflowHandle:
         """A handle on ``workflow_id``; no I/O happens until a method is awaited."""
@@ -391,6 +430,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "writes_total": self.committer.intents,
             "timers": len(self.timers),
             "activities_started": self.activities_started,
+            "activities_inflight": self.activities.inflight,
+            "activities_queued": self.activities.queued,
             "feed_cursor": self.maintenance.feed_cursor,
             **self.eviction.snapshot(),
             **self.metrics.snapshot(),

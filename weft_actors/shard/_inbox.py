@@ -26,7 +26,8 @@ __all__ = ["InboxMixin"]
 
 
 class InboxMixin:
-    __slots__ = ()
+    if not TYPE_CHECKING:  # slots for the runtime; type checkers would flag every attribute
+        __slots__ = ()  # the concrete class declares (a mixin's own __slots__ names none)
 
     engine: Engine
     wid: str

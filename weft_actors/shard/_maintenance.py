@@ -14,7 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ..errors import EngineDeposed, WeftError
+from ..errors import EngineDeposed, StorageFull, WeftError
 from ._reclaim import Reclaimer
 
 if TYPE_CHECKING:
@@ -26,7 +26,9 @@ log = logging.getLogger("weft_actors.shard")
 
 FEED_BATCH = 10_000
 HISTORY_BATCH = 2_000
-"""Keys one retention transaction deletes at most."""
+"""Keys one retention transaction deletes at most. In a full store a delete needs free pages
+too (copy-on-write, and the freelist itself): a batch refused with ``StorageFull`` is retried
+at half the size, down to one key, so retention can still free room in a full store."""
 HISTORY_BUDGET = 0.025
 """Seconds of one pass spent on retention at most: a backlog is worked off over the following
 heartbeat passes (not only every ``prune_interval``) without starving the loop."""
@@ -39,6 +41,7 @@ class Maintenance:
         self.feed_cursor = engine.store.feed_head()
         self._next_prune = engine.clock.now() + engine.prune_interval
         self._history_backlog = False
+        self._history_batch = HISTORY_BATCH
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = threading.get_ident()
@@ -183,7 +186,14 @@ class Maintenance:
         deadline = time.perf_counter() + HISTORY_BUDGET
         try:
             while True:
-                result = engine.store.prune_history(engine.retention, engine.engine_id, HISTORY_BATCH)
+                try:
+                    result = engine.store.prune_history(engine.retention, engine.engine_id, self._history_batch)
+                except StorageFull:
+                    if self._history_batch == 1:
+                        raise
+                    self._history_batch = max(1, self._history_batch // 2)
+                    continue
+                self._history_batch = min(HISTORY_BATCH, self._history_batch * 2)
                 engine.metrics.histories_pruned += result.workflows
                 self._history_backlog = result.more
                 if not result.more or time.perf_counter() >= deadline or engine.state != "running":

@@ -56,6 +56,9 @@ class WorkflowMessages:
     def _definition(self, workflow: Any) -> WorkflowDefinition:
         raise NotImplementedError
 
+    def admit(self) -> None:
+        raise NotImplementedError
+
     def _spawn(self, definition: WorkflowDefinition, wid: str, run_id: str, epoch: int, args: tuple[Any, ...], history: dict[int, dict[str, Any]], inbox: Any) -> Actor:
         raise NotImplementedError
 
@@ -175,6 +178,7 @@ class WorkflowMessages:
         if not isinstance(signal, str) or not signal:
             raise InvalidRequest("a signal needs a non-empty name")
         definition = self._definition(workflow)
+        self.admit()  # refused like a start at the actor cap, even if it only signals
         create = self._create_intent(definition, args, id, if_exists, memo, start_delay, start_at, execution_timeout)
         data = self._check_payload(encode(payload, "signal payload"), "signal payload")
         future = self.committer.loop.create_future()

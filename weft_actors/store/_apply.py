@@ -11,7 +11,7 @@ from typing import Any
 import lmdb
 
 from ..codec import pack_record, unpack_record
-from ..errors import FencedOut, WorkflowAlreadyExists, WorkflowClosed, WorkflowNotFound
+from ..errors import FencedOut, LimitExceeded, WorkflowAlreadyExists, WorkflowClosed, WorkflowNotFound
 from ._env import Databases
 from ._intents import AppendInbox, Created, CreateWorkflow, StepCommit
 from ._feed import feed_entry
@@ -27,6 +27,7 @@ from ._keys import (
     inbox_key,
     pack_u32,
     pack_u64,
+    prefixed,
     run_prefix,
     timer_key,
     unpack_u64,
@@ -34,21 +35,29 @@ from ._keys import (
     visibility_value,
 )
 
-__all__ = ["TxnState", "APPLIERS", "next_epoch", "set_visibility", "release_claims", "step_commit", "append_inbox", "create_workflow"]
+__all__ = ["TxnState", "APPLIERS", "DEFAULT_MAX_INBOX", "next_epoch", "set_visibility", "release_claims", "step_commit", "append_inbox", "create_workflow"]
+
+
+DEFAULT_MAX_INBOX = 10_000
+"""Signals and updates pending in one workflow's inbox at most (``append_inbox``)."""
+
+_CAPPED_KINDS = frozenset({"signal", "update"})
+"""Messages a client sends, refused at the cap; the engine's own (cancel, child done) never are."""
 
 
 class TxnState:
     """Per-transaction facts shared by the intents of one batch."""
 
-    __slots__ = ("txn", "dbs", "engine_raw", "now", "feed_seq", "writes")
+    __slots__ = ("txn", "dbs", "engine_raw", "now", "feed_seq", "writes", "max_inbox")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes, now: float) -> None:
+    def __init__(self, txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes, now: float, max_inbox: int = DEFAULT_MAX_INBOX) -> None:
         self.txn = txn
         self.dbs = dbs
         self.engine_raw = engine_raw
         self.now = now
         self.feed_seq: int | None = None
         self.writes = 0
+        self.max_inbox = max_inbox
 
     def next_feed_seq(self) -> int:
         if self.feed_seq is None:
@@ -211,6 +220,8 @@ def append_inbox(state: TxnState, intent: AppendInbox) -> int:
             workflow_id=wid,
             status=status,
         )
+    if intent.kind in _CAPPED_KINDS:
+        check_inbox_room(state, wid, intent.kind)
     seq = state.next_feed_seq()
     message = {
         "kind": intent.kind,
@@ -222,6 +233,30 @@ def append_inbox(state: TxnState, intent: AppendInbox) -> int:
     txn.put(inbox_key(wid, seq), pack_record(message), db=dbs.inbox)
     txn.put(pack_u64(seq), feed_entry(state.now, wid), db=dbs.feed)
     return seq
+
+
+def check_inbox_room(state: TxnState, wid: str, kind: str) -> None:
+    """``LimitExceeded`` if ``wid`` has ``max_inbox`` messages pending. Counted by a prefix scan
+    that stops at the cap: a key or two for a workflow that keeps up with its inbox, and at
+    most ``max_inbox`` keys (a millisecond or so) for one that has fallen that far behind."""
+    prefix = prefixed(wid)
+    cursor = state.txn.cursor(db=state.dbs.inbox)
+    if not cursor.set_range(prefix):
+        return
+    limit = state.max_inbox
+    pending = 0
+    for key in cursor.iternext(values=False):
+        if not key.startswith(prefix):
+            return
+        pending += 1
+        if pending >= limit:
+            raise LimitExceeded(
+                f"workflow {wid!r} has {limit} messages pending in its inbox, its limit (max_inbox); "
+                f"this {kind} is refused until the workflow consumes some",
+                workflow_id=wid,
+                limit="max_inbox",
+                value=limit,
+            )
 
 
 APPLIERS: dict[type, Any] = {

@@ -11,6 +11,12 @@ One read transaction, one pass per keyspace. What it checks and why:
 - each workflow record has exactly its visibility entry (with its ``updated``) and no entry
   lacks a record; a finished workflow whose history is kept has its ``expiring`` entry, and
   no other entry exists there (else the retention prune would miss or mistake it);
+- every holder names an engine in the registry (a claim of an engine pruned from it would
+  never be reclaimed: the reclaim pass looks for claims of registered engines only);
+- every durable timer belongs to the current run of an unfinished workflow (a stale timer
+  would wake a run that is gone, and leaks for ever);
+- an update still ``pending`` in a running workflow has its inbox message still pending (else
+  it was consumed without an answer, and its caller would wait for ever);
 - no feed entry is older than the feed retention (plus slack) on a store with no live engine.
 """
 
@@ -24,7 +30,7 @@ import lmdb
 
 from ..codec import unpack_record
 from ._env import Databases
-from ._keys import NO_ENGINE, TERMINAL, expiring_key, split_holder, unpack_u64, visibility_key, visibility_value
+from ._keys import NO_ENGINE, TERMINAL, expiring_key, split_holder, split_timer_key, unpack_u64, visibility_key, visibility_value
 
 __all__ = ["Problem", "check_environment", "check_store"]
 
@@ -58,6 +64,7 @@ def check_environment(txn: lmdb.Transaction, dbs: Databases, now: float, feed_re
     problems += _check_ops_and_inbox(txn, dbs)
     problems += _check_claims(txn, dbs, records)
     problems += _check_visibility(txn, dbs, records)
+    problems += _check_timers_and_requests(txn, dbs, records)
     problems += _check_feed(txn, dbs, now, feed_retention)
     return problems
 
@@ -109,9 +116,12 @@ def _check_claims(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict
     for wid, epoch in epochs.items():
         if epoch < 1:
             problems.append(Problem("epoch_not_positive", wid, f"claim_epoch is {epoch}"))
+    engines = {bytes(key) for key in txn.cursor(db=dbs.engines).iternext(values=False)}
     for wid, holder in holders.items():
         engine_id, epoch, _ = split_holder(holder)
         record = records.get(wid)
+        if holder[:16] not in engines:
+            problems.append(Problem("holder_engine_unknown", wid, f"held by {engine_id}, which is not in the engine registry"))
         if epoch != epochs.get(wid):
             problems.append(Problem("holder_epoch_mismatch", wid, f"holder epoch {epoch}, claim_epoch {epochs.get(wid)}"))
         if record is None:
@@ -154,6 +164,34 @@ def _check_visibility(txn: lmdb.Transaction, dbs: Databases, records: dict[str, 
         problems.append(Problem("visibility_stale", None, f"entry {key!r} matches no record"))
     for key in expiring - expected_expiring:
         problems.append(Problem("expiring_stale", None, f"entry {key!r} matches no finished record"))
+    return problems
+
+
+def _check_timers_and_requests(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
+    problems: list[Problem] = []
+    for key, value in txn.cursor(db=dbs.timers):
+        fire_at, seq, wid = split_timer_key(key)
+        record = records.get(wid)
+        timer = unpack_record(value)
+        if record is None or record["status"] in TERMINAL:
+            status = "missing" if record is None else record["status"]
+            problems.append(Problem("timer_stale", wid, f"{timer.get('kind')} timer #{seq} at {fire_at:.3f} of a workflow that is {status}"))
+        elif timer.get("run_id") not in (None, record["run_id"]):
+            problems.append(Problem("timer_stale", wid, f"{timer.get('kind')} timer #{seq} of run {timer.get('run_id')}, not the current run"))
+    pending: dict[str, set[int]] = defaultdict(set)
+    for key in txn.cursor(db=dbs.inbox).iternext(values=False):
+        wid, seq = _split_inbox_key(key)
+        pending[wid].add(seq)
+    for key, value in txn.cursor(db=dbs.requests):
+        (length,) = struct.unpack_from(">H", key)
+        wid = key[2 : 2 + length].decode()
+        entry = unpack_record(value)
+        record = records.get(wid)
+        if record is None or record["status"] in TERMINAL or entry.get("state") != "pending":
+            continue
+        if entry.get("inbox") not in pending.get(wid, ()):
+            request_id = key[2 + length :].decode(errors="replace")
+            problems.append(Problem("request_unanswered", wid, f"update {request_id!r} is pending, but its inbox message #{entry.get('inbox')} is gone"))
     return problems
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import lmdb
 
@@ -13,7 +13,7 @@ from .._clock import Clock, SystemClock
 from ..codec import unpack_record
 from ..errors import StorageError, StorageFull, WeftError
 from . import _engines, _listing, _queries
-from ._apply import TxnState, next_epoch, release_claims
+from ._apply import DEFAULT_MAX_INBOX, TxnState, next_epoch, release_claims
 from ._dispatch import apply_intent
 from ._feed import feed_head, read_feed
 from ._upkeep import UpkeepMixin
@@ -41,8 +41,10 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         map_size: int = DEFAULT_MAP_SIZE,
         sync: bool = True,
         readonly: bool = False,
+        max_inbox: int = DEFAULT_MAX_INBOX,
     ) -> None:
         self.path = os.path.abspath(path)
+        self.max_inbox = max_inbox
         self.clock = clock or SystemClock()
         self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly)
         self.commits = 0
@@ -52,6 +54,9 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self._incarnations: dict[str, str] = {}
         """engine id -> the incarnation this instance registered: a record re-registered by
         someone else is no longer ours, and every commit checks that."""
+        self.before_commit: Callable[[], None] | None = None
+        """Called inside ``apply``'s transaction once every intent is applied, just before the
+        commit: the crash-test failpoint ``commit:after-apply`` (``None`` otherwise)."""
 
     def close(self) -> None:
         for fd in self._locks.values():
@@ -77,7 +82,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 # reading the clock and committing must not let a stale "now" pass the check.
                 now = self.clock.now()
                 record = _engines.check_live(txn, self.dbs, engine_id, now, self._incarnations.get(engine_id))
-                state = TxnState(txn, self.dbs, engine_key(engine_id), now)
+                state = TxnState(txn, self.dbs, engine_key(engine_id), now, self.max_inbox)
                 if now >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
                     # A busy engine's commits carry its heartbeat: a long loop turn full of
                     # work must not let its own lease lapse.
@@ -89,6 +94,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                     except WeftError as exc:
                         results.append(exc)
                 state.flush()
+                if self.before_commit is not None:
+                    self.before_commit()
         except WeftError as exc:
             return [exc] * len(intents)
         except lmdb.MapFullError as exc:

@@ -12,7 +12,7 @@ outcomes arrive in the same order, replay settles every combinator exactly as th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..codec import decode, encode
 from ..errors import SerializationError
@@ -56,7 +56,8 @@ class CombinatorMixin:
     """Bookkeeping for leaves under combinators, dead ops and pending conditions. Containers
     are made on first use: a parked run that never used them pays nothing for them."""
 
-    __slots__ = ()
+    if not TYPE_CHECKING:  # slots for the runtime; type checkers would flag every attribute
+        __slots__ = ()  # the concrete class declares (a mixin's own __slots__ names none)
 
     history: dict[int, dict[str, Any]]
     next_seq: int
@@ -267,6 +268,11 @@ class CombinatorMixin:
             cmd = _new_tuple(Command, ("resolve", seq, op, self.history.get(seq), ENCODED_NONE, None))
         self._resolving.add(seq)  # type: ignore[union-attr]
         self._command(cmd)
+        # Never also hand the engine an "op" command for it (it may not have had one yet).
+        if seq == self.waiting_seq:
+            self._emitted_seq = seq
+        elif self._slots and seq in self._slots:
+            self._slots[seq].emitted = True
         return True
 
     # -- questions the engine asks --------------------------------------------------------

@@ -8,7 +8,9 @@ recorded outcome is handed to the engine to execute for real.
 
 The common case (one op awaited at a time) keeps its own fast path: ``waiting``/``waiting_seq``
 name the op and no container is touched. ``all``/``race`` and ``wait_condition`` go through
-``CombinatorMixin``.
+``CombinatorMixin``; signal and update handlers through ``HandlersMixin``. A workflow ends with
+``complete``, ``fail`` (a re-raised ``CancelledError`` is a cancellation) or ``continue``
+(``ctx.continue_as_new``). ``patched`` consumes a seq only where the run reaches it live.
 """
 
 from __future__ import annotations
@@ -190,12 +192,11 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
 
     def _pump(self) -> list[Command]:
         events, history = self._events, self.history
-        while self.outcome is None:
-            index = self._next_event
-            if index >= len(events):
-                break
+        index, end = self._next_event, len(events)  # nothing is recorded while the pump runs
+        while index < end and self.outcome is None:
             t, seq = events[index]
-            self._next_event = index + 1
+            index += 1
+            self._next_event = index
             self.replaying = t < self._live_t
             record = history[seq]
             if record["kind"] in _HANDLER_KINDS:
@@ -237,7 +238,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
                 self._stuck(f"op #{seq} ({record['kind']} {record['name']!r}) is recorded but the code is not awaiting it")
                 break
         self.replaying = False
-        if self._next_event >= len(events) and events:
+        if index >= end and end:
             events.clear()
             self._next_event = 0
         out = self._out
@@ -333,7 +334,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         return None
 
     def _complete(self, value: Any) -> None:
-        if self._events_left(replayed_only=False):
+        if self._next_event < len(self._events) and self._events_left(replayed_only=False):
             self._stuck("the workflow returned but its history has more recorded events")
             return
         try:
@@ -344,13 +345,13 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         self.outcome = Command("complete", payload=payload)
 
     def _continue(self, request: ContinueAsNew) -> None:
-        if self._events_left(replayed_only=False):
+        if self._next_event < len(self._events) and self._events_left(replayed_only=False):
             self._stuck("the workflow continued as new but its history has more recorded events")
             return
         self.outcome = Command("continue", payload=request.payload)
 
     def _fail(self, exc: BaseException) -> None:
-        if self._events_left(replayed_only=True):
+        if self._next_event < len(self._events) and self._events_left(replayed_only=True):
             # The history went further than this code does: changed code, not a real failure.
             self._stuck(f"the workflow raised {type(exc).__name__}: {exc} but its history has more recorded events")
             return

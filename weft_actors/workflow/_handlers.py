@@ -9,7 +9,7 @@ state, and the recorded result stands. Handlers and validators must be plain fun
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..codec import decode, decode_args, encode, pack_record
 from ..errors import InvalidRequest, UnknownQuery, UpdateRejected
@@ -20,7 +20,8 @@ __all__ = ["HandlersMixin"]
 
 
 class HandlersMixin:
-    __slots__ = ()
+    if not TYPE_CHECKING:  # slots for the runtime; type checkers would flag every attribute
+        __slots__ = ()  # the concrete class declares (a mixin's own __slots__ names none)
 
     workflow_id: str
     history: dict[int, dict[str, Any]]
@@ -46,10 +47,11 @@ class HandlersMixin:
         """Record that signal handler ``name`` applies now, at the current await point."""
         seq = self.next_seq
         self.next_seq += 1
-        record = {"kind": HANDLER, "name": name, "t": self._next_t, "ok": payload, "inbox": inbox_seq}
-        self._next_t += 1
+        t = self._next_t
+        record = {"kind": HANDLER, "name": name, "t": t, "ok": payload, "inbox": inbox_seq}
+        self._next_t = t + 1
         self.history[seq] = record
-        self._events.append((record["t"], seq))
+        self._events.append((t, seq))
         return seq, pack_record(record)
 
     def validate_update(self, name: str, args: tuple[Any, ...]) -> None:

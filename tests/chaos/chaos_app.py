@@ -1,0 +1,89 @@
+"""The app the chaos test serves (``--app chaos_app``, with tests/chaos on PYTHONPATH).
+
+Every workflow's result is computable from what the client acknowledged, so the harness can
+check each one exactly:
+
+- ``accumulator(n)``: sums the values of ``add`` signals and updates, each carrying a unique
+  token (a client that cannot tell whether a send landed sends it again; the workflow counts
+  each token once). ``close(count)`` says how many distinct tokens to wait for. Result:
+  ``{"sum": 2n + sum of values, "count": tokens, "dups": repeated sends seen}``.
+- ``parent(n)``: two children in ``ctx.all``, then ``+ 1``: ``4n + 3``.
+- ``counter(n, acc)``: one activity per run, continuing as new down to 0: ``acc + n(n+1)``.
+- ``racer(n)``: races signal ``go`` against a long sleep: ``n + payload``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from weft_actors import RetryPolicy, activity, workflow
+
+RETRY = RetryPolicy(max_attempts=1000, initial_interval=0.05, backoff=2.0, max_interval=0.5)
+
+
+@activity(retry=RETRY, start_to_close=10)
+async def work(n: int) -> int:
+    await asyncio.sleep(0.002 + (n % 5) * 0.002)
+    return 2 * n
+
+
+@workflow
+async def accumulator(ctx, n: int) -> dict:
+    state: dict[str, Any] = {"sum": 0, "expect": None, "dups": 0}
+    seen: set[str] = set()
+
+    def add(token: str, value: int) -> int:
+        if token in seen:
+            state["dups"] += 1
+        else:
+            seen.add(token)
+            state["sum"] += value
+        return state["sum"]
+
+    def close(count: int) -> None:
+        state["expect"] = count
+
+    ctx.on_signal("add", lambda payload: add(payload[0], payload[1]))
+    ctx.on_update("add", add)
+    ctx.on_signal("close", close)
+    ctx.on_query("count", lambda: len(seen))
+    base = await ctx.run(work, n)
+    await ctx.wait_condition(lambda: state["expect"] is not None and len(seen) >= state["expect"])
+    await ctx.sleep(0.01)
+    return {"sum": base + state["sum"], "count": len(seen), "dups": state["dups"]}
+
+
+@workflow
+async def child_wf(ctx, n: int) -> int:
+    value = await ctx.run(work, n)
+    await ctx.sleep(0.01)
+    return value
+
+
+@workflow
+async def parent(ctx, n: int) -> int:
+    first, second = await ctx.all([ctx.child(child_wf, n), ctx.child(child_wf, n + 1)])
+    return first + second + 1
+
+
+@workflow
+async def counter(ctx, n: int, acc: int) -> int:
+    if n <= 0:
+        return acc
+    acc += await ctx.run(work, n)
+    return ctx.continue_as_new(n - 1, acc)
+
+
+@workflow
+async def racer(ctx, n: int) -> int:
+    index, value = await ctx.race([ctx.wait_signal("go"), ctx.sleep(3600)])
+    return n + value if index == 0 else -1
+
+
+def expected_parent(n: int) -> int:
+    return 4 * n + 3
+
+
+def expected_counter(n: int, acc: int) -> int:
+    return acc + n * (n + 1)

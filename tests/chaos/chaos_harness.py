@@ -1,0 +1,636 @@
+"""The chaos harness: continuous client load against a real supervisor while shards are killed
+(``kill -9``), stalled (``SIGSTOP`` past their lease, then ``SIGCONT``: they must depose
+themselves) and the whole supervisor is crashed or drained and restarted; then every workflow
+must end with exactly the result its acknowledged inputs determine, and the invariant checker
+must find nothing wrong.
+
+Randomness is seeded: the seed decides every choice of the load and of the faults (thread
+timing still varies from run to run). Run it from pytest (``tests/chaos/test_chaos.py``) or
+directly for longer runs::
+
+    python tests/chaos/chaos_harness.py --seconds 300 [--seed N] [--runs K] [--shards 3]
+
+Clients tolerate faults the way a real client must: a request without an answer
+(``ServerUnavailable``, or an engine that stopped under it) may or may not have been applied,
+so it is sent again. Starts use client-chosen ids with ``if_exists="return"``; updates carry a
+request id (applied at most once by the engine); signals carry a unique token that the
+workflow counts once. Exactly-once consumption of each inbox message is then checked by the
+invariant checker, not assumed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parent
+for _path in (str(HERE), str(TESTS)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+import chaos_app  # noqa: E402
+from _processes import RunningSupervisor  # noqa: E402
+from weft_actors import Client  # noqa: E402
+from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, WeftError, WorkflowClosed  # noqa: E402
+
+RETRYABLE = (ServerUnavailable, EngineDeposed, EngineStopped)
+"""No answer, or the engine that took the request stopped under it: it may have been applied."""
+
+HEARTBEAT, TTL = 0.2, 0.6
+EXPIRY = TTL + 2 * HEARTBEAT
+"""A stalled engine is judged expired this long after its last heartbeat."""
+
+OPS = ("acc", "signal", "update", "close", "query", "parent", "counter", "racer", "cancel", "terminate")
+WEIGHTS = (12, 34, 14, 7, 4, 11, 9, 9, 3, 3)
+MAX_OPEN = 6
+"""Accumulators one worker keeps open at once (each closes after a random number of adds)."""
+
+
+@dataclasses.dataclass
+class Summary:
+    seed: int
+    seconds: float
+    runs: int = 1
+    kills: int = 0
+    stalls: int = 0
+    long_stalls: int = 0
+    deposed_exits: int = 0
+    crash_restarts: int = 0
+    drain_restarts: int = 0
+    workflows: int = 0
+    children: int = 0
+    continued: int = 0
+    signals: int = 0
+    updates: int = 0
+    queries: int = 0
+    cancels: int = 0
+    terminates: int = 0
+    retries: int = 0
+    duplicates: int = 0
+    epoch_samples: int = 0
+    checker_runs: int = 0
+    violations: list[str] = dataclasses.field(default_factory=list)
+    errors: Counter[str] = dataclasses.field(default_factory=Counter)
+    elapsed: float = 0.0
+
+    def line(self) -> str:
+        return (
+            f"chaos seed={self.seed} seconds={self.seconds:g} runs={self.runs} kills={self.kills} "
+            f"stalls={self.stalls} (past ttl {self.long_stalls}, deposed exits {self.deposed_exits}) "
+            f"restarts={self.crash_restarts + self.drain_restarts} (crash {self.crash_restarts}, drain {self.drain_restarts}) "
+            f"workflows={self.workflows} children={self.children} continued={self.continued} "
+            f"signals={self.signals} updates={self.updates} queries={self.queries} cancels={self.cancels} "
+            f"terminates={self.terminates} retries={self.retries} "
+            f"maybe-applied-duplicates={self.duplicates} epoch-samples={self.epoch_samples} "
+            f"checker-runs={self.checker_runs} violations={len(self.violations)} elapsed={self.elapsed:.1f}s"
+        )
+
+    def merge(self, other: Summary) -> None:
+        for field in dataclasses.fields(self):
+            if field.name in ("seed", "seconds"):
+                continue
+            mine, theirs = getattr(self, field.name), getattr(other, field.name)
+            if isinstance(mine, list):
+                mine.extend(theirs)
+            elif isinstance(mine, Counter):
+                mine.update(theirs)
+            else:
+                setattr(self, field.name, mine + theirs)
+
+
+@dataclasses.dataclass
+class Acc:
+    wid: str
+    n: int
+    closes_after: int
+    values: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return sum(self.values.values())
+
+
+class GaveUp(Exception):
+    """A request kept failing past the run's hard deadline."""
+
+
+# -- processes ----------------------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """``(state, ppid)`` of ``pid``, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def _is_shard(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"spawn_main" in handle.read()
+    except OSError:
+        return False
+
+
+def shard_pids(supervisor_pid: int) -> list[int]:
+    """Live (not zombie) shard processes of the supervisor, stopped ones included."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = _proc_stat(int(entry))
+        if stat is not None and stat[1] == supervisor_pid and stat[0] != "Z" and _is_shard(int(entry)):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _alive(pid: int) -> bool:
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+class ChaosRun:
+    def __init__(
+        self,
+        data_dir: Path,
+        seed: int,
+        seconds: float,
+        *,
+        shards: int = 3,
+        workers: int = 4,
+        fault_gap: tuple[float, float] = (0.7, 2.0),
+        request_timeout: float = 3.0,
+        routing: str | None = None,
+        log: Callable[[str], None] = print,
+    ) -> None:
+        self.data_dir = data_dir
+        self.seed = seed
+        self.seconds = seconds
+        self.shards = shards
+        self.workers = workers
+        self.fault_gap = fault_gap
+        self.request_timeout = request_timeout
+        self.log = log
+        # Odd seeds send requests to any shard: every path through a non-owner gets chaos too.
+        self.routing = routing or ("round-robin" if seed % 2 else "owner")
+        self.summary = Summary(seed=seed, seconds=seconds)
+        self.lock = threading.Lock()
+        self.stop_load = threading.Event()
+        self.stop_faults = threading.Event()
+        self.hard_deadline = 0.0
+        self.expected: dict[str, tuple[str, Any]] = {}
+        """wid -> (kind, expected result) of every workflow a client started."""
+        self.open_accs: list[Acc] = []
+        self.seen_shards: set[int] = set()
+        self.sup = RunningSupervisor(
+            data_dir,
+            shards=shards,
+            app="chaos_app",
+            args=(
+                "--heartbeat", str(HEARTBEAT), "--ttl", str(TTL), "--log-level", "WARNING",
+                "--restart-limit", "100000", "--restart-window", "30", "--routing", self.routing,
+            ),
+            env={"PYTHONPATH": os.pathsep.join([str(HERE), str(TESTS), os.environ.get("PYTHONPATH", "")])},
+        )
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def violation(self, text: str) -> None:
+        with self.lock:
+            self.summary.violations.append(text)
+        self.log(f"VIOLATION: {text}")
+
+    def count(self, name: str, n: int = 1) -> None:
+        with self.lock:
+            setattr(self.summary, name, getattr(self.summary, name) + n)
+
+    def call(self, what: str, fn: Callable[[], Any], tolerate: tuple[type[BaseException], ...] = ()) -> Any:
+        """``fn()`` until it answers; a retryable failure may have been applied, so the caller
+        makes every call safe to repeat. Errors in ``tolerate`` are returned, not raised."""
+        delay = 0.05
+        while True:
+            try:
+                return fn()
+            except tolerate as exc:
+                return exc
+            except RETRYABLE as exc:
+                with self.lock:
+                    self.summary.retries += 1
+                    self.summary.errors[exc.code] += 1
+                if time.monotonic() > self.hard_deadline:
+                    raise GaveUp(f"{what}: still failing at the hard deadline: {exc}") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
+    # -- the whole run -----------------------------------------------------------------------
+
+    def run(self) -> Summary:
+        started = time.monotonic()
+        self.log(f"chaos run: seed={self.seed} seconds={self.seconds:g} shards={self.shards} routing={self.routing} data={self.data_dir} (replay: WEFT_CHAOS_SEED={self.seed})")
+        self.hard_deadline = started + self.seconds + 240
+        try:
+            self.sup.start()
+            self._track_shards()
+            self._chaos_phase()
+            self._stop_and_check("after chaos")
+            self.sup.start()
+            self._finish_phase()
+            self._stop_and_check("at the end")
+        except GaveUp as exc:
+            self.violation(str(exc))
+        finally:
+            self._kill_everything()
+            self.summary.elapsed = time.monotonic() - started
+        self.log(self.summary.line())
+        return self.summary
+
+    def _chaos_phase(self) -> None:
+        deadline = time.monotonic() + self.seconds
+        threads = [threading.Thread(target=self._guard(self._worker, i), name=f"chaos-worker-{i}", daemon=True) for i in range(self.workers)]
+        threads.append(threading.Thread(target=self._guard(self._faults), name="chaos-faults", daemon=True))
+        threads.append(threading.Thread(target=self._guard(self._epochs), name="chaos-epochs", daemon=True))
+        for thread in threads:
+            thread.start()
+        while time.monotonic() < deadline and not self.stop_load.is_set():
+            time.sleep(0.1)
+        self.stop_faults.set()
+        threads[-2].join(60)  # the fault thread ends its fault (a stall always gets its SIGCONT)
+        self.stop_load.set()
+        for thread in threads:
+            thread.join(self.hard_deadline - time.monotonic())
+            if thread.is_alive():
+                self.violation(f"{thread.name} did not stop")
+
+    def _guard(self, fn: Callable[..., None], *args: Any) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn(*args)
+            except GaveUp as exc:
+                self.violation(str(exc))
+                self.stop_load.set()
+            except Exception as exc:  # a harness bug or an unexpected error: never silent
+                self.violation(f"{threading.current_thread().name} crashed: {type(exc).__name__}: {exc}")
+                self.stop_load.set()
+
+        return run
+
+    # -- load -----------------------------------------------------------------------------------
+
+    def _worker(self, index: int) -> None:
+        rng = random.Random(f"{self.seed}-worker-{index}")
+        accs: list[Acc] = []
+        with Client(self.sup.endpoint, timeout=self.request_timeout) as client:
+            k = 0
+            while not self.stop_load.is_set():
+                k += 1
+                op = rng.choices(OPS, WEIGHTS)[0]
+                wid = f"{op}-{self.seed}-{index}-{k}"
+                if op == "acc" or (op in ("signal", "update", "close", "query") and not accs):
+                    if len(accs) < MAX_OPEN:
+                        accs.append(self._start_acc(client, rng, f"acc-{self.seed}-{index}-{k}"))
+                elif op in ("signal", "update"):
+                    acc = rng.choice(accs)
+                    self._add(client, rng, acc, via=op)
+                    if len(acc.values) >= acc.closes_after:
+                        self._close(client, acc)
+                        accs.remove(acc)
+                elif op == "close":
+                    acc = rng.choice(accs)
+                    self._close(client, acc)
+                    accs.remove(acc)
+                elif op == "query":
+                    acc = rng.choice(accs)
+                    seen = self.call(f"query {acc.wid}", lambda: client.get_handle(acc.wid).query("count"))
+                    self.count("queries")
+                    if not 0 <= seen <= len(acc.values):
+                        self.violation(f"{acc.wid}: query count {seen}, but only {len(acc.values)} adds were sent")
+                elif op == "parent":
+                    n = rng.randrange(1000)
+                    self._start(client, "parent", wid, (n,), ("value", chaos_app.expected_parent(n)))
+                    self.count("children", 2)
+                elif op == "counter":
+                    n = rng.randint(1, 4)
+                    self._start(client, "counter", wid, (n, 0), ("value", chaos_app.expected_counter(n, 0)))
+                    self.count("continued", n)
+                elif op == "cancel":
+                    # A racer never ends by itself: cancelled it must be, whatever the retries.
+                    self._start(client, "racer", wid, (rng.randrange(1000),), ("error", "workflow_cancelled"))
+                    self.call(f"cancel {wid}", lambda: client.get_handle(wid).cancel(), tolerate=(WorkflowClosed,))
+                    self.count("cancels")
+                elif op == "terminate":
+                    # A parent and its children, terminated mid-flight (or found already done).
+                    n = rng.randrange(1000)
+                    self._start(client, "parent", wid, (n,), ("value", chaos_app.expected_parent(n)))
+                    self.count("children", 2)
+                    if rng.random() < 0.5:
+                        time.sleep(rng.uniform(0, 0.02))
+                    closed = self.call(f"terminate {wid}", lambda: client.get_handle(wid).terminate("chaos"), tolerate=(WorkflowClosed,))
+                    status = getattr(closed, "status", "terminated")  # a retry of one that landed sees it closed
+                    if status == "terminated":
+                        with self.lock:
+                            self.expected[wid] = ("error", "workflow_terminated")
+                    self.count("terminates")
+                else:
+                    n, go = rng.randrange(1000), rng.randrange(1000)
+                    self._start(client, "racer", wid, (n,), ("value", n + go))
+                    # A "go" sent twice leaves the second pending; once it finished, it is closed.
+                    self.call(f"go {wid}", lambda: client.get_handle(wid).signal("go", go), tolerate=(WorkflowClosed,))
+                    self.count("signals")
+        with self.lock:
+            self.open_accs += accs
+
+    def _start(self, client: Client, wf_type: str, wid: str, args: tuple[Any, ...], expect: tuple[str, Any]) -> None:
+        with self.lock:
+            self.expected[wid] = expect  # before the call: a start that seems to fail may land
+        self.call(f"start {wid}", lambda: client.start(wf_type, *args, id=wid, if_exists="return"))
+        self.count("workflows")
+
+    def _start_acc(self, client: Client, rng: random.Random, wid: str) -> Acc:
+        acc = Acc(wid, rng.randrange(1000), rng.randint(1, 12))
+        with self.lock:
+            self.expected[wid] = ("acc", acc)
+        if rng.random() < 0.3:  # created together with its first add
+            token, value = f"{wid}:0", rng.randint(1, 100)
+            acc.values[token] = value
+            self.call(
+                f"signal_with_start {wid}",
+                lambda: client.signal_with_start("accumulator", acc.n, signal="add", payload=[token, value], id=wid, if_exists="return"),
+            )
+            self.count("signals")
+        else:
+            self.call(f"start {wid}", lambda: client.start("accumulator", acc.n, id=wid, if_exists="return"))
+        self.count("workflows")
+        return acc
+
+    def _add(self, client: Client, rng: random.Random, acc: Acc, via: str) -> None:
+        token, value = f"{acc.wid}:{len(acc.values) + 1}", rng.randint(1, 100)
+        acc.values[token] = value
+        handle = client.get_handle(acc.wid)
+        if via == "signal":
+            self.call(f"signal {token}", lambda: handle.signal("add", [token, value]))
+            self.count("signals")
+            return
+        total = self.call(f"update {token}", lambda: handle.update("add", token, value, request_id=token))
+        self.count("updates")
+        if total != acc.total:
+            # Every earlier add was acknowledged before this update was sent, and a workflow
+            # applies its inbox in order: the answer is the running sum.
+            self.violation(f"{acc.wid}: update {token} answered {total}, expected the running sum {acc.total}")
+
+    def _close(self, client: Client, acc: Acc) -> None:
+        with self.lock:
+            self.expected[acc.wid] = ("acc", acc)
+        count = len(acc.values)
+        self.call(f"close {acc.wid}", lambda: client.get_handle(acc.wid).signal("close", count), tolerate=(WorkflowClosed,))
+        self.count("signals")
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def _track_shards(self) -> list[int]:
+        process = self.sup.process
+        pids = [] if process is None or process.poll() is not None else shard_pids(process.pid)
+        self.seen_shards.update(pids)
+        return pids
+
+    def _faults(self) -> None:
+        rng = random.Random(f"{self.seed}-faults")
+        kinds = ("kill", "stall", "short_stall", "crash", "drain")
+        weights = (44, 32, 8, 9, 7)
+        while not self.stop_faults.wait(rng.uniform(*self.fault_gap)):
+            kind = rng.choices(kinds, weights)[0]
+            pids = [pid for pid in self._track_shards() if _proc_stat(pid) is not None and _proc_stat(pid)[0] != "T"]
+            if kind in ("kill", "stall", "short_stall") and len(pids) < 2:
+                continue  # keep one shard serving: the supervisor's backoff may hold the others
+            if kind == "stall":
+                # Only a shard whose engine is registered and live: one still starting up would
+                # register after the stall with a fresh lease, and rightly not be deposed.
+                pids = [pid for pid in pids if pid in self._live_engine_pids()]
+                if not pids:
+                    continue
+            if kind == "kill":
+                victim = rng.choice(pids)
+                os.kill(victim, signal.SIGKILL)
+                self.count("kills")
+            elif kind in ("stall", "short_stall"):
+                self._stall(rng.choice(pids), rng.uniform(EXPIRY + 0.3, EXPIRY + 1.5) if kind == "stall" else rng.uniform(0.1, TTL / 2))
+            elif kind == "crash":
+                self._kill_everything()
+                self.count("crash_restarts")
+                self.sup.start()
+            else:
+                code = self._terminate()
+                if code != 0:
+                    self.violation(f"a drain under load exited {code}, not 0")
+                self.count("drain_restarts")
+                self.sup.start()
+            self._track_shards()
+
+    def _stall(self, pid: int, seconds: float) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.count("stalls")
+        if seconds <= EXPIRY + 0.2:
+            return
+        self.count("long_stalls")
+        # Its lease expired while it was stopped: at its next heartbeat or commit it finds
+        # itself deposed and exits; the supervisor restarts the slot.
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(pid):
+            self.violation(f"shard {pid} stalled {seconds:.2f}s (past its lease) and still runs 10s after SIGCONT")
+        else:
+            self.count("deposed_exits")
+
+    def _live_engine_pids(self) -> set[int]:
+        from weft_actors.store import LmdbStore
+
+        try:
+            store = LmdbStore(str(self.data_dir), readonly=True)
+        except WeftError:
+            return set()
+        try:
+            now = time.time()
+            return {
+                record["pid"]
+                for record in store.engines().values()
+                if record.get("state") == "live" and record["expires_at"] > now
+            }
+        finally:
+            store.close()
+
+    def _epochs(self) -> None:
+        """Sample every claim epoch about twice a second: none may ever shrink or vanish."""
+        from weft_actors.store import LmdbStore
+        from weft_actors.store._keys import unpack_u64
+
+        previous: dict[bytes, int] = {}
+        while not self.stop_load.wait(0.5):
+            try:
+                store = LmdbStore(str(self.data_dir), readonly=True)
+            except WeftError:
+                continue
+            try:
+                with store.env.begin() as txn:
+                    epochs = {bytes(key): unpack_u64(value)[0] for key, value in txn.cursor(db=store.dbs.claim_epoch)}
+            finally:
+                store.close()
+            self.count("epoch_samples")
+            for key, epoch in previous.items():
+                now = epochs.get(key)
+                if now is None or now < epoch:
+                    self.violation(f"claim epoch of {key.decode()!r} went from {epoch} to {now}")
+            previous = epochs
+
+    # -- stopping, checking, finishing -----------------------------------------------------------
+
+    def _terminate(self) -> int:
+        """SIGTERM (drain) the supervisor; its exit code (-9 if it had to be killed)."""
+        process = self.sup.process
+        assert process is not None
+        self._track_shards()
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(60)
+        except subprocess.TimeoutExpired:
+            self._kill_everything()
+            return -9
+        self._reap_strays()
+        return code
+
+    def _kill_everything(self) -> None:
+        """kill -9 the supervisor and every shard it has (a machine crash)."""
+        process = self.sup.process
+        if process is None:
+            return
+        if process.poll() is None:
+            pids = self._track_shards()
+            process.kill()
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        process.wait(30)
+        self._reap_strays()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+        self.sup.ready_line = ""  # its pids are stale: RunningSupervisor.kill must not use them
+
+    def _reap_strays(self) -> None:
+        """Shards left without their supervisor drain and exit by themselves; wait for that,
+        then kill any still there (a shard spawned at the instant its supervisor died)."""
+        deadline = time.monotonic() + 10
+        strays = [pid for pid in self.seen_shards if _alive(pid) and _is_shard(pid)]
+        while strays and time.monotonic() < deadline:
+            time.sleep(0.05)
+            strays = [pid for pid in strays if _alive(pid) and _is_shard(pid)]
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.seen_shards = {pid for pid in self.seen_shards if _alive(pid)}
+
+    def _stop_and_check(self, when: str) -> None:
+        code = self._terminate()
+        if code != 0:
+            self.violation(f"supervisor drain {when} exited {code}, not 0")
+        checker = subprocess.run(
+            [sys.executable, "-m", "weft_actors.check", "--data", str(self.data_dir)],
+            capture_output=True, text=True, timeout=120, env=self.sup.env,
+        )
+        self.count("checker_runs")
+        if checker.returncode != 0:
+            problems = [line for line in checker.stdout.splitlines() if line and "problem(s) found" not in line]
+            for problem in problems[:50]:
+                self.violation(f"checker {when}: {problem}")
+            if not problems:
+                self.violation(f"checker {when} exited {checker.returncode}: {checker.stderr.strip()[-500:]}")
+        self.log(f"checker {when}: {checker.stdout.strip().splitlines()[-1] if checker.stdout.strip() else checker.stderr.strip()}")
+
+    def _finish_phase(self) -> None:
+        """No more faults: close every open accumulator, then check every workflow's result."""
+        with Client(self.sup.endpoint, timeout=10) as client:
+            for acc in self.open_accs:
+                self._close(client, acc)
+            for wid, (kind, expect) in sorted(self.expected.items()):
+                handle = client.get_handle(wid)
+                try:
+                    value = self.call(f"result {wid}", lambda: handle.result(timeout=20))
+                except GaveUp:
+                    raise
+                except WeftError as exc:
+                    if (kind, expect) != ("error", exc.code):
+                        self.violation(f"{wid}: ended with {exc.code}: {exc}; expected {kind} {expect!r}")
+                    continue
+                except TimeoutError:
+                    self.violation(f"{wid}: no result within 20s after the chaos ended")
+                    continue
+                if kind == "acc":
+                    acc: Acc = expect
+                    want = {"sum": 2 * acc.n + acc.total, "count": len(acc.values)}
+                    got = {"sum": value.get("sum"), "count": value.get("count")}
+                    self.count("duplicates", value.get("dups", 0))
+                    if got != want:
+                        self.violation(f"{wid}: result {got}, expected {want}")
+                elif kind == "error" or value != expect:
+                    self.violation(f"{wid}: result {value!r}, expected {kind} {expect!r}")
+            for status in ("running", "pending"):
+                page = self.call("list", lambda: client.list(status=status, limit=20))
+                if page["items"]:
+                    self.violation(f"{status} workflows left after every result: {[item['id'] for item in page['items']]}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds of load and faults per run")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the first run (default: random)")
+    parser.add_argument("--runs", type=int, default=1, help="runs, with seeds seed, seed+1, ...")
+    parser.add_argument("--shards", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--keep", action="store_true", help="keep each run's data directory")
+    args = parser.parse_args(argv)
+    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
+    total = Summary(seed=seed, seconds=args.seconds, runs=0)
+    for run_index in range(args.runs):
+        data = Path(tempfile.mkdtemp(prefix=f"weft-chaos-{seed + run_index}-")) / "data"
+        summary = ChaosRun(data, seed + run_index, args.seconds, shards=args.shards, workers=args.workers).run()
+        total.merge(summary)
+        for violation in summary.violations:
+            print(f"  {violation}")
+        print(f"  errors retried: {dict(summary.errors)}")
+        if not args.keep and not summary.violations:
+            import shutil
+
+            shutil.rmtree(data.parent, ignore_errors=True)
+        elif summary.violations:
+            print(f"  data kept in {data}")
+    print("TOTAL " + total.line())
+    return 1 if total.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
