@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from _processes import RunningSupervisor
+from _processes import RunningSupervisor, wait_until
 from _support import eventually, run
 from weft_actors import Client, Engine, activity, workflow
 from weft_actors.errors import InvalidRequest, LimitExceeded, PayloadTooLarge, WorkflowCancelled
@@ -52,6 +52,17 @@ def threaded(tag: str) -> str:
     return tag
 
 
+@activity
+async def slow(seconds: float) -> float:
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+@workflow
+async def one_slow(ctx, seconds: float) -> float:
+    return await ctx.run(slow, seconds)
+
+
 @workflow
 async def one_gated(ctx, tag: str) -> str:
     return await ctx.run(gated, tag)
@@ -85,7 +96,7 @@ async def counts_later(ctx, delay: float, n: int) -> int:
     return taken[0]
 
 
-APP = [one_gated, one_threaded, race_gated, parked, counts_later]
+APP = [one_gated, one_threaded, race_gated, parked, counts_later, one_slow]
 
 
 @pytest.fixture(autouse=True)
@@ -136,8 +147,9 @@ def test_workflow_id_is_at_most_256_bytes_counted_in_utf8(tmp_path):
     run(main())
 
 
-def test_limits_cross_the_wire_as_typed_errors(tmp_path):
-    with RunningSupervisor(tmp_path / "data", shards=1, app="test_limits") as sup, Client(sup.endpoint, timeout=10) as client:
+def test_limits_cross_the_wire_as_typed_errors_and_the_supervisor_sets_them(tmp_path):
+    args = ("--max-inbox", "3", "--max-live-actors", "1", "--max-active-workflows", "3", "--max-inflight-activities", "2")
+    with RunningSupervisor(tmp_path / "data", shards=1, app="test_limits", args=args) as sup, Client(sup.endpoint, timeout=10) as client:
         with pytest.raises(InvalidRequest, match="at most 256 bytes"):
             client.start("parked", id="x" * 300)
         handle = client.start("counts_later", 60, 1, id="c")
@@ -147,6 +159,15 @@ def test_limits_cross_the_wire_as_typed_errors(tmp_path):
             handle.signal("x", b"y" * (2 << 20))
         for _ in range(3):
             handle.signal("x", 1)
+        with pytest.raises(LimitExceeded, match="max_inbox"):
+            handle.signal("x", 1)
+        busy = [client.start("one_slow", 2.0) for _ in range(3)]  # "c" is parked: evicted for them
+        with pytest.raises(LimitExceeded, match="max_active_workflows=3"):
+            client.start("parked", id="refused")
+        # Shards report stats about once a second.
+        stats = wait_until(lambda: (shard := client.stats()["shards"][0]).get("activities_queued") == 1 and shard, timeout=5)
+        assert stats["activities_inflight"] == 2
+        assert [h.result(timeout=15) for h in busy] == [2.0] * 3
         assert client.start("parked", id="p").id == "p"  # and the next request is served
 
 
@@ -213,8 +234,12 @@ def test_a_start_beyond_max_active_workflows_is_refused_while_none_can_be_evicte
             assert engine.store.get_workflow("refused") is None
             with pytest.raises(LimitExceeded):
                 await engine.signal_with_start(parked, signal="done", id="refused")
+            later = await engine.start(parked, id="later", start_delay=0.05)  # no actor until it fires
             GATE["busy"].set()
             assert [await h.result(timeout=5) for h in busy] == ["busy"] * 4
+            await eventually(lambda: "later" in engine.actors or "later" in engine.eviction.evicted)
+            await later.signal("done", "fired")
+            assert await later.result(timeout=5) == "fired"
             # Parked workflows do not block starts: they are evicted to make room.
             waiting = [await engine.start(parked, id=f"p{i}") for i in range(10)]
             assert len(engine.actors) <= 4

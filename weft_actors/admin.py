@@ -20,7 +20,7 @@ import time
 from typing import Any, Sequence
 
 from .codec import decode, decode_args
-from .errors import UnknownWorkflowType, WeftError
+from .errors import UnknownWorkflowType, WeftError, WorkflowNotFound
 from .store import LmdbStore
 from .store._admin import backup, purge, purge_candidates
 from .workflow import WorkflowRun, collect_workflows
@@ -127,7 +127,7 @@ def _run(args: argparse.Namespace, out: Any) -> int:
     finally:
         store.close()
     if record is None:
-        raise WeftError(f"workflow {args.workflow_id!r} not found")
+        raise WorkflowNotFound(f"workflow {args.workflow_id!r} not found", workflow_id=args.workflow_id)
     definitions = collect_workflows(importlib.import_module(args.app))
     definition = definitions.get(record["type"])
     if definition is None:

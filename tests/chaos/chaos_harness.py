@@ -179,6 +179,7 @@ class ChaosRun:
         fault_gap: tuple[float, float] = (0.7, 2.0),
         request_timeout: float = 3.0,
         routing: str | None = None,
+        app: str = "chaos_app",
         log: Callable[[str], None] = print,
     ) -> None:
         self.data_dir = data_dir
@@ -203,7 +204,7 @@ class ChaosRun:
         self.sup = RunningSupervisor(
             data_dir,
             shards=shards,
-            app="chaos_app",
+            app=app,
             args=(
                 "--heartbeat", str(HEARTBEAT), "--ttl", str(TTL), "--log-level", "WARNING",
                 "--restart-limit", "100000", "--restart-window", "30", "--routing", self.routing,

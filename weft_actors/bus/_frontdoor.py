@@ -33,6 +33,7 @@ def _slot_of(identity: bytes) -> int:
 
 
 RETRYABLE_OPS = frozenset({"result", "query", "describe", "list", "ping"})
+_STOPPING = frozenset({"engine_stopped", "engine_deposed"})
 """Reads that another shard may answer after the first one died holding them."""
 
 
@@ -195,13 +196,20 @@ class FrontDoor:
                 return
             if len(frames) == 3 and frames[1]:
                 identity, client, reply = frames
-                held = self._inflight.get(_slot_of(identity))
+                slot = _slot_of(identity)
+                held = self._inflight.get(slot)
                 if held:
                     try:
-                        request_id = msgpack.unpackb(reply, raw=False).get("id")
+                        decoded = msgpack.unpackb(reply, raw=False)
                     except Exception:
-                        request_id = None
-                    held.pop((client, request_id), None)
+                        decoded = {}
+                    request = held.pop((client, decoded.get("id")), None)
+                    code = (decoded.get("error") or {}).get("code")
+                    if request is not None and code in _STOPPING and request[1] in RETRYABLE_OPS:
+                        # The shard is going away (drain or deposition): another one answers.
+                        frame, op, wid = request
+                        self._forward(frontend, backend, client, frame, decoded.get("id"), op, wid, avoid=slot)
+                        continue
                 self._reply(frontend, client, reply)
 
     @staticmethod

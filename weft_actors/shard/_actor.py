@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Final
 
 from ..codec import encode
 from ..errors import SerializationError, WeftError
@@ -34,6 +34,20 @@ _ENCODED_TRUE = encode(True)
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
 _DONE = 0
 _FIRED = 1
+
+
+class _NoTable(dict):  # type: ignore[type-arg]
+    """The empty ``timers``/``attempts`` table shared by every actor that has none, so a parked
+    actor keeps no empty dict of its own. Reading, popping and clearing it are fine; a first
+    entry goes into a new table of the actor's own, and an emptied one is dropped again."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        raise TypeError("the shared empty table takes no entries")
+
+
+_NO_TABLE: Final = _NoTable()
 
 
 class Actor(InboxMixin, EndingMixin):
@@ -70,13 +84,14 @@ class Actor(InboxMixin, EndingMixin):
         self.run = run
         self.busy = False
         self.closed = False
-        self.inbox: list[tuple[int, dict[str, Any]]] = []
+        self.inbox: list[tuple[int, dict[str, Any]]] | tuple[()] = ()
+        """Messages seen and not consumed yet, oldest first (the empty tuple when none)."""
         self.inbox_seen = 0
         self.ops: dict[int, Command] = {}
         """The op commands being executed, by seq."""
-        self.timers: dict[int, tuple[TimerRef, list[Any] | None]] = {}
+        self.timers: dict[int, tuple[TimerRef, list[Any] | None]] = _NO_TABLE
         """seq -> (durable timer, in-memory heap entry or None once fired)."""
-        self.attempts: dict[int, list[Any]] = {}
+        self.attempts: dict[int, list[Any]] = _NO_TABLE
         """seq -> [token, cancel function] of the activity attempt in flight."""
         self.wakes: list[tuple[Any, ...]] = []
         """Activity outcomes and timer fires not handled yet, in arrival order."""
@@ -101,7 +116,10 @@ class Actor(InboxMixin, EndingMixin):
         new = False
         for seq, message in messages:
             if seq > self.inbox_seen:
-                self.inbox.append((seq, message))
+                if self.inbox:
+                    self.inbox.append((seq, message))  # type: ignore[union-attr]
+                else:
+                    self.inbox = [(seq, message)]
                 self.inbox_seen = seq
                 new = True
         return new
@@ -123,7 +141,7 @@ class Actor(InboxMixin, EndingMixin):
         attempts = self.attempts
         del attempts[seq]
         if not attempts:
-            attempts.clear()  # drops the table: a parked actor keeps a 64-byte empty dict
+            self.attempts = _NO_TABLE
         self.wakes.append((_DONE, seq, value, error))
         if not self.busy:  # else the commit's callback (or the end of handle) polls
             self.poll()
@@ -251,10 +269,14 @@ class Actor(InboxMixin, EndingMixin):
             self._schedule_timer(TimerRef(fire_at, seq, kind))
 
     def _schedule_timer(self, ref: TimerRef) -> None:
-        old = self.timers.get(ref.seq)
+        timers = self.timers
+        old = timers.get(ref.seq)
         if old is not None:
             self.engine.timers.cancel(old[1])
-        self.timers[ref.seq] = (ref, self.engine.timers.add(ref.fire_at, self.on_timer, ref.seq))
+        elif timers is _NO_TABLE:
+            timers = self.timers = {}
+        # The plain function, not a bound method: the heap entry keeps no extra object.
+        timers[ref.seq] = (ref, self.engine.timers.add(ref.fire_at, Actor.on_timer, self, ref.seq))
 
     def _clear_timer(self, seq: int, record: dict[str, Any] | None = None) -> tuple[TimerRef, ...]:
         """Drop ``seq``'s timer; the durable one to delete (from ``record`` if not in memory)."""
@@ -262,7 +284,7 @@ class Actor(InboxMixin, EndingMixin):
         timer = timers.pop(seq, None)
         if timer is not None:
             if not timers:
-                timers.clear()  # as for attempts: no table kept while parked
+                self.timers = _NO_TABLE
             self.engine.timers.cancel(timer[1])
             return (timer[0],)
         if record is not None:
@@ -277,7 +299,7 @@ class Actor(InboxMixin, EndingMixin):
         attempt = self.attempts.pop(seq, None)
         if attempt is not None:
             if not self.attempts:
-                self.attempts.clear()
+                self.attempts = _NO_TABLE
             if attempt[1] is not None:
                 attempt[1]()
         writes = self._writes()
@@ -323,6 +345,8 @@ class Actor(InboxMixin, EndingMixin):
             self.on_activity_done(token, seq, value, error)
 
         entry: list[Any] = [token, None]
+        if self.attempts is _NO_TABLE:
+            self.attempts = {}
         self.attempts[seq] = entry
         cancel = self.engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
         if self.attempts.get(seq) is entry:  # still running: it did not finish inline

@@ -72,8 +72,9 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     Limits (each refusal is a ``LimitExceeded`` naming the limit, and writes nothing):
     ``max_active_workflows`` (default ``max(200_000, 2 * max_live_actors)``) is a hard cap on
     the actors in memory: when a client start finds that many and an eviction pass cannot
-    make room (none is parked), it is refused. Reclaims, child starts and continue-as-new are
-    never refused: those workflows exist already and must run somewhere. ``max_inbox``
+    make room (none is parked), it is refused. Reclaims, child starts, continue-as-new and
+    delayed starts (when accepted, and when they fire) are never refused: those workflows
+    exist or make no actor yet, and must run somewhere. ``max_inbox``
     (default 10,000) caps the signals and updates pending in one workflow's inbox; a retried
     update (a known request id), a cancel request and a child's completion are always taken.
     ``max_inflight_activities`` (default 1,000) caps the activity attempts running at once:
@@ -308,7 +309,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         delayed start, claimed here in the same transaction)."""
         self._check_running()
         definition = self._definition(workflow)
-        self.admit()
+        if start_delay is None and start_at is None:
+            self.admit()  # a delayed start makes no actor now (and its firing is never refused)
         wid = new_id() if id is None else validate_id(id)
         if if_exists not in ("error", "return", "start_new"):
             raise InvalidRequest(f"if_exists must be 'error', 'return' or 'start_new', not {if_exists!r}")

@@ -33,7 +33,7 @@ class InboxMixin:
     wid: str
     run_id: str
     run: WorkflowRun
-    inbox: list[tuple[int, dict[str, Any]]]
+    inbox: list[tuple[int, dict[str, Any]]] | tuple[()]
     ops: dict[int, Command]
     children: dict[str, int] | None
     writes: Writes | None
@@ -96,30 +96,37 @@ class InboxMixin:
                 name = message["name"]
                 seq = run.wanted_signal(name)
                 if seq is not None:
-                    del self.inbox[index]
+                    self._take(index)
                     self.ops.pop(seq, None)
                     record = run.record_outcome(seq, ok=message["payload"], inbox=inbox_seq)
                     self._commit(ops=((seq, record),), consume=(inbox_seq,), timers_del=self._clear_timer(seq))
                     return
                 if name in run.signal_handlers:
-                    del self.inbox[index]
+                    self._take(index)
                     seq, record = run.record_handler(name, message["payload"], inbox_seq)
                     self._commit(ops=((seq, record),), consume=(inbox_seq,))
                     return
             elif kind == "update":
-                del self.inbox[index]
+                self._take(index)
                 self._apply_update(inbox_seq, message)
                 return
             elif kind == "cancel":
                 if not run.cancel_requested and not run.pending_seqs():
                     continue  # nothing awaited right now (cannot last): keep it for later
-                del self.inbox[index]
+                self._take(index)
                 self._apply_cancel(inbox_seq)
                 return
             elif kind == "child-done":
-                del self.inbox[index]
+                self._take(index)
                 self._child_done(inbox_seq, message)
                 return
+
+    def _take(self, index: int) -> None:
+        """Drop message ``index`` from the inbox: the commit being made consumes it."""
+        inbox: list[Any] = self.inbox  # type: ignore[assignment]
+        del inbox[index]
+        if not inbox:
+            self.inbox = ()  # no empty list kept while parked
 
     def _apply_update(self, inbox_seq: int, message: dict[str, Any]) -> None:
         """Validate on the owner before anything is recorded; a rejection is answered under

@@ -194,6 +194,7 @@ def step_commit(state: TxnState, intent: StepCommit) -> Any:
         record["result"] = finish.result
         record["error"] = finish.error
         record["updated"] = state.now
+        record.pop("nondeterminism", None)  # fixed code carried it to the end
         txn.delete(wid_raw, db=dbs.claim_holder)
         txn.delete(by_engine_key(state.engine_raw, wid), db=dbs.by_engine)
         if record.get("deadline") is not None:

@@ -40,8 +40,16 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         default="owner",
         help="send requests to the workflow's owner (default) or to any shard (shows that any shard answers correctly)",
     )
+    parser.add_argument("--payload-limit", type=int, default=1 << 20, help="bytes per argument/signal/update payload (default 1 MiB)")
+    parser.add_argument("--retention", type=float, default=7 * 86400.0, help="seconds a finished workflow keeps its history (default 7 days)")
+    parser.add_argument("--drain-timeout", type=float, default=10.0, help="seconds shards get to drain on SIGTERM before they are killed")
     parser.add_argument("--restart-limit", type=int, default=5, help="restarts allowed per --restart-window")
     parser.add_argument("--restart-window", type=float, default=30.0)
+    limits = parser.add_argument_group("limits per shard (LimitExceeded beyond them; activities queue instead)")
+    limits.add_argument("--max-live-actors", type=int, default=100_000, help="actors kept in memory; parked ones beyond are evicted")
+    limits.add_argument("--max-active-workflows", type=int, help="starts refused beyond this many busy actors (default: max(200000, 2 x live))")
+    limits.add_argument("--max-inbox", type=int, default=10_000, help="signals and updates pending per workflow")
+    limits.add_argument("--max-inflight-activities", type=int, default=1000, help="activity attempts running at once; more wait in FIFO order")
     args = parser.parse_args(argv)
     if args.shards < 1:
         parser.error("--shards must be at least 1")
@@ -49,6 +57,10 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         validate_timing(args.heartbeat, args.ttl)
     except ValueError as exc:
         parser.error(str(exc))
+    if min(args.max_live_actors, args.max_inbox, args.max_inflight_activities) < 1:
+        parser.error("--max-live-actors, --max-inbox and --max-inflight-activities must be at least 1")
+    if args.max_active_workflows is not None and args.max_active_workflows <= args.max_live_actors:
+        parser.error("--max-active-workflows must exceed --max-live-actors (parked actors are evicted down to it)")
     return SupervisorConfig(
         shards=args.shards,
         app=args.app,
@@ -65,6 +77,13 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         restart_limit=args.restart_limit,
         restart_window=args.restart_window,
         routing=args.routing,
+        max_live_actors=args.max_live_actors,
+        max_active_workflows=args.max_active_workflows,
+        max_inbox=args.max_inbox,
+        max_inflight_activities=args.max_inflight_activities,
+        payload_limit=args.payload_limit,
+        retention=args.retention,
+        drain_timeout=args.drain_timeout,
     )
 
 
@@ -73,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(config.log_level, config.log_json, "supervisor")
     try:
         __import__(config.app)
-    except ImportError as exc:
+    except Exception as exc:  # ImportError, but also a SyntaxError or any error at import
         log.error("cannot import the app module %r: %s", config.app, exc)
         return EXIT_STARTUP
     try:

@@ -30,6 +30,11 @@ class SupervisorConfig:
     drain_timeout: float = 10.0
     payload_limit: int = 1 << 20
     routing: str = "owner"
+    retention: float = 7 * 86400.0
+    max_live_actors: int = 100_000
+    max_active_workflows: int | None = None
+    max_inbox: int = 10_000
+    max_inflight_activities: int = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +51,11 @@ class ShardConfig:
     log_json: bool
     hints: bool
     payload_limit: int
+    retention: float = 7 * 86400.0
+    max_live_actors: int = 100_000
+    max_active_workflows: int | None = None
+    max_inbox: int = 10_000
+    max_inflight_activities: int = 1000
 
 
 class _JsonFormatter(logging.Formatter):

@@ -21,6 +21,9 @@ _COUNTERS = {
 }
 
 
+_LABELS = {"claim_attempts_total": "outcome", "wakes_discarded_total": "kind"}
+
+
 def render(stats: dict[str, Any]) -> str:
     """Numeric figures as ``weft_<name>{slot="N"}``; workflow ids are never labels."""
     lines = []
@@ -29,17 +32,28 @@ def render(stats: dict[str, Any]) -> str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             lines.append(f"weft_supervisor_{name} {value}")
     seen: set[str] = set()
+
+    def add(metric: str, kind: str, labels: str, value: Any) -> None:
+        if metric not in seen:
+            seen.add(metric)
+            lines.append(f"# TYPE {metric} {kind}")
+        lines.append(f"{metric}{{{labels}}} {value}")
+
     for shard in stats.get("shards", []):
         slot = shard.get("slot")
         for name, value in sorted(shard.items()):
-            if name in ("slot", "pid") or isinstance(value, bool) or not isinstance(value, (int, float)):
+            if name in ("slot", "pid"):
                 continue
-            metric = f"weft_shard_{name}"
-            if metric not in seen:
-                seen.add(metric)
-                kind = "counter" if name in _COUNTERS or name.endswith("_total") else "gauge"
-                lines.append(f"# TYPE {metric} {kind}")
-            lines.append(f'{metric}{{slot="{slot}"}} {value}')
+            kind = "counter" if name in _COUNTERS or name.endswith("_total") else "gauge"
+            if isinstance(value, bool):
+                add(f"weft_shard_{name}", "gauge", f'slot="{slot}"', int(value))
+            elif isinstance(value, (int, float)):
+                add(f"weft_shard_{name}", kind, f'slot="{slot}"', value)
+            elif isinstance(value, dict):  # labelled families: claim outcomes, wake kinds, ...
+                label = _LABELS.get(name, "kind")
+                for key, item in sorted(value.items()):
+                    if isinstance(item, (int, float)) and not isinstance(item, bool):
+                        add(f"weft_shard_{name}", kind, f'slot="{slot}",{label}="{key}"', item)
     return "\n".join(lines) + "\n"
 
 

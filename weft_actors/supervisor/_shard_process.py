@@ -71,6 +71,11 @@ class ShardServer:
             ttl=config.ttl,
             slot=config.slot,
             payload_limit=config.payload_limit,
+            retention=config.retention,
+            max_live_actors=config.max_live_actors,
+            max_active_workflows=config.max_active_workflows,
+            max_inbox=config.max_inbox,
+            max_inflight_activities=config.max_inflight_activities,
             tune_gc=True,
             on_commit_hint=self._publish_hint if self.hints_out is not None else None,
         )
@@ -107,6 +112,8 @@ class ShardServer:
         """Take every queued request; zmq's FD is edge-triggered, so drain until EVENTS is clear."""
         self._drain_scheduled = False
         dealer = self.dealer
+        if dealer.closed:
+            return  # a drain queued just before the sockets closed
         while not self._stopping and dealer.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             frames = dealer.recv_multipart(zmq.NOBLOCK)
             if len(frames) != 2:
@@ -133,6 +140,8 @@ class ShardServer:
         self._send(client, reply)
 
     def _send(self, client: bytes, reply: bytes) -> None:
+        if self.dealer.closed:
+            return
         try:
             self.dealer.send_multipart([client, reply], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
@@ -150,7 +159,7 @@ class ShardServer:
 
     def _drain_hints(self) -> None:
         sock = self.hints_in
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while not sock.closed and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             hint = decode_hint(sock.recv(zmq.NOBLOCK))
             if hint is None or self.engine.state != "running":
                 continue

@@ -83,6 +83,7 @@ class Supervisor:
             config.bind,
             self.routing,
             self.stats,
+            max_frame=config.payload_limit + 64 * 1024,
             curve_secret_key=curve[0] if curve else None,
             curve_public_key=curve[1] if curve else None,
         )
@@ -127,6 +128,11 @@ class Supervisor:
             log_json=config.log_json,
             hints=config.hints,
             payload_limit=config.payload_limit,
+            retention=config.retention,
+            max_live_actors=config.max_live_actors,
+            max_active_workflows=config.max_active_workflows,
+            max_inbox=config.max_inbox,
+            max_inflight_activities=config.max_inflight_activities,
         )
         process = self._mp.Process(target=shard_main, args=(shard, child), name=f"shard-{slot.index}")
         process.start()

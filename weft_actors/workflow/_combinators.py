@@ -12,7 +12,7 @@ outcomes arrive in the same order, replay settles every combinator exactly as th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..codec import decode, encode
 from ..errors import SerializationError
@@ -59,13 +59,13 @@ class CombinatorMixin:
     if not TYPE_CHECKING:  # slots for the runtime; type checkers would flag every attribute
         __slots__ = ()  # the concrete class declares (a mixin's own __slots__ names none)
 
-    history: dict[int, dict[str, Any]]
+    history: Mapping[int, dict[str, Any]]
     next_seq: int
     waiting: Op | None
     waiting_seq: int
     outcome: Command | None
     cancel_requested: bool
-    _events: list[tuple[int, int]]
+    _events: list[tuple[int, int]] | tuple[()]
     _next_event: int
     _live_t: int
     _emitted_seq: int

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from ..codec import encode_args
 from ..errors import InvalidRequest
@@ -180,13 +180,15 @@ class Context:
 
     def on_query(self, name: str, fn: Callable[..., Any]) -> None:
         """Answer queries ``name`` with ``fn(*args)``; it must not change workflow state."""
-        self._run.query_handlers[name] = fn
+        run = self._run
+        run.query_handlers = _with(run.query_handlers, name, fn)
 
     def on_signal(self, name: str, fn: Callable[..., Any]) -> None:
         """Apply ``fn(payload)`` for each signal ``name`` at an await point; the application is
         itself recorded, so replay applies it at the same point. A pending ``wait_signal`` of the
         same name takes precedence."""
-        self._run.signal_handlers[name] = fn
+        run = self._run
+        run.signal_handlers = _with(run.signal_handlers, name, fn)
 
     def on_update(self, name: str, fn: Callable[..., Any], validator: Callable[..., Any] | None = None) -> None:
         """Apply ``fn(*args)`` for each update ``name`` at an await point and answer the caller
@@ -194,7 +196,17 @@ class Context:
         before anything is recorded: raising (or returning False) rejects the update with
         ``UpdateRejected``. Both must be plain (not ``async``) functions; the validator must
         not change workflow state."""
-        self._run.update_handlers[name] = (fn, validator)
+        run = self._run
+        run.update_handlers = _with(run.update_handlers, name, (fn, validator))
+
+
+def _with(table: Mapping[str, Any], name: str, entry: Any) -> dict[str, Any]:
+    """``table`` with ``name`` set to ``entry``: the run's own dict, made on its first entry
+    (until then a run shares one empty, read-only table)."""
+    if not isinstance(table, dict):
+        table = {}
+    table[name] = entry
+    return table
 
 
 def _ops_of(ops: Iterable[Op], what: str) -> tuple[Op, ...]:

@@ -16,7 +16,8 @@ name the op and no container is touched. ``all``/``race`` and ``wait_condition``
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from types import MappingProxyType
+from typing import Any, Final, Mapping
 
 from ..codec import decode, encode, pack_record
 from ..errors import InvalidAwait, NonDeterminismError, SerializationError
@@ -34,6 +35,9 @@ _CLOSE_TRIES: Final = 100  # close() re-throws GeneratorExit at most this often 
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
 _HANDLER_KINDS: Final = frozenset((HANDLER, UPDATE))
 _SPECIAL_KINDS: Final = frozenset(("all", "race", "patch"))
+_NOTHING: Final[Mapping[Any, Any]] = MappingProxyType({})
+"""The history and handler tables of a run that has none yet, shared (and read-only): a parked
+run pays for no empty dict. The first record (``_keep``) or handler (``Context``) makes its own."""
 
 
 class WorkflowRun(CombinatorMixin, HandlersMixin):
@@ -83,14 +87,14 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         self.workflow_id = workflow_id
         self.run_id = run_id
         self.workflow_type = definition.name
-        self.history: dict[int, dict[str, Any]] = history or {}
-        self.query_handlers: dict[str, Any] = {}
-        self.signal_handlers: dict[str, Any] = {}
-        self.update_handlers: dict[str, tuple[Any, Any]] = {}
-        recorded = sorted((rec["t"], seq) for seq, rec in self.history.items() if "t" in rec)
-        # Recorded, undelivered events are ``_events[_next_event:]`` (a list, not a deque: a
-        # parked run's empty list costs 56 bytes, an empty deque over 600).
-        self._events: list[tuple[int, int]] = recorded
+        self.history: Mapping[int, dict[str, Any]] = history or _NOTHING
+        self.query_handlers: Mapping[str, Any] = _NOTHING
+        self.signal_handlers: Mapping[str, Any] = _NOTHING
+        self.update_handlers: Mapping[str, tuple[Any, Any]] = _NOTHING
+        recorded = sorted((rec["t"], seq) for seq, rec in history.items() if "t" in rec) if history else []
+        # Recorded, undelivered events are ``_events[_next_event:]``: a list while any is left,
+        # else the shared empty tuple (a parked run keeps no empty container).
+        self._events: list[tuple[int, int]] | tuple[()] = recorded or ()
         self._next_event = 0
         self._live_t = (recorded[-1][0] + 1) if recorded else 1
         self._next_t = self._live_t
@@ -145,8 +149,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
             record["err"] = err
         record.update(extra)
         self._next_t += 1
-        self.history[seq] = record
-        self._events.append((record["t"], seq))
+        self._keep_outcome(seq, record)
         return pack_record(record)
 
     def record_started(self, seq: int, **fields: Any) -> bytes:
@@ -155,7 +158,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         record = {"kind": op.kind, "name": op.name} if op is not None else {}
         record.update(self.history.get(seq) or {})
         record.update(fields)
-        self.history[seq] = record
+        self._keep(seq, record)
         return pack_record(record)
 
     def waiting_signal(self) -> str | None:
@@ -189,6 +192,23 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
                 continue
 
     # -- internals ------------------------------------------------------------------------
+
+    def _keep(self, seq: int, record: dict[str, Any]) -> None:
+        """Make ``record`` op ``seq``'s record."""
+        history = self.history
+        if isinstance(history, dict):
+            history[seq] = record
+        else:  # the shared empty history: this is the run's first record
+            self.history = {seq: record}
+
+    def _keep_outcome(self, seq: int, record: dict[str, Any]) -> None:
+        """Make ``record`` (an outcome, at its ``t``) op ``seq``'s; the next pump delivers it."""
+        self._keep(seq, record)
+        events = self._events
+        if events:
+            events.append((record["t"], seq))  # type: ignore[union-attr]
+        else:
+            self._events = [(record["t"], seq)]
 
     def _pump(self) -> list[Command]:
         events, history = self._events, self.history
@@ -239,7 +259,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
                 break
         self.replaying = False
         if index >= end and end:
-            events.clear()
+            self._events = ()
             self._next_event = 0
         out = self._out
         if out is not None:

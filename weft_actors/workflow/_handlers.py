@@ -9,7 +9,7 @@ state, and the recorded result stands. Handlers and validators must be plain fun
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..codec import decode, decode_args, encode, pack_record
 from ..errors import InvalidRequest, UnknownQuery, UpdateRejected
@@ -24,17 +24,19 @@ class HandlersMixin:
         __slots__ = ()  # the concrete class declares (a mixin's own __slots__ names none)
 
     workflow_id: str
-    history: dict[int, dict[str, Any]]
-    query_handlers: dict[str, Any]
-    signal_handlers: dict[str, Any]
-    update_handlers: dict[str, tuple[Any, Any]]
+    history: Mapping[int, dict[str, Any]]
+    query_handlers: Mapping[str, Any]
+    signal_handlers: Mapping[str, Any]
+    update_handlers: Mapping[str, tuple[Any, Any]]
     next_seq: int
     outcome: Command | None
-    _events: list[tuple[int, int]]
     _next_t: int
     _applied: set[int] | None
 
     def close(self) -> None:  # provided by WorkflowRun
+        raise NotImplementedError
+
+    def _keep_outcome(self, seq: int, record: dict[str, Any]) -> None:  # provided by WorkflowRun
         raise NotImplementedError
 
     def _fail(self, exc: BaseException) -> None:  # provided by WorkflowRun
@@ -50,8 +52,7 @@ class HandlersMixin:
         t = self._next_t
         record = {"kind": HANDLER, "name": name, "t": t, "ok": payload, "inbox": inbox_seq}
         self._next_t = t + 1
-        self.history[seq] = record
-        self._events.append((t, seq))
+        self._keep_outcome(seq, record)
         return seq, pack_record(record)
 
     def validate_update(self, name: str, args: tuple[Any, ...]) -> None:
@@ -93,8 +94,7 @@ class HandlersMixin:
             record["ok"] = encode(value, "update result")
         except Exception as exc:  # the caller gets it; the workflow carries on
             record["err"] = error_record(exc, "update")
-        self.history[seq] = record
-        self._events.append((record["t"], seq))
+        self._keep_outcome(seq, record)
         if self._applied is None:
             self._applied = set()
         self._applied.add(seq)

@@ -35,14 +35,32 @@ PARENT_CLOSE = ("terminate", "cancel", "abandon")
 
 
 class Op:
-    __slots__ = ("kind", "name")
+    """Awaiting an op yields it to the driver once; what the driver sends back is the result.
+
+    The op is its own awaitable iterator: a generator-based ``__await__`` would keep a suspended
+    generator (about 180 bytes) alive for every parked workflow. The coroutine resumes it with
+    ``__next__`` when the result is None and with ``send`` otherwise; an error thrown into the
+    coroutine is raised at the ``await`` (there is no ``throw`` to forward it to).
+    """
+
+    __slots__ = ("kind", "name", "_yielded")
 
     def __init__(self, kind: str, name: str) -> None:
         self.kind = kind
         self.name = name
 
     def __await__(self) -> Generator[Op, Any, Any]:
-        return (yield self)
+        self._yielded = False
+        return self  # type: ignore[return-value]
+
+    def __next__(self) -> Op:
+        if self._yielded:
+            raise StopIteration  # resumed with None: that is the result
+        self._yielded = True
+        return self
+
+    def send(self, value: Any) -> Op:
+        raise StopIteration(value)
 
     def __repr__(self) -> str:
         return f"<{self.kind} op {self.name!r}>"
