@@ -178,6 +178,32 @@ class Supervisor:
         self.pids = [int(p) for p in ready.split("pids=")[1].split(",")]
         for pid in self.pids:
             self._note(pid)
+        self._wait_serving()
+
+    def _wait_serving(self, timeout: float = 15.0) -> None:
+        """Until every shard answers a request. The ready line can come before the shards'
+        sockets have connected to the front door (seen on a loaded machine: the first start
+        failed with ServerUnavailable "no shard is available"), so the bench asks each shard
+        (``--routing owner`` sends an unknown id to its preferred shard, so several ids are
+        tried) for an unknown workflow until all answer WorkflowNotFound."""
+        from weft_actors import Client
+        from weft_actors.errors import ServerUnavailable, WorkflowNotFound
+
+        deadline = time.monotonic() + timeout
+        with Client(self.endpoint, timeout=2) as client:
+            answered = 0
+            probe = 0
+            while answered < 4 * self.shards:
+                probe += 1
+                try:
+                    client.get_handle(f"bench-probe-{probe}").describe()
+                    answered += 1
+                except WorkflowNotFound:
+                    answered += 1
+                except ServerUnavailable:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the supervisor printed its ready line but no shard answered within {timeout}s")
+                    time.sleep(0.05)
 
     def _note(self, pid: int) -> None:
         if pid not in self.known_pids:

@@ -3,19 +3,20 @@
 Everything here is ordinary user code on the public API.
 
 - ``three_steps`` / ``n_steps``: the throughput workflow, like ``weft_actors.examples``.
-- ``held``: the takeover workflow. Activities log every execution (start and end, with the
-  pid) to ``$WEFT_BENCH_LOG/<pid>.log`` with unbuffered appends that survive ``kill -9``, and
-  return a token unique to that execution. ``hold`` waits while the file ``$WEFT_BENCH_GATE``
-  exists, so every workflow can be parked in flight before the kill; right after the outcome
-  of ``hold`` commits, the workflow records ``ctx.now()``: that stamp is when its next
-  committed op landed (the ``now`` op runs in the commit's resume pass).
+- ``held``: the takeover workflow. Its activity ``work`` logs every execution (start and end,
+  with the pid) to ``$WEFT_BENCH_LOG/<pid>.log`` with unbuffered appends that survive
+  ``kill -9``, and returns a token unique to that execution. Each workflow parks in a durable
+  timer that fires at a time the bench chose (``wake_at``), just after the kill; right after
+  that timer's outcome commits, the workflow records ``ctx.now()``: that stamp is when its
+  next committed op landed (the ``now`` op runs in the commit's resume pass). Parking in a
+  timer rather than inside an activity keeps every workflow in flight at once (a shard runs
+  at most 1,000 activity attempts at a time) and leaves no activity in flight at the kill.
 - ``waiter``: the signal-latency workflow. Each signal carries the client's send time; right
   after the op that consumes it commits, the workflow records ``ctx.now()``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import os
 import time
@@ -48,7 +49,6 @@ async def n_steps(ctx, x: int, steps: int) -> int:
 
 _log_fd: int | None = None
 _counter = itertools.count()
-_gate_open: asyncio.Future | None = None
 
 
 def _log(line: str) -> None:
@@ -61,54 +61,31 @@ def _log(line: str) -> None:
     os.write(_log_fd, line.encode())
 
 
-def _token() -> str:
-    return f"{os.getpid()}:{next(_counter)}"
-
-
 @activity
 async def work(step: int) -> str:
-    key = activity.info().key
-    token = _token()
-    _log(f"S\t{key}\t{os.getpid()}\t{time.time():.6f}\n")
-    _log(f"E\t{key}\t{os.getpid()}\t{time.time():.6f}\t{token}\n")
-    return token
-
-
-async def _watch_gate(path: str, opened: asyncio.Future) -> None:
-    while os.path.exists(path):
-        await asyncio.sleep(0.002)
-    opened.set_result(None)
-
-
-@activity
-async def hold() -> str:
-    """Returns once the gate file is gone (at once if there is none)."""
-    global _gate_open
+    """Logs its execution (start and end, with the pid) and returns a token unique to it."""
     key = activity.info().key
     _log(f"S\t{key}\t{os.getpid()}\t{time.time():.6f}\n")
-    gate = os.environ.get("WEFT_BENCH_GATE")
-    if gate and os.path.exists(gate):
-        if _gate_open is None or _gate_open.done():
-            _gate_open = asyncio.get_running_loop().create_future()
-            asyncio.ensure_future(_watch_gate(gate, _gate_open))
-        await asyncio.shield(_gate_open)
-    token = _token()
+    token = f"{os.getpid()}:{next(_counter)}"
     _log(f"E\t{key}\t{os.getpid()}\t{time.time():.6f}\t{token}\n")
     return token
 
 
 @workflow
-async def held(ctx, pause: float) -> list:
-    """work, sleep, hold (the gate), now, work, sleep, work: seven ops; returns the tokens it
-    saw and the stamp taken right after ``hold``'s outcome committed."""
-    a = await ctx.run(work, 0)
-    await ctx.sleep(pause)
-    b = await ctx.run(hold)
-    stamp = await ctx.now()
-    c = await ctx.run(work, 1)
-    await ctx.sleep(pause)
-    d = await ctx.run(work, 2)
-    return [a, b, c, d, stamp.timestamp()]
+async def held(ctx, wake_at: float, pause: float) -> list:
+    """work, sleep, work, then parked in a durable timer until ``wake_at`` (epoch seconds),
+    then work, sleep, work: nine ops. Returns what it consumed: the four tokens, the time it
+    parked, and the stamp taken right after the parking timer's outcome committed."""
+    a = await ctx.run(work, 0)  # seq 0
+    await ctx.sleep(pause)  # seq 1
+    b = await ctx.run(work, 1)  # seq 2: its end in the log means "about to park"
+    parked = await ctx.now()  # seq 3
+    await ctx.sleep(max(0.0, wake_at - parked.timestamp()))  # seq 4: parked here at the kill
+    stamp = await ctx.now()  # seq 5: runs in the resume pass of seq 4's commit
+    c = await ctx.run(work, 2)  # seq 6
+    await ctx.sleep(pause)  # seq 7
+    d = await ctx.run(work, 3)  # seq 8
+    return [a, b, parked.timestamp(), stamp.timestamp(), c, d]
 
 
 # -- signal latency -----------------------------------------------------------------------

@@ -126,8 +126,8 @@ def test_a_burst_fills_the_store_and_everything_acknowledged_survives_and_finish
 def test_retention_frees_room_in_a_full_store(tmp_path):
     async def main():
         async with Engine(str(tmp_path), app=APP, map_size=MAP_SIZE, prune_interval=3600) as engine:
-            histories = [await engine.start(filler, BLOB, 8, id=f"h{i}") for i in range(20)]
-            assert [await h.result(timeout=5) for h in histories] == [16000] * 20
+            histories = [await engine.start(filler, BLOB, 5, id=f"h{i}") for i in range(20)]
+            assert [await h.result(timeout=5) for h in histories] == [10000] * 20
             acked, errors = await _burst(engine, "r", 5000)
             assert errors and all(isinstance(e, StorageFull) for e in errors)
             # Retention: finished workflows keep record and result, their op logs go. In a full
@@ -135,7 +135,7 @@ def test_retention_frees_room_in_a_full_store(tmp_path):
             engine.retention = 0.0
             engine.maintenance.prune()
             await eventually(lambda: engine.stats()["histories_pruned_total"] >= 20, timeout=10)
-            assert await histories[0].result(timeout=1) == 16000
+            assert await histories[0].result(timeout=1) == 10000
             more = [await engine.start(quick, 3, id=f"more-{i}") for i in range(40)]
             assert [await h.result(timeout=5) for h in more] == [3] * 40
             for h in acked:

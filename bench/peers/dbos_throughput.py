@@ -38,7 +38,7 @@ from _harness import percentile, sigterm_as_exit, table  # noqa: E402
 from _progress import Progress  # noqa: E402
 
 
-def run(workflows: int, concurrency: int, warmup: int) -> dict[str, Any]:
+def run(workflows: int, concurrency: int, warmup: int, deadline: float = 1800.0) -> dict[str, Any]:
     try:
         import dbos
         from dbos import DBOS, DBOSConfig
@@ -99,8 +99,11 @@ def run(workflows: int, concurrency: int, warmup: int) -> dict[str, Any]:
                 threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, min(concurrency, count)))]
                 for thread in threads:
                     thread.start()
+                give_up = time.monotonic() + deadline
                 for thread in threads:
-                    thread.join()
+                    thread.join(max(0.0, give_up - time.monotonic()))
+                    if thread.is_alive():
+                        raise TimeoutError(f"DBOS workflows did not finish within {deadline}s")
                 if errors:
                     raise errors[0]
                 return latencies
@@ -146,10 +149,11 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=1, help="workflows in flight (threads; 1 is DBOS-SQLite's fastest here)")
     parser.add_argument("--warmup", type=int, default=None, help="uncounted workflows first (default: min(100, N/10))")
+    parser.add_argument("--deadline", type=float, default=1800.0, help="give up after this many seconds")
     args = parser.parse_args()
     warmup = min(100, args.workflows // 10) if args.warmup is None else args.warmup
     with sigterm_as_exit():
-        result = run(args.workflows, args.concurrency, warmup)
+        result = run(args.workflows, args.concurrency, warmup, args.deadline)
     table(result, "DBOS (SQLite system database)")
     print(json.dumps(result), flush=True)
 

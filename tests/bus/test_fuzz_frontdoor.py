@@ -106,6 +106,28 @@ def test_deep_nesting_and_huge_numbers_are_refused_cleanly(ask, supervisor):
     assert "ok" in ask(big_limit) or ask(big_limit)["error"]["code"] == "invalid_request"
 
 
+@pytest.mark.parametrize("size", [257, 511, 512, 600, 4000])
+def test_oversized_workflow_ids_get_typed_errors_on_every_op(ask, size):
+    # Beyond the id limit, and around and beyond LMDB's 511-byte key limit: a key the store
+    # cannot even look up must still be a clean refusal, never a failed commit batch.
+    for wid in ("w" * size, "é" * (size // 2 + 1)):
+        for op, fields in (
+            ("start", {"workflow": "echo", "args": msgpack.packb([1])}),
+            ("signal_with_start", {"workflow": "echo", "args": msgpack.packb([1]), "signal": "s", "payload": b"\xc0"}),
+            ("signal", {"name": "n", "payload": b"\xc0"}),
+            ("update", {"name": "n", "args": msgpack.packb([]), "request_id": "r"}),
+            ("query", {"name": "n", "args": msgpack.packb([])}),
+            ("result", {"wait": 0}),
+            ("describe", {}),
+            ("cancel", {}),
+            ("terminate", {"reason": "r"}),
+        ):
+            reply = ask(msgpack.packb({"v": 1, "id": f"{op}-{size}", "op": op, "wid": wid, **fields}, use_bin_type=True))
+            assert reply["error"]["code"] in ("invalid_request", "workflow_not_found"), (op, size, reply)
+    ok = ask(msgpack.packb({"v": 1, "id": "after", "op": "start", "workflow": "echo", "args": msgpack.packb([7])}, use_bin_type=True))
+    assert "ok" in ok, ok  # and a good request right after is served
+
+
 def test_the_supervisor_and_shards_survive_the_fuzzing(ask, supervisor):
     # Runs last in this module: everything above has been thrown at the same processes.
     assert ask(msgpack.packb({"v": 1, "id": "z", "op": "ping"}))["ok"] == "pong"

@@ -21,16 +21,13 @@ invariant checker, not assumed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,6 +38,8 @@ for _path in (str(HERE), str(TESTS)):
         sys.path.insert(0, _path)
 
 import chaos_app  # noqa: E402
+from chaos_faults import HEARTBEAT, TTL, FaultsMixin  # noqa: E402
+from chaos_summary import Acc, GaveUp, Summary  # noqa: E402
 from _processes import RunningSupervisor  # noqa: E402
 from weft_actors import Client  # noqa: E402
 from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, WeftError, WorkflowClosed  # noqa: E402
@@ -48,126 +47,16 @@ from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, 
 RETRYABLE = (ServerUnavailable, EngineDeposed, EngineStopped)
 """No answer, or the engine that took the request stopped under it: it may have been applied."""
 
-HEARTBEAT, TTL = 0.2, 0.6
-EXPIRY = TTL + 2 * HEARTBEAT
-"""A stalled engine is judged expired this long after its last heartbeat."""
-
 OPS = ("acc", "signal", "update", "close", "query", "parent", "counter", "racer", "cancel", "terminate")
 WEIGHTS = (12, 34, 14, 7, 4, 11, 9, 9, 3, 3)
 MAX_OPEN = 6
 """Accumulators one worker keeps open at once (each closes after a random number of adds)."""
 
 
-@dataclasses.dataclass
-class Summary:
-    seed: int
-    seconds: float
-    runs: int = 1
-    kills: int = 0
-    stalls: int = 0
-    long_stalls: int = 0
-    deposed_exits: int = 0
-    crash_restarts: int = 0
-    drain_restarts: int = 0
-    workflows: int = 0
-    children: int = 0
-    continued: int = 0
-    signals: int = 0
-    updates: int = 0
-    queries: int = 0
-    cancels: int = 0
-    terminates: int = 0
-    retries: int = 0
-    duplicates: int = 0
-    epoch_samples: int = 0
-    checker_runs: int = 0
-    violations: list[str] = dataclasses.field(default_factory=list)
-    errors: Counter[str] = dataclasses.field(default_factory=Counter)
-    elapsed: float = 0.0
-
-    def line(self) -> str:
-        return (
-            f"chaos seed={self.seed} seconds={self.seconds:g} runs={self.runs} kills={self.kills} "
-            f"stalls={self.stalls} (past ttl {self.long_stalls}, deposed exits {self.deposed_exits}) "
-            f"restarts={self.crash_restarts + self.drain_restarts} (crash {self.crash_restarts}, drain {self.drain_restarts}) "
-            f"workflows={self.workflows} children={self.children} continued={self.continued} "
-            f"signals={self.signals} updates={self.updates} queries={self.queries} cancels={self.cancels} "
-            f"terminates={self.terminates} retries={self.retries} "
-            f"maybe-applied-duplicates={self.duplicates} epoch-samples={self.epoch_samples} "
-            f"checker-runs={self.checker_runs} violations={len(self.violations)} elapsed={self.elapsed:.1f}s"
-        )
-
-    def merge(self, other: Summary) -> None:
-        for field in dataclasses.fields(self):
-            if field.name in ("seed", "seconds"):
-                continue
-            mine, theirs = getattr(self, field.name), getattr(other, field.name)
-            if isinstance(mine, list):
-                mine.extend(theirs)
-            elif isinstance(mine, Counter):
-                mine.update(theirs)
-            else:
-                setattr(self, field.name, mine + theirs)
-
-
-@dataclasses.dataclass
-class Acc:
-    wid: str
-    n: int
-    closes_after: int
-    values: dict[str, int] = dataclasses.field(default_factory=dict)
-
-    @property
-    def total(self) -> int:
-        return sum(self.values.values())
-
-
-class GaveUp(Exception):
-    """A request kept failing past the run's hard deadline."""
-
-
-# -- processes ----------------------------------------------------------------------------------
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """``(state, ppid)`` of ``pid``, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields[0], int(fields[1])
-
-
-def _is_shard(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return b"spawn_main" in handle.read()
-    except OSError:
-        return False
-
-
-def shard_pids(supervisor_pid: int) -> list[int]:
-    """Live (not zombie) shard processes of the supervisor, stopped ones included."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        stat = _proc_stat(int(entry))
-        if stat is not None and stat[1] == supervisor_pid and stat[0] != "Z" and _is_shard(int(entry)):
-            found.append(int(entry))
-    return sorted(found)
-
-
-def _alive(pid: int) -> bool:
-    stat = _proc_stat(pid)
-    return stat is not None and stat[0] != "Z"
-
-
 # -- the run ------------------------------------------------------------------------------------
 
 
-class ChaosRun:
+class ChaosRun(FaultsMixin):
     def __init__(
         self,
         data_dir: Path,
@@ -403,157 +292,7 @@ class ChaosRun:
         self.call(f"close {acc.wid}", lambda: client.get_handle(acc.wid).signal("close", count), tolerate=(WorkflowClosed,))
         self.count("signals")
 
-    # -- faults --------------------------------------------------------------------------------
-
-    def _track_shards(self) -> list[int]:
-        process = self.sup.process
-        pids = [] if process is None or process.poll() is not None else shard_pids(process.pid)
-        self.seen_shards.update(pids)
-        return pids
-
-    def _faults(self) -> None:
-        rng = random.Random(f"{self.seed}-faults")
-        kinds = ("kill", "stall", "short_stall", "crash", "drain")
-        weights = (44, 32, 8, 9, 7)
-        while not self.stop_faults.wait(rng.uniform(*self.fault_gap)):
-            kind = rng.choices(kinds, weights)[0]
-            pids = [pid for pid in self._track_shards() if _proc_stat(pid) is not None and _proc_stat(pid)[0] != "T"]
-            if kind in ("kill", "stall", "short_stall") and len(pids) < 2:
-                continue  # keep one shard serving: the supervisor's backoff may hold the others
-            if kind == "stall":
-                # Only a shard whose engine is registered and live: one still starting up would
-                # register after the stall with a fresh lease, and rightly not be deposed.
-                pids = [pid for pid in pids if pid in self._live_engine_pids()]
-                if not pids:
-                    continue
-            if kind == "kill":
-                victim = rng.choice(pids)
-                os.kill(victim, signal.SIGKILL)
-                self.count("kills")
-            elif kind in ("stall", "short_stall"):
-                self._stall(rng.choice(pids), rng.uniform(EXPIRY + 0.3, EXPIRY + 1.5) if kind == "stall" else rng.uniform(0.1, TTL / 2))
-            elif kind == "crash":
-                self._kill_everything()
-                self.count("crash_restarts")
-                self.sup.start()
-            else:
-                code = self._terminate()
-                if code != 0:
-                    self.violation(f"a drain under load exited {code}, not 0")
-                self.count("drain_restarts")
-                self.sup.start()
-            self._track_shards()
-
-    def _stall(self, pid: int, seconds: float) -> None:
-        os.kill(pid, signal.SIGSTOP)
-        try:
-            time.sleep(seconds)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        self.count("stalls")
-        if seconds <= EXPIRY + 0.2:
-            return
-        self.count("long_stalls")
-        # Its lease expired while it was stopped: at its next heartbeat or commit it finds
-        # itself deposed and exits; the supervisor restarts the slot.
-        deadline = time.monotonic() + 10
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _alive(pid):
-            self.violation(f"shard {pid} stalled {seconds:.2f}s (past its lease) and still runs 10s after SIGCONT")
-        else:
-            self.count("deposed_exits")
-
-    def _live_engine_pids(self) -> set[int]:
-        from weft_actors.store import LmdbStore
-
-        try:
-            store = LmdbStore(str(self.data_dir), readonly=True)
-        except WeftError:
-            return set()
-        try:
-            now = time.time()
-            return {
-                record["pid"]
-                for record in store.engines().values()
-                if record.get("state") == "live" and record["expires_at"] > now
-            }
-        finally:
-            store.close()
-
-    def _epochs(self) -> None:
-        """Sample every claim epoch about twice a second: none may ever shrink or vanish."""
-        from weft_actors.store import LmdbStore
-        from weft_actors.store._keys import unpack_u64
-
-        previous: dict[bytes, int] = {}
-        while not self.stop_load.wait(0.5):
-            try:
-                store = LmdbStore(str(self.data_dir), readonly=True)
-            except WeftError:
-                continue
-            try:
-                with store.env.begin() as txn:
-                    epochs = {bytes(key): unpack_u64(value)[0] for key, value in txn.cursor(db=store.dbs.claim_epoch)}
-            finally:
-                store.close()
-            self.count("epoch_samples")
-            for key, epoch in previous.items():
-                now = epochs.get(key)
-                if now is None or now < epoch:
-                    self.violation(f"claim epoch of {key.decode()!r} went from {epoch} to {now}")
-            previous = epochs
-
-    # -- stopping, checking, finishing -----------------------------------------------------------
-
-    def _terminate(self) -> int:
-        """SIGTERM (drain) the supervisor; its exit code (-9 if it had to be killed)."""
-        process = self.sup.process
-        assert process is not None
-        self._track_shards()
-        process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(60)
-        except subprocess.TimeoutExpired:
-            self._kill_everything()
-            return -9
-        self._reap_strays()
-        return code
-
-    def _kill_everything(self) -> None:
-        """kill -9 the supervisor and every shard it has (a machine crash)."""
-        process = self.sup.process
-        if process is None:
-            return
-        if process.poll() is None:
-            pids = self._track_shards()
-            process.kill()
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        process.wait(30)
-        self._reap_strays()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
-        self.sup.ready_line = ""  # its pids are stale: RunningSupervisor.kill must not use them
-
-    def _reap_strays(self) -> None:
-        """Shards left without their supervisor drain and exit by themselves; wait for that,
-        then kill any still there (a shard spawned at the instant its supervisor died)."""
-        deadline = time.monotonic() + 10
-        strays = [pid for pid in self.seen_shards if _alive(pid) and _is_shard(pid)]
-        while strays and time.monotonic() < deadline:
-            time.sleep(0.05)
-            strays = [pid for pid in strays if _alive(pid) and _is_shard(pid)]
-        for pid in strays:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.seen_shards = {pid for pid in self.seen_shards if _alive(pid)}
+    # -- checking and finishing ---------------------------------------------------------------
 
     def _stop_and_check(self, when: str) -> None:
         code = self._terminate()

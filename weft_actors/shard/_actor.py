@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Final
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
 
 from ..codec import encode
 from ..errors import SerializationError, WeftError
@@ -111,7 +111,7 @@ class Actor(InboxMixin, EndingMixin):
 
     # -- wakes ----------------------------------------------------------------------------
 
-    def add_messages(self, messages: list[tuple[int, dict[str, Any]]]) -> bool:
+    def add_messages(self, messages: Iterable[tuple[int, dict[str, Any]]]) -> bool:
         """Note inbox messages not seen before; True if any was new."""
         new = False
         for seq, message in messages:
@@ -413,4 +413,4 @@ class Actor(InboxMixin, EndingMixin):
         """Stop without committing anything more (deposed, evicted or engine stopping)."""
         self.closed = True
         self._stop_work(None)
-        self.run.close()
+        self.run.discard()

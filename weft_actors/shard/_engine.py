@@ -73,10 +73,10 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     ``max_active_workflows`` (default ``max(200_000, 2 * max_live_actors)``) is a hard cap on
     the actors in memory: when a client start finds that many and an eviction pass cannot
     make room (none is parked), it is refused. Reclaims, child starts, continue-as-new and
-    delayed starts (when accepted, and when they fire) are never refused: those workflows
-    exist or make no actor yet, and must run somewhere. ``max_inbox``
-    (default 10,000) caps the signals and updates pending in one workflow's inbox; a retried
-    update (a known request id), a cancel request and a child's completion are always taken.
+    delayed starts (accepted, and when they fire) are never refused: those workflows exist
+    or make no actor yet, and must run somewhere. ``max_inbox`` (default 10,000) caps the
+    signals and updates pending in one workflow's inbox; a retried update (a known request
+    id), a cancel request and a child's completion are always taken.
     ``max_inflight_activities`` (default 1,000) caps the activity attempts running at once:
     beyond it attempts wait in a FIFO queue (backpressure, never a failure).
     """

@@ -15,11 +15,12 @@ Recency is the order of the engine's ``actors`` dict: spawning or waking an acto
 at the end, and an eviction pass moves the busy actors it meets to the end, so parked actors
 gather at the front, least recently used first. That costs no memory per actor.
 
-An evicted run is garbage only the cyclic collector frees (a run and its context refer to each
-other, and user handlers often close over ``ctx``), and a parked actor has usually been promoted
-to the oldest generation, which a tuned engine (``tune_gc``) collects rarely. So after evicting
-``max(GC_EVERY, max_live_actors)`` actors the evictor runs a full collection: memory stays
-bounded by the cap instead of growing with every workflow ever parked.
+Evicting discards the run (``WorkflowRun.discard``), which cuts the reference cycle between a
+run and its context, so reference counting frees it at once. Workflow code may still leave cycles
+of its own (objects of its state that refer to each other, say), and a parked actor has usually
+been promoted to the oldest generation, which a tuned engine (``tune_gc``) collects rarely. So
+after evicting ``max(GC_EVERY, max_live_actors)`` actors the evictor runs a full collection:
+memory stays bounded by the cap instead of growing with every workflow ever parked.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..codec import decode_args
@@ -71,12 +72,11 @@ class ActorHost:
             eviction.forget(wid)
         run = WorkflowRun(definition, wid, run_id, args, history)
         actor = Actor(self, wid, run_id, epoch, run)  # type: ignore[arg-type]
-        actor.add_messages(list(inbox))
+        actor.add_messages(inbox)
         actors[wid] = actor
         if len(actors) > eviction.max_live:
             eviction.schedule()
-        actor.handle(run.start())
-        actor.poll()
+        actor.handle(run.start())  # which polls: the inbox is taken from here on
         return actor
 
     def drive(self, wid: str, epoch: int) -> bool:
@@ -85,7 +85,7 @@ class ActorHost:
         record, holder, ops, inbox = self.store.load_for_replay(wid)
         if record is None or record["status"] != "running":
             return False
-        if holder is None or holder[:16].hex() != self.engine_id or int.from_bytes(holder[16:24], "big") != epoch:
+        if not self._holds(holder, epoch):
             return False
         self._spawn(self._definition(record["type"]), wid, record["run_id"], epoch, decode_args(record["args"]), ops, inbox)
         return True
@@ -105,12 +105,20 @@ class ActorHost:
             holder = self.store.get_holder_bytes(actor.wid)
         except Exception:
             return True
-        if holder is not None and holder[:16].hex() == self.engine_id and int.from_bytes(holder[16:24], "big") == actor.epoch:
+        if self._holds(holder, actor.epoch):
             self.eviction.touch(actor)
             return True
         self.metrics.wake_discarded(kind)
         self.drop_actor(actor, deposed=True)
         return False
+
+    @cached_property
+    def _engine_raw(self) -> bytes:
+        return bytes.fromhex(self.engine_id)
+
+    def _holds(self, holder: bytes | None, epoch: int) -> bool:
+        """Whether the claim-holder bytes ``holder`` name this engine at ``epoch``."""
+        return holder is not None and holder[:16] == self._engine_raw and int.from_bytes(holder[16:24], "big") == epoch
 
     def drop_actor(self, actor: Actor, *, deposed: bool = False) -> None:
         """Stop ``actor`` without committing anything; callers waiting on its result look at
@@ -136,6 +144,7 @@ class ActorHost:
 
     def actor_finished(self, actor: Actor) -> None:
         actor.closed = True
+        actor.run.discard()
         if self.actors.get(actor.wid) is actor:
             del self.actors[actor.wid]
         self.metrics.workflows_completed += 1

@@ -270,6 +270,7 @@ class WorkflowMessages:
             del self.actors[actor.wid]
         run_id, payload = actor.next_run  # type: ignore[misc]
         definition = self._definition(actor.run.workflow_type)
+        actor.run.discard()
         self._spawn(definition, actor.wid, run_id, epoch, decode_args(payload), {}, self.store.load_inbox(actor.wid))
 
 

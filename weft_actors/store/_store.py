@@ -19,6 +19,7 @@ from ._feed import feed_head, read_feed
 from ._upkeep import UpkeepMixin
 from ._messages import RequestsMixin
 from ._env import DEFAULT_MAP_SIZE, check_ownership_mode, close_environment, open_environment
+from ._reserve import GROWTH, StorageReserve
 from ._keys import NO_ENGINE, TERMINAL, by_engine_key, engine_key, holder_value, split_holder
 
 
@@ -47,6 +48,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.max_inbox = max_inbox
         self.clock = clock or SystemClock()
         self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly)
+        self._reserve = StorageReserve(self.env, self.dbs)
         self.commits = 0
         self.writes = 0
         self._locks: dict[str, int] = {}
@@ -74,6 +76,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         Returns one entry per intent: its result, or the ``WeftError`` that rejected it alone.
         If the transaction itself fails every entry is that error; if the engine is no longer
         live every entry is ``EngineDeposed``. Nothing is committed for a rejected intent.
+        Within the storage reserve (``_reserve``) intents that only add data get ``StorageFull``.
         """
         results: list[Any] = []
         try:
@@ -82,6 +85,9 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 # reading the clock and committing must not let a stale "now" pass the check.
                 now = self.clock.now()
                 record = _engines.check_live(txn, self.dbs, engine_id, now, self._incarnations.get(engine_id))
+                full = self._reserve.check(txn)
+                if full is not None and all(type(intent) in GROWTH for intent in intents):
+                    raise full  # nothing to commit, not even the lease extension below
                 state = TxnState(txn, self.dbs, engine_key(engine_id), now, self.max_inbox)
                 if now >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
                     # A busy engine's commits carry its heartbeat: a long loop turn full of
@@ -89,6 +95,9 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                     record["expires_at"] = now + record["ttl"]
                     _engines.put_engine(txn, self.dbs, state.engine_raw, record)
                 for intent in intents:
+                    if full is not None and type(intent) in GROWTH:
+                        results.append(full)
+                        continue
                     try:
                         results.append(apply_intent(state, intent))
                     except WeftError as exc:

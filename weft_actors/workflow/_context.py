@@ -54,6 +54,13 @@ class Context:
         self._run = run
         self._logger: _ReplaySilentLogger | None = None
 
+    def _detach(self) -> None:
+        """The engine is done with the run: drop the references back to it (this one and the
+        logger's), so user code that keeps ``ctx`` (a handler closing over it) ties nothing to
+        the run, and reference counting alone frees it."""
+        self._run = None  # type: ignore[assignment]
+        self._logger = None
+
     @property
     def workflow_id(self) -> str:
         return self._run.workflow_id

@@ -1,0 +1,228 @@
+"""The faults of a chaos run, as a mixin of ``ChaosRun``: kill -9 of a shard, SIGSTOP past
+its lease then SIGCONT (it must depose itself and exit), a crash (kill -9 of the supervisor and
+every shard) or a drain (SIGTERM) of the whole supervisor followed by a restart; and a sampler
+that checks that no claim epoch ever shrinks or vanishes. Shards are found through /proc as
+the supervisor's children, so a restarted slot's new process is found too."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from _processes import RunningSupervisor
+from weft_actors.errors import WeftError
+
+__all__ = ["FaultsMixin", "shard_pids", "HEARTBEAT", "TTL", "EXPIRY"]
+
+HEARTBEAT, TTL = 0.2, 0.6
+EXPIRY = TTL + 2 * HEARTBEAT
+"""A stalled engine is judged expired this long after its last heartbeat."""
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """``(state, ppid)`` of ``pid``, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1])
+
+
+def _is_shard(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"spawn_main" in handle.read()
+    except OSError:
+        return False
+
+
+def shard_pids(supervisor_pid: int) -> list[int]:
+    """Live (not zombie) shard processes of the supervisor, stopped ones included."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        stat = _proc_stat(int(entry))
+        if stat is not None and stat[1] == supervisor_pid and stat[0] != "Z" and _is_shard(int(entry)):
+            found.append(int(entry))
+    return sorted(found)
+
+
+def _alive(pid: int) -> bool:
+    stat = _proc_stat(pid)
+    return stat is not None and stat[0] != "Z"
+
+
+class FaultsMixin:
+    """Needs from ``ChaosRun``: the supervisor, the seed, the data directory, the stop events
+    and the bookkeeping methods."""
+
+    sup: RunningSupervisor
+    seed: int
+    data_dir: Path
+    fault_gap: tuple[float, float]
+    stop_load: threading.Event
+    stop_faults: threading.Event
+    seen_shards: set[int]
+
+    def violation(self, text: str) -> None:
+        raise NotImplementedError
+
+    def count(self, name: str, n: int = 1) -> None:
+        raise NotImplementedError
+
+    def _track_shards(self) -> list[int]:
+        process = self.sup.process
+        pids = [] if process is None or process.poll() is not None else shard_pids(process.pid)
+        self.seen_shards.update(pids)
+        return pids
+
+    def _faults(self) -> None:
+        rng = random.Random(f"{self.seed}-faults")
+        kinds = ("kill", "stall", "short_stall", "crash", "drain")
+        weights = (44, 32, 8, 9, 7)
+        while not self.stop_faults.wait(rng.uniform(*self.fault_gap)):
+            kind = rng.choices(kinds, weights)[0]
+            pids = [pid for pid in self._track_shards() if _proc_stat(pid) is not None and _proc_stat(pid)[0] != "T"]
+            if kind in ("kill", "stall", "short_stall") and len(pids) < 2:
+                continue  # keep one shard serving: the supervisor's backoff may hold the others
+            if kind == "stall":
+                # Only a shard whose engine is registered and live: one still starting up would
+                # register after the stall with a fresh lease, and rightly not be deposed.
+                live = self._live_engine_pids()
+                pids = [pid for pid in pids if pid in live]
+                if not pids:
+                    continue
+            if kind == "kill":
+                victim = rng.choice(pids)
+                os.kill(victim, signal.SIGKILL)
+                self.count("kills")
+            elif kind in ("stall", "short_stall"):
+                self._stall(rng.choice(pids), rng.uniform(EXPIRY + 0.3, EXPIRY + 1.5) if kind == "stall" else rng.uniform(0.1, TTL / 2))
+            elif kind == "crash":
+                self._kill_everything()
+                self.count("crash_restarts")
+                self.sup.start()
+            else:
+                code = self._terminate()
+                if code != 0:
+                    self.violation(f"a drain under load exited {code}, not 0")
+                self.count("drain_restarts")
+                self.sup.start()
+            self._track_shards()
+
+    def _stall(self, pid: int, seconds: float) -> None:
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.count("stalls")
+        if seconds <= EXPIRY + 0.2:
+            return
+        self.count("long_stalls")
+        # Its lease expired while it was stopped: at its next heartbeat or commit it finds
+        # itself deposed and exits; the supervisor restarts the slot.
+        deadline = time.monotonic() + 10
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _alive(pid):
+            self.violation(f"shard {pid} stalled {seconds:.2f}s (past its lease) and still runs 10s after SIGCONT")
+        else:
+            self.count("deposed_exits")
+
+    def _live_engine_pids(self) -> set[int]:
+        from weft_actors.store import LmdbStore
+
+        try:
+            store = LmdbStore(str(self.data_dir), readonly=True)
+        except WeftError:
+            return set()
+        try:
+            now = time.time()
+            return {
+                record["pid"]
+                for record in store.engines().values()
+                if record.get("state") == "live" and record["expires_at"] > now
+            }
+        finally:
+            store.close()
+
+    def _epochs(self) -> None:
+        """Sample every claim epoch about twice a second: none may ever shrink or vanish."""
+        from weft_actors.store import LmdbStore
+        from weft_actors.store._keys import unpack_u64
+
+        previous: dict[bytes, int] = {}
+        while not self.stop_load.wait(0.5):
+            try:
+                store = LmdbStore(str(self.data_dir), readonly=True)
+            except WeftError:
+                continue
+            try:
+                with store.env.begin() as txn:
+                    epochs = {bytes(key): unpack_u64(value)[0] for key, value in txn.cursor(db=store.dbs.claim_epoch)}
+            finally:
+                store.close()
+            self.count("epoch_samples")
+            for key, epoch in previous.items():
+                now = epochs.get(key)
+                if now is None or now < epoch:
+                    self.violation(f"claim epoch of {key.decode()!r} went from {epoch} to {now}")
+            previous = epochs
+
+
+    def _terminate(self) -> int:
+        """SIGTERM (drain) the supervisor; its exit code (-9 if it had to be killed)."""
+        process = self.sup.process
+        assert process is not None
+        self._track_shards()
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(60)
+        except subprocess.TimeoutExpired:
+            self._kill_everything()
+            return -9
+        self._reap_strays()
+        return code
+
+    def _kill_everything(self) -> None:
+        """kill -9 the supervisor and every shard it has (a machine crash)."""
+        process = self.sup.process
+        if process is None:
+            return
+        if process.poll() is None:
+            pids = self._track_shards()
+            process.kill()
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        process.wait(30)
+        self._reap_strays()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+        self.sup.ready_line = ""  # its pids are stale: RunningSupervisor.kill must not use them
+
+    def _reap_strays(self) -> None:
+        """Shards left without their supervisor drain and exit by themselves; wait for that,
+        then kill any still there (a shard spawned at the instant its supervisor died)."""
+        deadline = time.monotonic() + 10
+        strays = [pid for pid in self.seen_shards if _alive(pid) and _is_shard(pid)]
+        while strays and time.monotonic() < deadline:
+            time.sleep(0.05)
+            strays = [pid for pid in strays if _alive(pid) and _is_shard(pid)]
+        for pid in strays:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.seen_shards = {pid for pid in self.seen_shards if _alive(pid)}
