@@ -46,7 +46,10 @@ class RunningSupervisor:
         self.kill()
 
     def start(self, timeout: float = 30.0) -> None:
-        self.process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
+        # A session of its own: kill() reaches every shard, restarted ones included.
+        self.process = subprocess.Popen(
+            self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env, start_new_session=True
+        )
         threading.Thread(target=self._collect_stderr, daemon=True).start()
         ready: list[str] = []
         reader = threading.Thread(target=lambda: ready.append(self.process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
@@ -79,23 +82,15 @@ class RunningSupervisor:
         return self.process.wait(timeout)
 
     def kill(self) -> None:
-        """Kill the supervisor and every shard it spawned (by pid), then reap."""
+        """Kill the supervisor and every shard it spawned (its whole process group), then reap."""
         process = self.process
         if process is None:
             return
-        pids = []
         try:
-            pids = self.shard_pids
-        except (IndexError, ValueError):
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
             pass
-        if process.poll() is None:
-            process.kill()
         process.wait(10)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()

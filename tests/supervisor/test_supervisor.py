@@ -151,7 +151,7 @@ def _alive(pid: int) -> bool:
 def test_restart_intensity_exceeded_exits_non_zero(tmp_path):
     sup = RunningSupervisor(tmp_path / "data", app=APP, args=("--restart-limit", "2", "--restart-window", "30"), env={"WEFT_TEST_CRASH_SHARDS": "1"})
     try:
-        sup.process = subprocess.Popen(sup.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=sup.env)
+        sup.process = subprocess.Popen(sup.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=sup.env, start_new_session=True)
         code = sup.process.wait(30)
         assert code == 3
         assert "restart intensity exceeded" in sup.process.stderr.read()

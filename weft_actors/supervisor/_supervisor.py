@@ -36,7 +36,7 @@ EXIT_RESTART_INTENSITY = 3
 
 
 class _Slot:
-    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready")
+    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready", "started_at")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -48,6 +48,7 @@ class _Slot:
         self.next_start = 0.0
         self.stats: dict[str, Any] = {}
         self.ready = False
+        self.started_at = 0.0
 
 
 class Supervisor:
@@ -140,6 +141,7 @@ class Supervisor:
         slot.process, slot.control, slot.ready = process, parent, False
         slot.engine_id = None
         slot.pid = process.pid
+        slot.started_at = time.monotonic()
         log.info("shard %d started (pid %d)", slot.index, process.pid)
 
     def _watch(self) -> int:
@@ -232,6 +234,8 @@ class Supervisor:
                 self.config.restart_window,
             )
             return False
+        if now - slot.started_at > self.config.restart_window:
+            slot.restarts = 0  # it ran well for a whole window: back off from scratch
         slot.restarts += 1
         self.restarts += 1
         slot.next_start = now + min(0.05 * 2 ** (slot.restarts - 1), 5.0)
