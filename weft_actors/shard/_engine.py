@@ -17,7 +17,7 @@ import uuid
 from typing import Any, Callable
 
 from .._clock import Clock, SystemClock
-from ..codec import encode, encode_args
+from ..codec import encode
 from ..errors import (
     EngineDeposed,
     EngineStopped,
@@ -27,7 +27,7 @@ from ..errors import (
     UnknownWorkflowType,
     WeftError,
 )
-from ..store import AppendInbox, CloseWorkflow, CreateWorkflow, LmdbStore, PurgeWorkflow
+from ..store import AppendInbox, CloseWorkflow, LmdbStore, PurgeWorkflow
 from ..workflow import WorkflowDefinition, collect_workflows, workflow_definition
 from ._activities import ActivityRunner
 from ._actor import Actor
@@ -40,7 +40,7 @@ from ._messages import WorkflowMessages
 from ._metrics import EngineMetrics
 from ._reads import WorkflowReads
 from ._timers import TimerService
-from ._validate import OWNERSHIP_MODES, new_id, validate_id, validate_timing
+from ._validate import OWNERSHIP_MODES, validate_timing
 
 __all__ = ["Engine"]
 
@@ -311,19 +311,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         definition = self._definition(workflow)
         if start_delay is None and start_at is None:
             self.admit()  # a delayed start makes no actor now (and its firing is never refused)
-        wid = new_id() if id is None else validate_id(id)
-        if if_exists not in ("error", "return", "start_new"):
-            raise InvalidRequest(f"if_exists must be 'error', 'return' or 'start_new', not {if_exists!r}")
-        if start_delay is not None and start_at is not None:
-            raise InvalidRequest("give start_delay or start_at, not both")
-        for name, value in (("start_delay", start_delay), ("execution_timeout", execution_timeout)):
-            if value is not None and not value >= 0:
-                raise InvalidRequest(f"{name} must be >= 0")
-        if start_delay is not None:
-            start_at = self.clock.now() + start_delay
-        payload = self._check_payload(encode_args(args, "workflow argument"), "workflow arguments")
-        memo_bytes = None if memo is None else self._check_payload(encode(memo, "memo"), "memo")
-        intent = CreateWorkflow(wid, definition.name, payload, new_id(), if_exists, memo_bytes, None, start_at, execution_timeout)
+        intent = self._create_intent(definition, args, id, if_exists, memo, start_delay, start_at, execution_timeout)
+        wid = intent.wid
         future = self.committer.loop.create_future()
 
         def created(result: Any) -> None:
