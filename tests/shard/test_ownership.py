@@ -21,6 +21,7 @@ import pytest
 
 from _support import eventually, run
 from weft_actors import Engine, WorkflowHandle, activity, workflow
+from weft_actors.codec import decode
 from weft_actors._placement import preferred
 from weft_actors.errors import (
     EngineDeposed,
@@ -973,13 +974,14 @@ def test_commit_hints_are_published_for_inbox_appends_and_endings(tmp_path):
         async with engines(tmp_path, APP, clock=clock, on_commit_hint=lambda kind, wid: hints.append((kind, wid))) as (a,):
             await a.start(parked, id="one")
             await a.start(parked, id="two")
-            await a.signal("one", "go", 1)
+            await a.signal("one", "go", 1)  # taken by its parked owner here, in the append's commit
             await a.get_handle("one").result(timeout=5)
+            await a.signal("two", "later", 2)  # nobody waits for it: it stays in the inbox
             await a.terminate("two")
         assert hints == [
-            ("workflow-touched", "one"),
             ("workflow-done", "one"),
-            ("workflow-touched", "two"),
+            ("workflow-touched", "two"),  # the signal
+            ("workflow-touched", "two"),  # the terminate
             ("workflow-done", "two"),
         ]
 
@@ -1022,5 +1024,35 @@ def test_heartbeat_that_fails_to_commit_is_counted_and_the_engine_carries_on(tmp
             assert a.stats()["heartbeat_failures_total"] == 2
             await a.signal("hb", "go", "still here")
             assert await a.get_handle("hb").result(timeout=5) == "still here"
+
+    run(main())
+
+
+def test_a_signal_its_parked_local_owner_waits_for_is_consumed_in_the_appending_commit(tmp_path):
+    async def main():
+        async with engines(tmp_path, APP, clock=FakeClock()) as (a,):
+            handle = await a.start(three_signals, id="direct")
+            commits = a.stats()["commits_total"]
+            await a.signal("direct", "go", "one")
+            # One commit holds the append and the op that took it: no inbox entry was left.
+            assert a.stats()["commits_total"] == commits + 1
+            assert a.store.load_inbox("direct") == []
+            (record,) = a.store.load_ops("direct", handle.run_id).values()
+            assert record["kind"] == "signal" and decode(record["ok"]) == "one" and record["inbox"] > 0
+            await a.signal("direct", "go", "two")
+            await a.signal("direct", "go", "three")
+            assert await handle.result(timeout=5) == ["one", "two", "three"]
+
+    run(main())
+
+
+def test_a_local_signal_does_not_overtake_one_another_engine_appended_first(tmp_path):
+    async def main():
+        async with engines(tmp_path, APP, COMMON, clock=FakeClock()) as (a, b):
+            await a.start(three_signals, id="fifo")
+            await b.signal("fifo", "go", "first")  # a has not polled its feed: it has not seen it
+            await a.signal("fifo", "go", "second")
+            await a.signal("fifo", "go", "third")
+            assert await a.get_handle("fifo").result(timeout=5) == ["first", "second", "third"]
 
     run(main())

@@ -43,8 +43,8 @@ async def settle(turns: int = 10) -> None:
 
 async def finished(engine: Engine, wid: str, x: int) -> None:
     await engine.start(doubler, x, id=wid)
+    await engine.signal(wid, "unread", "left over")  # before "go": the run ends soon after that
     await engine.signal(wid, "go", x)
-    await engine.signal(wid, "unread", "left over")
     assert await engine.get_handle(wid).result(timeout=5) == 2 * x
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from weft_actors.codec import decode, encode
-from weft_actors.errors import FencedOut, WorkflowNotFound
-from weft_actors.store import AppendInbox, Created, Finish, StepCommit, TimerRef
+from weft_actors.errors import FencedOut, WorkflowClosed, WorkflowNotFound
+from weft_actors.store import AppendAndConsume, AppendInbox, Created, Finish, StepCommit, TimerRef
 
 
 def _stale_commit(kit, wid, epoch, run_id, seq):
@@ -308,3 +308,56 @@ def test_inbox_survives_a_reopen(store_factory, kit):
     assert [(s, decode(m["payload"])) for s, m in reopened.load_inbox(wid)] == [(seq, "kept")]
     assert reopened.read_feed(0) == [(seq, wid)]
     assert reopened.get_holder(wid)[:2] == (eid, 1)
+
+
+# -- a signal its parked owner consumes in the appending transaction ---------------------------
+
+
+def _take(wid, epoch, run_id, payload, op_seq=1):
+    record = {"kind": "signal", "name": "go", "t": 1, "ok": encode(payload)}
+    return AppendAndConsume(AppendInbox(wid, "signal", "go", encode(payload)), epoch, run_id, op_seq, record)
+
+
+def test_append_and_consume_records_the_op_and_leaves_no_inbox_entry(kit):
+    store = kit.store
+    owner = kit.engine()
+    wid, run_id, epoch = kit.start(owner)
+    ((seq, consumed),) = store.apply(owner, [_take(wid, epoch, run_id, "now")])
+    assert consumed is True
+    assert store.load_inbox(wid) == []
+    assert store.load_ops(wid, run_id) == {1: {"kind": "signal", "name": "go", "t": 1, "ok": encode("now"), "inbox": seq}}
+    assert (seq, wid) in store.read_feed(0)  # other engines still see that the workflow got mail
+
+
+def test_append_and_consume_leaves_the_message_when_an_older_one_waits(kit):
+    """FIFO per workflow: a message appended earlier (by any engine) must be taken first."""
+    store = kit.store
+    owner, other = kit.engine(), kit.engine()
+    wid, run_id, epoch = kit.start(owner)
+    (older,) = store.apply(other, [AppendInbox(wid, "signal", "go", encode("first"))])
+    ((seq, consumed),) = store.apply(owner, [_take(wid, epoch, run_id, "second")])
+    assert consumed is False
+    assert [(s, decode(m["payload"])) for s, m in store.load_inbox(wid)] == [(older, "first"), (seq, "second")]
+    assert store.load_ops(wid, run_id) == {}
+
+
+def test_append_and_consume_by_a_stale_owner_only_appends(kit):
+    store = kit.store
+    loser, winner = kit.engine(), kit.engine()
+    wid, run_id, epoch = kit.start(loser)
+    store.takeover(winner, [(wid, store.get_holder_bytes(wid))])
+    ((seq, consumed),) = store.apply(loser, [_take(wid, epoch, run_id, "late")])
+    assert consumed is False
+    assert [s for s, _ in store.load_inbox(wid)] == [seq]  # for the new owner to take
+    assert store.load_ops(wid, run_id) == {}
+
+
+def test_append_and_consume_to_a_finished_workflow_is_refused_and_writes_nothing(kit):
+    store = kit.store
+    owner = kit.engine()
+    wid, run_id, epoch = kit.start(owner)
+    assert kit.finish(owner, wid, epoch, run_id) is None
+    feed = store.read_feed(0)
+    (result,) = store.apply(owner, [_take(wid, epoch, run_id, "too late")])
+    assert isinstance(result, WorkflowClosed)
+    assert store.load_inbox(wid) == [] and store.read_feed(0) == feed

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..codec import decode_args, unpack_record
 from ..errors import UpdateRejected, WorkflowAlreadyExists
-from ..store import TERMINAL, CreateChild, CreateWorkflow, PutRequest
+from ..errors import WeftError
+from ..store import TERMINAL, AppendAndConsume, AppendInbox, CreateChild, CreateWorkflow, PutRequest
 from ..workflow import CANCEL_REQUESTED, Command, cancelled_record, error_record
 from ._writes import Writes, child_error, child_id_for
 
@@ -32,14 +33,28 @@ class InboxMixin:
     engine: Engine
     wid: str
     run_id: str
+    epoch: int
     run: WorkflowRun
+    busy: bool
+    closed: bool
+    stuck: bool
     inbox: list[tuple[int, dict[str, Any]]] | tuple[()]
+    inbox_seen: int
+    timers: dict[int, Any]
+    attempts: dict[int, Any]
+    wakes: list[Any]
     ops: dict[int, Command]
     children: dict[str, int] | None
     writes: Writes | None
     after: Callable[[], None] | None
 
     # provided by Actor
+    def poll(self) -> None:
+        raise NotImplementedError
+
+    def handle(self, commands: list[Command]) -> None:
+        raise NotImplementedError
+
     def _writes(self) -> Writes:
         raise NotImplementedError
 
@@ -87,6 +102,35 @@ class InboxMixin:
         return self.children
 
     # -- the inbox ------------------------------------------------------------------------
+
+    def consume_with_append(self, append: AppendInbox) -> AppendAndConsume | None:
+        """A signal this actor could take as the very next thing it does (parked on a
+        ``wait_signal`` for it, without a timer, with nothing else pending or seen) is consumed
+        in the transaction that appends it: the intent for that, or None to append it plainly.
+        The actor stays busy until ``consumed_with_append``: nothing else may record first."""
+        if self.busy or self.closed or self.stuck or self.inbox or self.wakes or self.timers or self.attempts or self.writes is not None or self.after is not None:
+            return None
+        seq = self.run.wanted_signal(append.name)
+        if seq is None or seq not in self.ops:
+            return None
+        self.busy = True
+        return AppendAndConsume(append, self.epoch, self.run_id, seq, self.run.outcome_record(seq, ok=append.payload))
+
+    def consumed_with_append(self, intent: AppendAndConsume, result: Any) -> None:
+        """The commit of ``consume_with_append``'s intent: resume on the signal if it was
+        consumed; else (left in the inbox, or the append failed) carry on as before."""
+        self.busy = False
+        if self.closed:
+            return
+        if isinstance(result, WeftError) or not result[1]:
+            self.poll()
+            return
+        inbox_seq = result[0]
+        if inbox_seq > self.inbox_seen:
+            self.inbox_seen = inbox_seq
+        del self.ops[intent.op_seq]
+        self.run.keep_outcome(intent.op_seq, intent.record)
+        self.handle(self.run.deliver())
 
     def _consume_inbox(self) -> None:
         run = self.run

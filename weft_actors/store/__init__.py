@@ -19,7 +19,7 @@ from ._intents import (
 )
 from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepResult
 from ._keys import TERMINAL, split_holder
-from ._messages import RequestCancel, SignalWithStart
+from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
 from ._store import LmdbStore
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "ContinueRun",
     "CreateChild",
     "PutRequest",
+    "AppendAndConsume",
     "RequestCancel",
     "SignalWithStart",
     "StepResult",

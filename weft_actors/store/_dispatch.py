@@ -7,7 +7,7 @@ from typing import Any
 from ._apply import APPLIERS, TxnState
 from ._intents import AppendInbox, CloseWorkflow, FireStart, PurgeWorkflow
 from ._lifecycle import close_workflow, fire_start, purge_workflow
-from ._messages import RequestCancel, SignalWithStart, append_message, request_cancel_intent, signal_with_start
+from ._messages import AppendAndConsume, RequestCancel, SignalWithStart, append_and_consume, append_message, request_cancel_intent, signal_with_start
 
 __all__ = ["apply_intent"]
 
@@ -17,6 +17,7 @@ _APPLIERS: dict[type, Any] = {
     PurgeWorkflow: purge_workflow,
     FireStart: fire_start,
     AppendInbox: append_message,
+    AppendAndConsume: append_and_consume,
     RequestCancel: request_cancel_intent,
     SignalWithStart: signal_with_start,
 }

@@ -16,14 +16,15 @@ from ._apply import TxnState, append_inbox, create_workflow
 from ._children import request_cancel
 from ._effects import request_key
 from ._intents import AppendInbox, Created, CreateWorkflow
-from ._keys import TERMINAL
+from ._feed import feed_entry
+from ._keys import TERMINAL, fence, pack_u32, pack_u64, prefixed, run_prefix
 
 if TYPE_CHECKING:
     import lmdb
 
     from ._env import Databases
 
-__all__ = ["RequestCancel", "SignalWithStart", "append_message", "request_cancel_intent", "signal_with_start", "RequestsMixin"]
+__all__ = ["AppendAndConsume", "RequestCancel", "SignalWithStart", "append_and_consume", "append_message", "request_cancel_intent", "signal_with_start", "RequestsMixin"]
 
 
 class RequestCancel(NamedTuple):
@@ -44,6 +45,45 @@ class SignalWithStart(NamedTuple):
     create: CreateWorkflow
     name: str
     payload: bytes
+
+
+class AppendAndConsume(NamedTuple):
+    """Append a signal and let its owner, parked on ``wait_signal`` for it, consume it in the
+    same transaction: the inbox entry is deleted and op ``op_seq`` records ``record`` (the
+    outcome the owner prepared, completed here with ``inbox``: the entry's seq). One commit
+    instead of two, and the workflow's next op is committed with the signal itself.
+
+    The append always stands; the consumption only if the owner still holds the claim at
+    ``epoch`` and no older message waits in the inbox (those go first, FIFO). Returns
+    ``(seq, consumed)``; when not consumed, the message waits in the inbox as usual."""
+
+    append: AppendInbox
+    epoch: int
+    run_id: str
+    op_seq: int
+    record: dict[str, Any]
+
+
+def append_and_consume(state: TxnState, intent: AppendAndConsume) -> tuple[int, bool]:
+    txn, dbs, append = state.txn, state.dbs, intent.append
+    wid = append.wid
+    holder = txn.get(wid.encode(), db=dbs.claim_holder)
+    if holder is None or holder[:24] != fence(state.engine_raw, intent.epoch) or _has_inbox(txn, dbs, wid):
+        return append_inbox(state, append), False
+    # The claim is held, so the workflow runs (every end drops it): no status to check, and
+    # with its inbox empty no room either. The entry would be deleted at once: none is made.
+    seq = state.next_feed_seq()
+    txn.put(pack_u64(seq), feed_entry(state.now, wid), db=dbs.feed)
+    record = intent.record
+    record["inbox"] = seq
+    txn.put(run_prefix(wid, intent.run_id) + pack_u32(intent.op_seq), pack_record(record), db=dbs.ops)
+    return seq, True
+
+
+def _has_inbox(txn: lmdb.Transaction, dbs: Databases, wid: str) -> bool:
+    prefix = prefixed(wid)
+    cursor = txn.cursor(db=dbs.inbox)
+    return cursor.set_range(prefix) and cursor.key().startswith(prefix)
 
 
 def append_message(state: TxnState, intent: AppendInbox) -> Any:

@@ -21,11 +21,11 @@ import lmdb
 from ..errors import StorageFull
 from ._env import DATABASES, Databases
 from ._intents import AppendInbox, CreateWorkflow, StepCommit
-from ._messages import SignalWithStart
+from ._messages import AppendAndConsume, SignalWithStart
 
 __all__ = ["StorageReserve", "GROWTH"]
 
-GROWTH: Final = frozenset({CreateWorkflow, AppendInbox, SignalWithStart, StepCommit})
+GROWTH: Final = frozenset({CreateWorkflow, AppendInbox, AppendAndConsume, SignalWithStart, StepCommit})
 """Intents refused inside the reserve: everything that only adds data."""
 
 MIN_PAGES: Final = 64

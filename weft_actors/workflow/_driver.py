@@ -136,6 +136,15 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
 
     def record_outcome(self, seq: int, ok: bytes | None = None, err: dict[str, Any] | None = None, **extra: Any) -> bytes:
         """The packed op record for ``seq``'s outcome; delivered by the next ``deliver()``."""
+        record = self.outcome_record(seq, ok, err, **extra)
+        self.keep_outcome(seq, record)
+        return pack_record(record)
+
+    def outcome_record(self, seq: int, ok: bytes | None = None, err: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+        """What ``record_outcome`` would record for ``seq`` now, without recording it: for an
+        outcome committed before the run learns it (a signal its owner takes at once, in the
+        transaction that appends it). ``keep_outcome`` then records it, unless the run
+        recorded something else first."""
         op = self.waiting if seq == self.waiting_seq else self._op_at(seq)
         record = self.history.get(seq)
         record = dict(record) if record else {}
@@ -148,9 +157,14 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         else:
             record["err"] = err
         record.update(extra)
+        return record
+
+    def keep_outcome(self, seq: int, record: dict[str, Any]) -> None:
+        """Record ``record`` (from ``outcome_record``) as ``seq``'s outcome, at its ``t``."""
+        if record["t"] != self._next_t:
+            raise RuntimeError(f"outcome of op {seq} was prepared at t={record['t']}, the run is at t={self._next_t}")
         self._next_t += 1
         self._keep_outcome(seq, record)
-        return pack_record(record)
 
     def record_started(self, seq: int, **fields: Any) -> bytes:
         """The packed record of an op that has started but not finished (timer, retry, child)."""
