@@ -205,7 +205,7 @@ def test_replay_with_different_combinator_leaves_is_non_determinism() -> None:
     replay = Script(changed, history=history)
     assert replay.final is not None and replay.final.kind == "stuck"
     assert replay.final.error["code"] == NonDeterminismError.code
-    assert "signal 's' at #1" in replay.final.error["message"]
+    assert "signal 's' under all at #1" in replay.final.error["message"]
 
 
 def test_cancel_request_reaches_every_leaf_and_the_workflow_may_clean_up() -> None:
@@ -240,3 +240,37 @@ def test_all_over_signals_takes_them_in_any_order(order: tuple[int, int]) -> Non
         script.signal(names[index], index)
     assert script.result() == [0, 1]
     assert script.replay().final == script.final
+
+
+def test_replaying_the_same_leaves_under_another_combinator_is_non_determinism() -> None:
+    live = Script(racer)
+    live.signal("b", "bee")  # race settles on "b"; the changed code would wait for all three
+    assert live.run.history[1]["in"] == "race"
+
+    @workflow(name="racer")
+    async def as_all(ctx) -> Any:
+        return await ctx.all([ctx.wait_signal("a"), ctx.wait_signal("b"), ctx.sleep(60)])
+
+    replay = Script(as_all, history=live.log)
+    assert replay.final is not None and replay.final.kind == "stuck"
+    assert replay.final.error["code"] == NonDeterminismError.code
+    assert "under all at #0 but the history has signal 'a' under race" in replay.final.error["message"]
+
+
+def test_a_leaf_replayed_as_a_plain_await_or_in_a_nested_group_is_non_determinism() -> None:
+    live = Script(nested)
+    live.signal("x", 1)
+    assert live.run.history[0]["in"] == "all/race"
+
+    @workflow(name="nested")
+    async def flattened(ctx) -> Any:
+        return await ctx.wait_signal("x")
+
+    @workflow(name="nested")
+    async def regrouped(ctx) -> Any:
+        return await ctx.all([ctx.all([ctx.wait_signal("x"), ctx.sleep(9)]), ctx.all([ctx.run(fetch, 2), ctx.now()])])
+
+    for changed in (flattened, regrouped):
+        replay = Script(changed, history=live.log)
+        assert replay.final is not None and replay.final.kind == "stuck", changed
+        assert "under all/race" in replay.final.error["message"]

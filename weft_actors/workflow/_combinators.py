@@ -24,6 +24,8 @@ __all__ = ["CombinatorMixin", "ENCODED_NONE"]
 ENCODED_NONE = encode(None)
 _new_tuple = tuple.__new__
 _GROUP_KINDS = frozenset(("all", "race"))
+_PATHS: dict[str, str] = {}
+"""Interned group paths: every leaf of a run shares the few strings there are."""
 
 
 class _Group:
@@ -71,6 +73,7 @@ class CombinatorMixin:
     _emitted_seq: int
     _slots: dict[int, _Slot] | None
     _dead: dict[int, Op] | None
+    _paths: dict[int, str] | None
     _conditions: dict[int, ConditionOp] | None
     _resolving: set[int] | None
     _out: list[Command] | None
@@ -94,7 +97,7 @@ class CombinatorMixin:
         self._settled_now = None
         empties: list[_Group] = []
         try:
-            self._build(op, None, 0, empties)
+            self._build(op, None, 0, empties, op.kind)
             if self.outcome is not None:
                 return None
             for group in empties:  # post-order, after every seq is given out: deterministic
@@ -113,23 +116,30 @@ class CombinatorMixin:
         self.waiting_seq = -1
         return None
 
-    def _build(self, op: Combinator, parent: _Group | None, index: int, empties: list[_Group]) -> None:
+    def _build(self, op: Combinator, parent: _Group | None, index: int, empties: list[_Group], path: str) -> None:
+        """Give the leaves of ``op`` (its ``path``: the kinds of the groups down to it, like
+        ``"all/race"``) their seqs. Each leaf's record keeps its path (``"in"``), so replaying
+        the same leaves under other combinators (a ``race`` made an ``all``) is caught."""
         group = _Group(op.kind == "race", parent, index, len(op.ops))
+        if self._paths is None:
+            self._paths = {}
         for position, child in enumerate(op.ops):
             if child.kind in _GROUP_KINDS:
-                self._build(child, group, position, empties)  # type: ignore[arg-type]
+                self._build(child, group, position, empties, _PATHS.setdefault(f"{path}/{child.kind}", f"{path}/{child.kind}"))  # type: ignore[arg-type]
                 if self.outcome is not None:
                     return
                 continue
             seq = self.next_seq
             self.next_seq = seq + 1
             record = self.history.get(seq)
-            if record is not None and (record.get("kind") != child.kind or record.get("name") != child.name):
+            if record is not None and (record.get("kind") != child.kind or record.get("name") != child.name or record.get("in", path) != path):
+                recorded = record.get("in")
                 self._stuck(
-                    f"replay issued {child.kind} {child.name!r} at #{seq} but the history has "
-                    f"{record.get('kind')} {record.get('name')!r}"
+                    f"replay issued {child.kind} {child.name!r} under {path} at #{seq} but the history has "
+                    f"{record.get('kind')} {record.get('name')!r}" + ("" if recorded is None else f" under {recorded}")
                 )
                 return
+            self._paths[seq] = path
             slot = _Slot(child, group, position)
             self._slots[seq] = slot  # type: ignore[index]
             if child.kind == "condition" and self._watch(seq, child):  # type: ignore[arg-type]

@@ -40,6 +40,10 @@ _NOTHING: Final[Mapping[Any, Any]] = MappingProxyType({})
 run pays for no empty dict. The first record (``_keep``) or handler (``Context``) makes its own."""
 
 
+def _under(path: str | None) -> str:
+    return "" if path is None else f" under {path}"
+
+
 class WorkflowRun(CombinatorMixin, HandlersMixin):
     """One run of a workflow, replayed from ``history`` (seq -> op record) and then live."""
 
@@ -68,6 +72,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         "_coro",
         "_slots",
         "_dead",
+        "_paths",
         "_conditions",
         "_resolving",
         "_applied",
@@ -111,6 +116,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         self._coro: Any = None
         self._slots = None
         self._dead = None
+        self._paths = None
         self._conditions = None
         self._resolving = None
         self._applied: set[int] | None = None
@@ -157,6 +163,9 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         else:
             record["err"] = err
         record.update(extra)
+        paths = self._paths
+        if paths and seq in paths:
+            record["in"] = paths[seq]
         return record
 
     def keep_outcome(self, seq: int, record: dict[str, Any]) -> None:
@@ -172,6 +181,9 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         record = {"kind": op.kind, "name": op.name} if op is not None else {}
         record.update(self.history.get(seq) or {})
         record.update(fields)
+        paths = self._paths
+        if paths and seq in paths:
+            record["in"] = paths[seq]
         self._keep(seq, record)
         return pack_record(record)
 
@@ -347,10 +359,10 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         seq = self.next_seq
         self.next_seq = seq + 1
         record = self.history.get(seq)
-        if record is not None and (record.get("kind") != kind or record.get("name") != op.name):
+        if record is not None and (record.get("kind") != kind or record.get("name") != op.name or "in" in record):
             self._stuck(
                 f"replay issued {kind} {op.name!r} at #{seq} but the history has "
-                f"{record.get('kind')} {record.get('name')!r}"
+                f"{record.get('kind')} {record.get('name')!r}{_under(record.get('in'))}"
             )
             return None
         self.waiting = op
