@@ -967,6 +967,23 @@ def test_hint_runs_the_pass_at_once(tmp_path):
     run(main())
 
 
+def test_a_done_hint_answers_result_waiters_on_another_engine_at_once(tmp_path):
+    async def main():
+        options = {"heartbeat": 2.0, "ttl": 6.0}
+        async with Engine(str(tmp_path), app=APP, **options) as owner, Engine(str(tmp_path), app=APP, **options) as other:
+            await owner.start(parked, id="d")
+            waiting = asyncio.ensure_future(other.get_handle("d").result(timeout=5))
+            await asyncio.sleep(0.05)  # other's result() is parked until its next poll
+            await owner.signal("d", "go", "done")
+            await owner.get_handle("d").result(timeout=1)
+            started = asyncio.get_running_loop().time()
+            other.hint("d", "workflow-done")
+            assert await waiting == "done"
+            assert asyncio.get_running_loop().time() - started < 0.5  # not the 2 s poll
+
+    run(main())
+
+
 def test_commit_hints_are_published_for_inbox_appends_and_endings(tmp_path):
     async def main():
         clock = FakeClock()

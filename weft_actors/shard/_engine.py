@@ -268,14 +268,38 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
                 raise EngineDeposed(f"engine {self.engine_id} was deposed", engine_id=self.engine_id)
             raise EngineStopped(f"engine is {self.state}", engine_id=self.engine_id)
 
-    def hint(self, workflow_id: str | None = None) -> None:
-        """Look at the store now: run the maintenance pass (feed poll and reclaim) at once
-        instead of at the next heartbeat. Hints only make things sooner; without any, the
-        pass still runs every ``heartbeat``."""
-        if self.state == "running":
+    def hint(self, workflow_id: str | None = None, kind: str = "workflow-touched") -> None:
+        """Look at the store now instead of at the next heartbeat. A hint about a workflow
+        touches only it: its actor here (live or evicted) takes its inbox at once, and callers
+        waiting here for its result (``"workflow-done"``) or an update re-read the store. A
+        hint without one (a peer died) runs the maintenance pass (feed poll and reclaim). Hints
+        only make things sooner; without any, the pass still runs every ``heartbeat``.
+        Callable from any thread."""
+        if self.state != "running":
+            return
+        if workflow_id is None:
             self.maintenance.hint()
-            if workflow_id is not None and self._update_waiters:  # an owner elsewhere may have answered
-                self.committer.loop.call_soon_threadsafe(self.update_hinted, workflow_id)
+            return
+        loop = self.committer.loop
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._hinted(workflow_id, kind)
+        else:
+            loop.call_soon_threadsafe(self._hinted, workflow_id, kind)
+
+    def _hinted(self, workflow_id: str, kind: str) -> None:
+        if self.state != "running":
+            return
+        if kind == "workflow-done":
+            for future in tuple(self._waiters.get(workflow_id, ())):
+                resolve(future, None)  # result() reads the store again
+        else:
+            self.look_at(workflow_id)
+        if self._update_waiters:  # an owner elsewhere may have answered
+            self.update_hinted(workflow_id)
 
     def tick(self) -> None:
         """Fire due timers and run one maintenance pass now (for tests on a fake clock)."""

@@ -254,13 +254,20 @@ class WorkflowMessages:
     def wake(self, wid: str) -> None:
         """Something changed for ``wid`` in the store: a local actor re-reads its inbox (the
         wake guard drops it if it was closed); a remote owner hears a hint."""
+        if not self.look_at(wid) and self._on_commit_hint is not None:
+            self.publish_hint("workflow-touched", wid)
+
+    def look_at(self, wid: str) -> bool:
+        """If ``wid`` is this engine's (live or evicted), hand its actor the inbox now (or
+        revive it); False if it is not held here."""
         actor = self.actors.get(wid)
         if actor is not None:
             self.deliver_messages(actor, self.store.load_inbox(wid))
-        elif wid in self.eviction.evicted:
+            return True
+        if wid in self.eviction.evicted:
             self.eviction.revive(wid, "signal")
-        elif self._on_commit_hint is not None:
-            self.publish_hint("workflow-touched", wid)
+            return True
+        return False
 
     def continue_run(self, actor: Actor, epoch: int) -> None:
         """The run continued as new (committed, claim kept at ``epoch``): drive the next run

@@ -164,7 +164,7 @@ class ShardServer:
             if hint is None or self.engine.state != "running":
                 continue
             kind, subject = hint
-            self.engine.hint(None if kind == "engine-dead" else subject)
+            self.engine.hint(None if kind == "engine-dead" else subject, kind)
 
     # -- control --------------------------------------------------------------------------
 
