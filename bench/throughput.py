@@ -6,9 +6,10 @@
 Starts ``python -m weft_actors.supervisor --app bench_app`` on a free loopback port and a
 temporary data directory (durable, synced commits: the default), then drives the workflows
 through ``AsyncClient`` from ``--clients`` processes with ``--concurrency`` workflows in flight
-in total: each worker calls ``start`` and then ``result`` on the handle, again and again.
-A latency is the time from the ``start`` request to the ``result`` reply, measured in the
-client. A warm-up batch (not counted) runs first.
+in total: each worker calls ``execute`` (start and wait for the result, one request), or with
+``--call start-result`` ``start`` and then ``result`` on the handle, again and again. A latency
+is the time from the request that starts a workflow to the reply with its result, measured
+in the client. A warm-up batch (not counted) runs first.
 
 Prints one JSON line per shard count on stdout: workflows, shards, steps, seconds,
 workflows_per_s, steps_per_s, p50_ms, p99_ms, cpu_s (CPU of the supervisor and its shards
@@ -42,8 +43,9 @@ def _workflow(steps: int) -> tuple[str, tuple[Any, ...]]:
     return ("three_steps", ()) if steps == 3 else ("n_steps", (steps,))
 
 
-async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: int, done: Any = None, progress: Progress | None = None) -> list[float]:
-    """Run workflows ``first .. first+count-1``; return their latencies in seconds."""
+async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str = "execute", done: Any = None, progress: Progress | None = None) -> list[float]:
+    """Run workflows ``first .. first+count-1``; return their latencies in seconds. ``call``:
+    ``execute`` (one request each) or ``start-result`` (``start``, then ``result`` on the handle)."""
     from weft_actors import AsyncClient
 
     name, extra = _workflow(steps)
@@ -60,11 +62,14 @@ async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: 
                 i = next_index
                 next_index += 1
                 started = clock()
-                handle = await client.start(name, i, *extra)
-                result = await handle.result(timeout=300)
+                if call == "execute":
+                    result = await client.execute(name, i, *extra, timeout=300)
+                else:
+                    handle = await client.start(name, i, *extra)
+                    result = await handle.result(timeout=300)
                 latencies.append(clock() - started)
                 if result != i + steps:
-                    raise AssertionError(f"workflow {handle.id}: {result!r} != {i + steps}")
+                    raise AssertionError(f"workflow {i}: {result!r} != {i + steps}")
                 if progress is not None:
                     progress.advance()
                 elif done is not None:
@@ -75,14 +80,14 @@ async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: 
     return latencies
 
 
-def _client_main(endpoint: str, first: int, count: int, concurrency: int, steps: int, go: Any, done: Any, conn: Any) -> None:
+def _client_main(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str, go: Any, done: Any, conn: Any) -> None:
     """A client process: wait for the start signal, drive its slice, send back latencies."""
     import uvloop
 
     try:
         go.wait()
         cpu0 = time.process_time()
-        latencies = uvloop.run(drive(endpoint, first, count, concurrency, steps, done=done))
+        latencies = uvloop.run(drive(endpoint, first, count, concurrency, steps, call, done=done))
         conn.send(("ok", latencies, time.process_time() - cpu0))
     except BaseException as exc:  # reported to the parent, which fails the run
         conn.send(("error", repr(exc), 0.0))
@@ -90,7 +95,7 @@ def _client_main(endpoint: str, first: int, count: int, concurrency: int, steps:
         conn.close()
 
 
-def run_in_processes(endpoint: str, first: int, workflows: int, concurrency: int, steps: int, clients: int, label: str) -> tuple[list[float], float, float]:
+def run_in_processes(endpoint: str, first: int, workflows: int, concurrency: int, steps: int, call: str, clients: int, label: str) -> tuple[list[float], float, float]:
     """Drive ``workflows`` from ``clients`` processes; (latencies, wall seconds, client cpu)."""
     ctx = multiprocessing.get_context("spawn")
     go = ctx.Event()
@@ -103,7 +108,7 @@ def run_in_processes(endpoint: str, first: int, workflows: int, concurrency: int
             parent, child = ctx.Pipe(duplex=False)
             process = ctx.Process(
                 target=_client_main,
-                args=(endpoint, start, per[k], max(1, concurrency // clients), steps, go, done, child),
+                args=(endpoint, start, per[k], max(1, concurrency // clients), steps, call, go, done, child),
                 name=f"bench-client-{k}",
             )
             process.start()
@@ -154,13 +159,13 @@ def shard_counters(endpoint: str) -> tuple[int, int]:
     return sum(s.get("commits_total", 0) for s in shards), sum(s.get("writes_total", 0) for s in shards)
 
 
-def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients: int, warmup: int, supervisor_args: tuple[str, ...], quiet: bool = True) -> dict[str, Any]:
+def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients: int, warmup: int, supervisor_args: tuple[str, ...], quiet: bool = True, call: str = "execute") -> dict[str, Any]:
     import uvloop
 
     with Supervisor(shards=shards, args=supervisor_args) as supervisor:
         endpoint = supervisor.endpoint
         if warmup:
-            uvloop.run(drive(endpoint, 10_000_000, warmup, min(concurrency, warmup), steps))
+            uvloop.run(drive(endpoint, 10_000_000, warmup, min(concurrency, warmup), steps, call))
         counters_before = shard_counters(endpoint)
         if quiet:
             wait_quiet()
@@ -171,11 +176,11 @@ def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients:
             progress = Progress(workflows, f"{shards} shard(s)")
             cpu0 = time.process_time()
             started = time.perf_counter()
-            latencies = uvloop.run(drive(endpoint, 0, workflows, concurrency, steps, progress=progress))
+            latencies = uvloop.run(drive(endpoint, 0, workflows, concurrency, steps, call, progress=progress))
             seconds = time.perf_counter() - started
             client_cpu = time.process_time() - cpu0
         else:
-            latencies, seconds, client_cpu = run_in_processes(endpoint, 0, workflows, concurrency, steps, clients, f"{shards} shard(s)")
+            latencies, seconds, client_cpu = run_in_processes(endpoint, 0, workflows, concurrency, steps, call, clients, f"{shards} shard(s)")
         cpu_after = supervisor.cpu()
         busy = system_busy_seconds() - busy_before
         sectors_after = supervisor.disk_sectors()
@@ -191,6 +196,7 @@ def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients:
         "workflows": workflows,
         "shards": shards,
         "steps": steps,
+        "call": call,
         "seconds": round(seconds, 3),
         "workflows_per_s": round(workflows / seconds, 1),
         "steps_per_s": round(workflows * steps / seconds, 1),
@@ -214,6 +220,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=1000, help="workflows in flight, over all clients")
+    parser.add_argument("--call", choices=("execute", "start-result"), default="execute", help="execute: one request per workflow (default); start-result: start, then result")
     parser.add_argument("--clients", type=int, default=1, help="client processes (1: in this process)")
     parser.add_argument("--warmup", type=int, default=None, help="uncounted workflows first (default: min(1000, N/10))")
     parser.add_argument("--no-wait-quiet", action="store_true", help="do not wait for a quiet machine before timing")
@@ -226,7 +233,7 @@ def main() -> None:
     counts = [int(s) for s in args.sweep.split(",")] if args.sweep else [args.shards]
     with sigterm_as_exit():
         for shards in counts:
-            result = run_once(args.workflows, shards, args.steps, args.concurrency, args.clients, warmup, tuple(args.supervisor_arg), not args.no_wait_quiet)
+            result = run_once(args.workflows, shards, args.steps, args.concurrency, args.clients, warmup, tuple(args.supervisor_arg), not args.no_wait_quiet, args.call)
             table(result, f"throughput, {shards} shard(s)")
             print(json.dumps(result), flush=True)
 

@@ -37,3 +37,13 @@ async def waiter(ctx, tag: str) -> list:
 @workflow
 async def echo(ctx, value):
     return value
+
+
+@activity
+async def refuse(reason: str) -> None:
+    raise ValueError(reason)
+
+
+@workflow
+async def failing(ctx, reason: str) -> None:
+    await ctx.run(refuse, reason)

@@ -1073,3 +1073,24 @@ def test_a_local_signal_does_not_overtake_one_another_engine_appended_first(tmp_
             assert await a.get_handle("fifo").result(timeout=5) == ["first", "second", "third"]
 
     run(main())
+
+
+def test_waiting_on_a_workflow_held_elsewhere_declares_interest_in_its_done_hints(tmp_path):
+    async def main():
+        interest: list[tuple[str, bool]] = []
+        options = {"heartbeat": 2.0, "ttl": 6.0}
+        async with Engine(str(tmp_path), app=APP, **options) as owner, Engine(
+            str(tmp_path), app=APP, on_done_interest=lambda wid, on: interest.append((wid, on)), **options
+        ) as other:
+            await owner.start(parked, id="far")
+            await other.start(parked, id="near")
+            far = asyncio.ensure_future(other.get_handle("far").result(timeout=5))
+            near = asyncio.ensure_future(other.get_handle("near").result(timeout=5))
+            await eventually(lambda: ("far", True) in interest)
+            await owner.signal("far", "go", 1)
+            await other.signal("near", "go", 2)
+            other.hint("far", "workflow-done")
+            assert await far == 1 and await near == 2
+            assert interest == [("far", True), ("far", False)]  # "near" is held here: no hint needed
+
+    run(main())

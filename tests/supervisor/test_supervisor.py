@@ -260,3 +260,32 @@ def test_stats_and_prometheus_metrics_show_shards_and_the_supervisor(tmp_path):
         assert "weft_supervisor_uptime_s" in text
         assert 'weft_shard_commits_total{slot="0"}' in text
         assert "echo" not in text  # workflow ids and types are never labels
+
+
+def test_execute_starts_and_returns_the_result_in_one_request(tmp_path):
+    from weft_actors import AsyncClient
+    from weft_actors.errors import WorkflowFailed
+
+    with RunningSupervisor(tmp_path / "data", app=APP, args=FAST) as sup, Client(sup.endpoint, timeout=10) as client:
+        assert client.execute("echo", {"n": (1, 2)}, id="ex-1") == {"n": (1, 2)}
+        assert client.get_handle("ex-1").describe()["status"] == "completed"
+        with pytest.raises(WorkflowFailed, match="no thanks"):
+            client.execute("failing", "no thanks")
+        with pytest.raises(WorkflowAlreadyExists):
+            client.execute("echo", 2, id="ex-1")
+        # Longer than its timeout: TimeoutError, and the workflow goes on to finish.
+        with pytest.raises(TimeoutError):
+            client.execute("slow_steps", 2, 0.5, id="ex-slow", timeout=0.3)
+        assert client.get_handle("ex-slow").result(timeout=10) == [0, 1]
+
+        async def from_async() -> list:
+            async with AsyncClient(sup.endpoint, timeout=10) as async_client:
+                first = await async_client.execute("echo", "a")
+                later = await async_client.execute("slow_steps", 1, 0.2, timeout=5)
+                with pytest.raises(TimeoutError):
+                    await async_client.execute("slow_steps", 2, 0.5, timeout=0.3)
+                return [first, later]
+
+        import asyncio
+
+        assert asyncio.run(from_async()) == ["a", [0]]

@@ -4,7 +4,7 @@ from ._async_client import AsyncClient, AsyncClientHandle
 from ._client import DEFAULT_ENDPOINT, Client, ClientHandle
 from ._curve import load_key
 from ._frontdoor import FrontDoor, shard_identity
-from ._hints import HINT_KINDS, HintProxy, decode_hint, encode_hint, publisher, subscriber
+from ._hints import HINT_KINDS, HintProxy, decode_hint, encode_hint, hint_topic, publisher, subscriber
 from ._protocol import (
     DEFAULT_MAX_FRAME,
     OPS,
@@ -36,6 +36,7 @@ __all__ = [
     "decode_request",
     "encode_error",
     "encode_hint",
+    "hint_topic",
     "encode_reply",
     "encode_request",
     "publisher",

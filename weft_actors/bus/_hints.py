@@ -2,6 +2,12 @@
 
 A hint only says "look at the store now". Hints may be lost, duplicated or reordered;
 owner-side polling of the store is what guarantees delivery.
+
+A hint is one frame, ``kind letter || workflow id || NUL``, so zmq's prefix subscriptions
+filter them where they are published: every shard takes every "touched" and "engine-dead"
+hint (it may own the workflow), but a "done" hint only reaches a shard that subscribed to
+that workflow's (``hint_topic("workflow-done", wid)``), because a caller there waits for it.
+Unsubscribed hints are dropped by the publishing socket itself: most cost nothing.
 """
 
 from __future__ import annotations
@@ -9,29 +15,43 @@ from __future__ import annotations
 import logging
 import threading
 
-import msgpack
 import zmq
 
-__all__ = ["HintProxy", "encode_hint", "decode_hint", "publisher", "subscriber", "HINT_KINDS"]
+__all__ = ["HintProxy", "encode_hint", "decode_hint", "hint_topic", "publisher", "subscriber", "HINT_KINDS"]
 
 log = logging.getLogger("weft_actors.bus")
 
 HINT_KINDS = ("workflow-touched", "workflow-done", "engine-dead")
 _HWM = 200_000
+_LETTER = {"workflow-touched": b"T", "workflow-done": b"D", "engine-dead": b"X"}
+_KIND = {letter[0]: kind for kind, letter in _LETTER.items()}
+
+
+def hint_topic(kind: str, subject: str | None = None) -> bytes:
+    """The subscription prefix for every hint of ``kind``, or for ``subject``'s only."""
+    letter = _LETTER[kind]
+    return letter if subject is None else letter + subject.encode() + b"\0"
 
 
 def encode_hint(kind: str, subject: str) -> bytes:
-    return msgpack.packb((kind, subject), use_bin_type=True)
+    return _LETTER[kind] + subject.encode() + b"\0"
 
 
 def decode_hint(frame: bytes) -> tuple[str, str] | None:
-    try:
-        kind, subject = msgpack.unpackb(frame, raw=False)
-    except Exception:
+    """``(kind, subject)``, or None for a frame that is not a hint."""
+    if len(frame) < 2 or frame[-1] != 0:
         return None
-    if not isinstance(kind, str) or not isinstance(subject, str):
+    kind = _KIND.get(frame[0])
+    if kind is None:
+        return None
+    try:
+        subject = frame[1:-1].decode()
+    except UnicodeDecodeError:
         return None
     return kind, subject
+
+
+DEFAULT_TOPICS = (hint_topic("workflow-touched"), hint_topic("engine-dead"))
 
 
 class HintProxy:
@@ -103,10 +123,11 @@ def publisher(context: zmq.Context, endpoint: str) -> zmq.Socket:
     return sock
 
 
-def subscriber(context: zmq.Context, endpoint: str) -> zmq.Socket:
+def subscriber(context: zmq.Context, endpoint: str, topics: tuple[bytes, ...] = DEFAULT_TOPICS) -> zmq.Socket:
     sock = context.socket(zmq.SUB)
     sock.setsockopt(zmq.RCVHWM, _HWM)
     sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
+    for topic in topics:
+        sock.setsockopt(zmq.SUBSCRIBE, topic)
     sock.connect(endpoint)
     return sock

@@ -59,6 +59,7 @@ DEFAULT_MAX_FRAME: Final = (1 << 20) + 64 * 1024
 
 _FIELDS: Final[dict[str, dict[str, tuple[type, ...]]]] = {
     "start": {"workflow": (str,), "args": (bytes,)},
+    "execute": {"workflow": (str,), "args": (bytes,)},
     "signal_with_start": {"workflow": (str,), "args": (bytes,), "signal": (str,), "payload": (bytes,)},
     "signal": {"wid": (str,), "name": (str,), "payload": (bytes,)},
     "query": {"wid": (str,), "name": (str,), "args": (bytes,)},

@@ -8,11 +8,12 @@ cancelled, timers deleted in the same commit), so nothing of a finished run fire
 from __future__ import annotations
 
 import logging
-import uuid
+
 from typing import TYPE_CHECKING, Any
 
 from ..store import ContinueRun, Finish, TimerRef
 from ..workflow import Command
+from ._validate import new_id
 from ._writes import Writes
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class EndingMixin:
             finish = Finish("cancelled" if error.get("kind") == "cancelled" else "failed", None, error)
         else:  # continue as new
             finish = None
-            next_run = uuid.uuid4().hex
+            next_run = new_id()
             self.next_run = (next_run, cmd.payload)  # type: ignore[assignment]
             if writes is None:
                 writes = Writes()

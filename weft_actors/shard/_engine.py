@@ -64,7 +64,9 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     reclaim pass confirm a dead peer process on this machine by its lock file instead of
     waiting for its lease to expire; ``on_commit_hint(kind, workflow_id)`` is called after an
     inbox append commits (``"workflow-touched"``) and after a workflow ends
-    (``"workflow-done"``), so a hint publisher can be plugged in. ``feed_retention`` and
+    (``"workflow-done"``), so a hint publisher can be plugged in; ``on_done_interest(workflow_id,
+    True/False)`` when callers here start (and stop) waiting for the end of a workflow this
+    engine does not hold, so a hint subscriber can take that workflow's done hints only. ``feed_retention`` and
     ``engine_retention`` (seconds) bound the change feed and the registry of ended engines.
 
     ``retention`` (seconds, default 7 days): a finished workflow keeps its record and result
@@ -104,6 +106,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         background: bool = True,
         probe_peers: bool = True,
         on_commit_hint: CommitHint | None = None,
+        on_done_interest: CommitHint | None = None,
         feed_retention: float = 3600.0,
         engine_retention: float = 3600.0,
         prune_interval: float = 60.0,
@@ -135,6 +138,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.prune_interval = prune_interval
         self.retention = retention
         self._on_commit_hint = on_commit_hint
+        self._on_done_interest = on_done_interest
+        self._watched: set[str] = set()
         self._max_threads = max_activity_threads
         self._sync = sync
         self._map_size = map_size

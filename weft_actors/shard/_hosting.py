@@ -46,6 +46,28 @@ class ActorHost:
     eviction: Evictor
     _waiters: dict[str, list[asyncio.Future[Any]]]
     _on_commit_hint: Callable[[str, str], None] | None
+    _on_done_interest: Callable[[str, bool], None] | None
+    _watched: set[str]
+
+    def add_waiter(self, wid: str, future: asyncio.Future[Any]) -> None:
+        """``future`` waits for ``wid`` to end (or for news of it): resolved by a local finish,
+        drop or stop, or by a done hint. Waiting on a workflow held elsewhere declares interest
+        in its done hints (``on_done_interest``) until the last such waiter goes."""
+        self._waiters.setdefault(wid, []).append(future)
+        hook = self._on_done_interest
+        if hook is not None and wid not in self._watched and wid not in self.actors and wid not in self.eviction.evicted:
+            self._watched.add(wid)
+            hook(wid, True)
+
+    def remove_waiter(self, wid: str, future: asyncio.Future[Any]) -> None:
+        waiters = self._waiters.get(wid)
+        if waiters is not None and future in waiters:
+            waiters.remove(future)
+            if not waiters:
+                del self._waiters[wid]
+        if wid in self._watched and wid not in self._waiters:
+            self._watched.discard(wid)
+            self._on_done_interest(wid, False)  # type: ignore[misc]
 
     def _definition(self, workflow: Any) -> WorkflowDefinition:  # provided by Engine
         raise NotImplementedError

@@ -9,7 +9,7 @@ consumption is deleted in the transaction that records what it did: exactly-once
 
 from __future__ import annotations
 
-import uuid
+
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..codec import decode_args, unpack_record
@@ -17,6 +17,7 @@ from ..errors import UpdateRejected, WorkflowAlreadyExists
 from ..errors import WeftError
 from ..store import TERMINAL, AppendAndConsume, AppendInbox, CreateChild, CreateWorkflow, PutRequest
 from ..workflow import CANCEL_REQUESTED, Command, cancelled_record, error_record
+from ._validate import new_id
 from ._writes import Writes, child_error, child_id_for
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ class InboxMixin:
             return
         # A finished workflow's id may be reused (a parent that continues as new may start
         # "the same" child every run); a running one's never.
-        child_run = uuid.uuid4().hex
+        child_run = new_id()
         create = CreateWorkflow(child_id, op.name, op.args, child_run, "start_new", None, self.wid, None, None)  # type: ignore[union-attr]
         started = self.run.record_started(seq, child_id=child_id, child_run_id=child_run, parent_close=op.parent_close)  # type: ignore[union-attr]
         writes.ops.append((seq, started))

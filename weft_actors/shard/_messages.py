@@ -47,6 +47,12 @@ class WorkflowMessages:
     _on_commit_hint: Callable[[str, str], None] | None
 
     # provided by Engine / ActorHost
+    def add_waiter(self, wid: str, future: asyncio.Future[Any]) -> None:  # provided by ActorHost
+        raise NotImplementedError
+
+    def remove_waiter(self, wid: str, future: asyncio.Future[Any]) -> None:  # provided by ActorHost
+        raise NotImplementedError
+
     def _check_running(self) -> None:
         raise NotImplementedError
 
@@ -114,14 +120,14 @@ class WorkflowMessages:
                 )
             future: asyncio.Future[Any] = loop.create_future()
             self._update_waiters.setdefault(key, []).append(future)
-            self._waiters.setdefault(wid, []).append(future)  # also woken by a finish, a drop, a stop
+            self.add_waiter(wid, future)  # also woken by a finish, a drop, a stop
             timer = loop.call_later(self.heartbeat, resolve, future, None)
             try:
                 await future
             finally:
                 timer.cancel()
                 _forget(self._update_waiters, key, future)
-                _forget(self._waiters, wid, future)
+                self.remove_waiter(wid, future)
 
     def update_answered(self, wid: str, request_id: str) -> None:
         """This engine, the owner, committed the answer to ``request_id``: wake whoever waits

@@ -35,6 +35,12 @@ class WorkflowReads:
     def _check_running(self) -> None:  # provided by Engine
         raise NotImplementedError
 
+    def add_waiter(self, wid: str, future: asyncio.Future[Any]) -> None:  # provided by ActorHost
+        raise NotImplementedError
+
+    def remove_waiter(self, wid: str, future: asyncio.Future[Any]) -> None:  # provided by ActorHost
+        raise NotImplementedError
+
     def _definition(self, workflow: Any) -> WorkflowDefinition:  # provided by Engine
         raise NotImplementedError
 
@@ -85,17 +91,13 @@ class WorkflowReads:
                     raise TimeoutError(f"workflow {workflow_id!r} did not finish within {timeout}s")
                 wait = min(wait, remaining)
             future: asyncio.Future[Any] = loop.create_future()
-            self._waiters.setdefault(workflow_id, []).append(future)
+            self.add_waiter(workflow_id, future)
             timer = loop.call_later(wait, resolve, future, None)
             try:
                 outcome = await future
             finally:
                 timer.cancel()
-                waiters = self._waiters.get(workflow_id)
-                if waiters is not None and future in waiters:
-                    waiters.remove(future)
-                    if not waiters:
-                        del self._waiters[workflow_id]
+                self.remove_waiter(workflow_id, future)
             if outcome is not None:
                 return raise_for_outcome(workflow_id, outcome)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import random
+import time
 from typing import Any, Final
 
 from ..errors import InvalidRequest
@@ -25,8 +27,16 @@ def validate_timing(heartbeat: float, ttl: float) -> None:
         raise ValueError(f"ttl ({ttl}) must be at least 3 * heartbeat ({3 * heartbeat}): a lease must outlive two missed heartbeats")
 
 
+_random = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _random.seed(os.urandom(32)))
+
+
 def new_id() -> str:
-    return os.urandom(16).hex()
+    """A 32-hex-digit id that sorts by creation time: the millisecond, then 80 random bits
+    (like UUIDv7). Ids made close together land close together in every keyspace they key,
+    so a commit of many new workflows dirties a few B-tree pages per keyspace instead of one
+    per workflow (a random id cost about 8 pages, 33 KB written, per workflow)."""
+    return f"{int(time.time() * 1000):012x}{_random.getrandbits(80):020x}"
 
 
 def validate_id(wid: Any) -> str:

@@ -21,6 +21,7 @@ class ShardOps:
         self.engine = engine
         self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "start": self.start,
+            "execute": self.execute,
             "signal_with_start": self.signal_with_start,
             "signal": self.signal,
             "query": self.query,
@@ -49,6 +50,12 @@ class ShardOps:
     async def start(self, request: dict[str, Any]) -> dict[str, Any]:
         handle = await self.engine.start(request["workflow"], *decode_args(request["args"]), **self._start_options(request))
         return {"id": handle.id, "run_id": handle.run_id}
+
+    async def execute(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``start``, then ``result`` on the same shard (which holds the new workflow)."""
+        started = await self.start(request)
+        outcome = await self.result({"wid": started["id"], "wait": request.get("wait")})
+        return {**started, **outcome}
 
     async def signal_with_start(self, request: dict[str, Any]) -> dict[str, Any]:
         method = self._engine_method("signal_with_start")

@@ -17,7 +17,7 @@ from typing import Any
 
 import zmq
 
-from ..bus import decode_hint, decode_request, encode_error, encode_hint, encode_reply, publisher, shard_identity, subscriber
+from ..bus import decode_hint, decode_request, encode_error, encode_hint, encode_reply, hint_topic, publisher, shard_identity, subscriber
 from ..errors import WeftError
 from ..shard import Engine
 from ._config import ShardConfig, configure_logging
@@ -78,6 +78,7 @@ class ShardServer:
             max_inflight_activities=config.max_inflight_activities,
             tune_gc=True,
             on_commit_hint=self._publish_hint if self.hints_out is not None else None,
+            on_done_interest=self._done_interest if config.hints else None,
         )
         await self.engine.open()
         self.ops = ShardOps(self.engine)
@@ -156,6 +157,13 @@ class ShardServer:
             self.hints_out.send(encode_hint(kind, subject), zmq.NOBLOCK)  # type: ignore[union-attr]
         except zmq.ZMQError:
             pass  # a lost hint costs latency, never correctness
+
+    def _done_interest(self, wid: str, interested: bool) -> None:
+        """Take ``wid``'s done hints while a caller here waits for it to end elsewhere."""
+        sock = getattr(self, "hints_in", None)
+        if sock is not None and not sock.closed:
+            sock.setsockopt(zmq.SUBSCRIBE if interested else zmq.UNSUBSCRIBE, hint_topic("workflow-done", wid))
+            asyncio.get_running_loop().call_soon(self._drain_hints)  # the call may swallow an input edge
 
     def _drain_hints(self) -> None:
         sock = self.hints_in
