@@ -23,6 +23,7 @@ from . import _calls
 from ._calls import Call
 from ._client import DEFAULT_ENDPOINT
 from ._curve import CurveKeys, apply_curve, resolve_curve
+from ._frames import readable, recv_frames
 from ._protocol import decode_reply
 
 __all__ = ["AsyncClient", "AsyncClientHandle"]
@@ -134,8 +135,8 @@ class AsyncClient:
             return
         pending = self._pending
         try:
-            while socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                frames = socket.recv_multipart(zmq.NOBLOCK)
+            while readable(socket):
+                frames = recv_frames(socket)
                 try:
                     reply = decode_reply(frames[-1])
                 except Exception:

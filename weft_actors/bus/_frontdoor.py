@@ -16,6 +16,7 @@ import msgpack
 import zmq
 
 from ..errors import InvalidRequest, ServerUnavailable, WeftError
+from ._frames import recv_frames, send_frames
 from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
 from ._routing import RoutingTable
 
@@ -134,7 +135,7 @@ class FrontDoor:
     def _drain_frontend(self, frontend: zmq.Socket, backend: zmq.Socket) -> None:
         for _ in range(10_000):
             try:
-                frames = frontend.recv_multipart(zmq.NOBLOCK)
+                frames = recv_frames(frontend)
             except zmq.Again:
                 return
             self.requests += 1
@@ -169,7 +170,7 @@ class FrontDoor:
             if slot == avoid:
                 continue
             try:
-                backend.send_multipart([shard_identity(slot), client, frame], zmq.NOBLOCK)
+                send_frames(backend, [shard_identity(slot), client, frame])
             except zmq.ZMQError:  # not connected (yet, or any more), or its queue is full
                 continue
             self._inflight.setdefault(slot, {})[(client, request_id)] = (frame, op, wid)
@@ -191,7 +192,7 @@ class FrontDoor:
     def _drain_backend(self, frontend: zmq.Socket, backend: zmq.Socket) -> None:
         for _ in range(10_000):
             try:
-                frames = backend.recv_multipart(zmq.NOBLOCK)
+                frames = recv_frames(backend)
             except zmq.Again:
                 return
             if len(frames) == 3 and frames[1]:
@@ -215,6 +216,6 @@ class FrontDoor:
     @staticmethod
     def _reply(frontend: zmq.Socket, client: bytes, reply: bytes) -> None:
         try:
-            frontend.send_multipart([client, reply], zmq.NOBLOCK)
+            send_frames(frontend, [client, reply])
         except zmq.ZMQError:
             log.debug("client went away before its reply")

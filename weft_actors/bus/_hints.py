@@ -17,6 +17,8 @@ import threading
 
 import zmq
 
+from ._frames import recv_frames, send_frames
+
 __all__ = ["HintProxy", "encode_hint", "decode_hint", "hint_topic", "publisher", "subscriber", "HINT_KINDS"]
 
 log = logging.getLogger("weft_actors.bus")
@@ -101,11 +103,11 @@ class HintProxy:
     def _pump(self, source: zmq.Socket, sink: zmq.Socket) -> None:
         for _ in range(10_000):
             try:
-                frames = source.recv_multipart(zmq.NOBLOCK)
+                frames = recv_frames(source)
             except zmq.Again:
                 return
             try:
-                sink.send_multipart(frames, zmq.NOBLOCK)
+                send_frames(sink, frames)
                 self.forwarded += 1
             except zmq.Again:
                 pass  # a full subscriber drops hints; polling covers them

@@ -18,6 +18,7 @@ from typing import Any
 import zmq
 
 from ..bus import decode_hint, decode_request, encode_error, encode_hint, encode_reply, hint_topic, publisher, shard_identity, subscriber
+from ..bus._frames import readable, recv_frames, send_frames
 from ..errors import WeftError
 from ..shard import Engine
 from ._config import ShardConfig, configure_logging
@@ -115,8 +116,8 @@ class ShardServer:
         dealer = self.dealer
         if dealer.closed:
             return  # a drain queued just before the sockets closed
-        while not self._stopping and dealer.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            frames = dealer.recv_multipart(zmq.NOBLOCK)
+        while not self._stopping and readable(dealer):
+            frames = recv_frames(dealer)
             if len(frames) != 2:
                 continue
             client, frame = frames
@@ -144,7 +145,7 @@ class ShardServer:
         if self.dealer.closed:
             return
         try:
-            self.dealer.send_multipart([client, reply], zmq.NOBLOCK)
+            send_frames(self.dealer, [client, reply])
         except zmq.ZMQError as exc:
             log.warning("could not send a reply: %s", exc)
         # A send can swallow the edge that announces new input: look again.
@@ -167,7 +168,7 @@ class ShardServer:
 
     def _drain_hints(self) -> None:
         sock = self.hints_in
-        while not sock.closed and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while not sock.closed and readable(sock):
             hint = decode_hint(sock.recv(zmq.NOBLOCK))
             if hint is None or self.engine.state != "running":
                 continue
