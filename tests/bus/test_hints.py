@@ -80,3 +80,19 @@ def test_the_proxy_delivers_done_hints_only_to_subscribers_of_that_workflow():
             sock.close(0)
         proxy.stop()
         context.term()
+
+
+def test_internal_sockets_bind_ipc_when_they_can_and_loopback_tcp_otherwise(tmp_path):
+    from weft_actors.bus._frames import bind_internal
+
+    context = zmq.Context()
+    sockets = [context.socket(zmq.ROUTER) for _ in range(3)]
+    try:
+        assert bind_internal(sockets[0], f"ipc://{tmp_path}/s") == f"ipc://{tmp_path}/s"
+        too_long = f"ipc://{tmp_path}/{'x' * 200}"  # beyond a unix socket path's limit
+        assert bind_internal(sockets[1], too_long).startswith("tcp://127.0.0.1:")
+        assert bind_internal(sockets[2], None).startswith("tcp://127.0.0.1:")
+    finally:
+        for sock in sockets:
+            sock.close(0)
+        context.term()

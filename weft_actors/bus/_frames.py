@@ -8,9 +8,13 @@ raises ``zmq.Again`` before the first part, and zmq delivers a message's parts a
 
 from __future__ import annotations
 
+import logging
+
 import zmq
 
-__all__ = ["readable", "recv_frames", "send_frames"]
+log = logging.getLogger("weft_actors.bus")
+
+__all__ = ["bind_internal", "readable", "recv_frames", "send_frames"]
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _MORE = int(zmq.SNDMORE) | _NOBLOCK
@@ -36,3 +40,15 @@ def recv_frames(sock: zmq.Socket) -> list[bytes]:
     while sock.getsockopt(_RCVMORE):
         parts.append(sock.recv(_NOBLOCK))
     return parts
+
+
+def bind_internal(sock: zmq.Socket, endpoint: str | None) -> str:
+    """Bind a socket only this machine's processes use: at ``endpoint`` (an ``ipc://`` path)
+    if given and possible, else on a free loopback TCP port. Returns the address bound."""
+    if endpoint is not None:
+        try:
+            sock.bind(endpoint)
+            return endpoint
+        except zmq.ZMQError as exc:  # a path too long for a unix socket, say
+            log.warning("cannot bind %s (%s); using loopback TCP", endpoint, exc)
+    return f"tcp://127.0.0.1:{sock.bind_to_random_port('tcp://127.0.0.1')}"

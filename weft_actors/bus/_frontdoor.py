@@ -16,7 +16,7 @@ import msgpack
 import zmq
 
 from ..errors import InvalidRequest, ServerUnavailable, WeftError
-from ._frames import recv_frames, send_frames
+from ._frames import bind_internal, recv_frames, send_frames
 from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
 from ._routing import RoutingTable
 
@@ -55,8 +55,12 @@ class FrontDoor:
         max_frame: int = DEFAULT_MAX_FRAME,
         curve_secret_key: bytes | None = None,
         curve_public_key: bytes | None = None,
+        backend_bind: str | None = None,
     ) -> None:
+        """``backend_bind``: where the shards connect (an ``ipc://`` path is cheapest; by
+        default a free loopback TCP port)."""
         self._context = context
+        self._backend_bind = backend_bind
         self.endpoint = endpoint
         self.routing = routing
         self._stats = stats
@@ -104,8 +108,7 @@ class FrontDoor:
         backend.setsockopt(zmq.LINGER, 0)
         backend.setsockopt(zmq.SNDHWM, 100_000)
         backend.setsockopt(zmq.RCVHWM, 100_000)
-        port = backend.bind_to_random_port("tcp://127.0.0.1")
-        self.backend_endpoint = f"tcp://127.0.0.1:{port}"
+        self.backend_endpoint = bind_internal(backend, self._backend_bind)
         return frontend, backend
 
     def _run(self) -> None:

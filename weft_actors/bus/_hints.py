@@ -17,7 +17,7 @@ import threading
 
 import zmq
 
-from ._frames import recv_frames, send_frames
+from ._frames import bind_internal, recv_frames, send_frames
 
 __all__ = ["HintProxy", "encode_hint", "decode_hint", "hint_topic", "publisher", "subscriber", "HINT_KINDS"]
 
@@ -63,8 +63,11 @@ class HintProxy:
     closed by their own thread before the context goes.
     """
 
-    def __init__(self, context: zmq.Context) -> None:
+    def __init__(self, context: zmq.Context, endpoints: tuple[str, str] | None = None) -> None:
+        """``endpoints``: (publish, subscribe) addresses to bind, ``ipc://`` ones cheapest; by
+        default two free loopback TCP ports."""
         self._context = context
+        self._endpoints = endpoints
         self.publish_endpoint = ""
         self.subscribe_endpoint = ""
         self._stop = threading.Event()
@@ -83,8 +86,9 @@ class HintProxy:
             sock.setsockopt(zmq.SNDHWM, _HWM)
             sock.setsockopt(zmq.RCVHWM, _HWM)
             sock.setsockopt(zmq.LINGER, 0)
-        self.publish_endpoint = f"tcp://127.0.0.1:{xsub.bind_to_random_port('tcp://127.0.0.1')}"
-        self.subscribe_endpoint = f"tcp://127.0.0.1:{xpub.bind_to_random_port('tcp://127.0.0.1')}"
+        wanted = self._endpoints or (None, None)
+        self.publish_endpoint = bind_internal(xsub, wanted[0])
+        self.subscribe_endpoint = bind_internal(xpub, wanted[1])
         self._ready.set()
         poller = zmq.Poller()
         poller.register(xsub, zmq.POLLIN)
