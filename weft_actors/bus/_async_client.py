@@ -30,6 +30,7 @@ __all__ = ["AsyncClient", "AsyncClientHandle"]
 
 log = logging.getLogger("weft_actors.bus")
 
+_NOBLOCK = int(zmq.NOBLOCK)
 _SEND_RETRY = 0.001
 """Seconds between send attempts while the socket's queue is full (rare: its high-water mark
 is far above any sane number of requests in flight)."""
@@ -179,7 +180,11 @@ class AsyncClient:
         budget = self.timeout + call.wait
         timer = loop.call_later(budget, _expire, future)
         try:
-            await self._send(socket, frame, call, loop.time() + budget)
+            try:
+                socket.send(frame, _NOBLOCK)
+                self._schedule_drain()
+            except zmq.ZMQError:  # its queue is full (or worse): the slow path sorts it out
+                await self._send(socket, frame, call, loop.time() + budget)
             reply = await future
         except asyncio.TimeoutError:
             raise ServerUnavailable(
