@@ -79,8 +79,13 @@ class Supervisor:
             self.authenticator = start_authenticator(self.context, config.curve_authorized_keys)
         # The front door's shard side and the hint bus stay on this machine: unix sockets in a
         # private directory cost the kernel less per message than loopback TCP.
-        self._ipc_dir = tempfile.mkdtemp(prefix="weft-ipc-")
-        self.hints = HintProxy(self.context, (f"ipc://{self._ipc_dir}/hints-in", f"ipc://{self._ipc_dir}/hints-out"))
+        try:
+            self._ipc_dir: str | None = tempfile.mkdtemp(prefix="weft-ipc-")
+        except OSError as exc:
+            log.warning("no private directory for unix sockets (%s); using loopback TCP", exc)
+            self._ipc_dir = None
+        ipc = None if self._ipc_dir is None else f"ipc://{self._ipc_dir}"
+        self.hints = HintProxy(self.context, None if ipc is None else (f"{ipc}/hints-in", f"{ipc}/hints-out"))
         self.hints.start()
         self.hint_out = publisher(self.context, self.hints.publish_endpoint)
         self.routing = RoutingTable(self._owner_of, live=self._live_engines, by_owner=config.routing == "owner")
@@ -92,7 +97,7 @@ class Supervisor:
             max_frame=config.payload_limit + 64 * 1024,
             curve_secret_key=curve[0] if curve else None,
             curve_public_key=curve[1] if curve else None,
-            backend_bind=f"ipc://{self._ipc_dir}/shards",
+            backend_bind=None if ipc is None else f"{ipc}/shards",
         )
         try:
             self.frontdoor.start()
@@ -282,7 +287,8 @@ class Supervisor:
         if self.authenticator is not None:
             self.authenticator.stop()
         self.context.destroy(linger=0)
-        shutil.rmtree(self._ipc_dir, ignore_errors=True)
+        if self._ipc_dir is not None:
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
         self.store.close()
 
     # -- queries --------------------------------------------------------------------------
