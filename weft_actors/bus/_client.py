@@ -202,27 +202,14 @@ class Client:
         wid, run_id = self._request(call)
         return ClientHandle._make(self, wid, run_id)
 
-    def execute(
-        self,
-        workflow: Any,
-        *args: Any,
-        id: str | None = None,
-        if_exists: str = "error",
-        start_delay: float | None = None,
-        start_at: Any = None,
-        execution_timeout: float | None = None,
-        memo: Any = None,
-        timeout: float | None = None,
-    ) -> Any:
+    def execute(self, workflow: Any, *args: Any, timeout: float | None = None, **start_options: Any) -> Any:
         """Start ``workflow(*args)`` and return its result, in one round trip for a workflow
-        that ends within 30 s (longer ones go on polling like ``result``). Raises like
-        ``result``, and ``TimeoutError`` if it does not end within ``timeout`` seconds."""
+        that ends within 30 s (longer ones go on polling like ``result``). ``start_options``
+        are ``start``'s. Raises like ``result``, and ``TimeoutError`` if it does not end
+        within ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = _calls.MAX_RESULT_WAIT if deadline is None else timeout
-        call = _calls.execute_call(
-            workflow, args, wait, id=id, if_exists=if_exists, start_delay=start_delay, start_at=start_at,
-            execution_timeout=execution_timeout, memo=memo,
-        )
+        call = _calls.execute_call(workflow, args, wait, **start_options)
         ok = self._request(call)
         done, value = _calls.result_value(ok)
         if done:
