@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 import zmq
+import zmq.backend
 
 log = logging.getLogger("weft_actors.bus")
 
@@ -29,16 +30,22 @@ def readable(sock: zmq.Socket) -> bool:
     return bool(sock.getsockopt(_EVENTS) & _POLLIN)
 
 
+# The compiled methods under pyzmq's Python ``Socket`` wrappers (which only add options we
+# never use: routing ids, groups): about 1 µs a frame instead of 1.7-2.8.
+_send = getattr(zmq.backend.Socket, "send", zmq.Socket.send)
+_recv = getattr(zmq.backend.Socket, "recv", zmq.Socket.recv)
+
+
 def send_frames(sock: zmq.Socket, parts: list[bytes]) -> None:
     last = len(parts) - 1
     for index, part in enumerate(parts):
-        sock.send(part, _MORE if index < last else _NOBLOCK)
+        _send(sock, part, _MORE if index < last else _NOBLOCK)
 
 
 def recv_frames(sock: zmq.Socket) -> list[bytes]:
-    parts = [sock.recv(_NOBLOCK)]
+    parts = [_recv(sock, _NOBLOCK)]
     while sock.getsockopt(_RCVMORE):
-        parts.append(sock.recv(_NOBLOCK))
+        parts.append(_recv(sock, _NOBLOCK))
     return parts
 
 

@@ -116,6 +116,7 @@ class ShardServer:
         dealer = self.dealer
         if dealer.closed:
             return  # a drain queued just before the sockets closed
+        create_task = asyncio.get_running_loop().create_task
         while not self._stopping and readable(dealer):
             frames = recv_frames(dealer)
             if len(frames) != 2:
@@ -126,7 +127,7 @@ class ShardServer:
             except WeftError as error:
                 self._send(client, encode_error(getattr(error, "request_id", None), error))
                 continue
-            task = asyncio.ensure_future(self._handle(client, request))
+            task = create_task(self._handle(client, request))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
