@@ -64,10 +64,11 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     reclaim pass confirm a dead peer process on this machine by its lock file instead of
     waiting for its lease to expire; ``on_commit_hint(kind, workflow_id)`` is called after an
     inbox append commits (``"workflow-touched"``) and after a workflow ends
-    (``"workflow-done"``), so a hint publisher can be plugged in; ``on_done_interest(workflow_id,
-    True/False)`` when callers here start (and stop) waiting for the end of a workflow this
-    engine does not hold, so a hint subscriber can take that workflow's done hints only. ``feed_retention`` and
-    ``engine_retention`` (seconds) bound the change feed and the registry of ended engines.
+    (``"workflow-done"``), so a hint publisher can be plugged in; ``on_done_interest(
+    workflow_id, True/False)`` when callers here start (and stop) waiting for the end of a
+    workflow this engine does not hold, so a hint subscriber can take that workflow's done
+    hints only. ``feed_retention`` and ``engine_retention`` (seconds) bound the change feed
+    and the registry of ended engines.
 
     ``retention`` (seconds, default 7 days): a finished workflow keeps its record and result
     for good, but its op log and leftover inbox are pruned once it ended that long ago (checked
