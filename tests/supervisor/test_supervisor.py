@@ -289,3 +289,27 @@ def test_execute_starts_and_returns_the_result_in_one_request(tmp_path):
         import asyncio
 
         assert asyncio.run(from_async()) == ["a", [0]]
+
+
+def test_socket_directories_of_dead_supervisors_are_removed_at_start(tmp_path, monkeypatch):
+    import tempfile as tempfile_module
+
+    from weft_actors.supervisor._supervisor import _remove_stale_ipc_dirs
+
+    monkeypatch.setattr(tempfile_module, "tempdir", str(tmp_path))
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait(timeout=30)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        dead_dir = tmp_path / f"weft-ipc-{done.pid}-abc"
+        live_dir = tmp_path / f"weft-ipc-{alive.pid}-def"
+        other = tmp_path / "weft-ipc-notapid-x"
+        for path in (dead_dir, live_dir, other):
+            path.mkdir()
+            (path / "shards").write_text("")
+        _remove_stale_ipc_dirs()
+        assert not dead_dir.exists()
+        assert live_dir.exists() and other.exists()
+    finally:
+        alive.kill()
+        alive.wait(timeout=30)

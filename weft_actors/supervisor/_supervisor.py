@@ -53,6 +53,34 @@ class _Slot:
         self.started_at = 0.0
 
 
+_IPC_PREFIX = "weft-ipc-"
+
+
+def _remove_stale_ipc_dirs() -> None:
+    """Remove the socket directories of supervisors that died without cleaning up (kill -9):
+    ``weft-ipc-<pid>-*`` in the temporary directory, ours, whose process is gone."""
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_IPC_PREFIX):
+            continue
+        pid_text = name[len(_IPC_PREFIX):].partition("-")[0]
+        path = os.path.join(root, name)
+        if not pid_text.isdigit() or int(pid_text) == os.getpid():
+            continue
+        try:
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:  # alive (or not ours to signal), or already gone
+            continue
+
+
 class Supervisor:
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
@@ -79,8 +107,9 @@ class Supervisor:
             self.authenticator = start_authenticator(self.context, config.curve_authorized_keys)
         # The front door's shard side and the hint bus stay on this machine: unix sockets in a
         # private directory cost the kernel less per message than loopback TCP.
+        _remove_stale_ipc_dirs()
         try:
-            self._ipc_dir: str | None = tempfile.mkdtemp(prefix="weft-ipc-")
+            self._ipc_dir: str | None = tempfile.mkdtemp(prefix=f"{_IPC_PREFIX}{os.getpid()}-")
         except OSError as exc:
             log.warning("no private directory for unix sockets (%s); using loopback TCP", exc)
             self._ipc_dir = None
