@@ -99,12 +99,14 @@ class RunningSupervisor:
         return "".join(self.stderr_lines)
 
 
-def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:
+def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition", interval: float = 0.02) -> Any:
+    """The truthy value of ``predicate()``, polled until ``timeout`` (the blocking twin of
+    ``_support.eventually``)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"{what} not met within {timeout}s")
         time.sleep(interval)

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from _processes import wait_until
 from _support import eventually, run
 from weft_actors import Engine
 from weft_actors.codec import decode
@@ -52,17 +53,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 class Child:

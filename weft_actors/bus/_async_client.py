@@ -154,19 +154,23 @@ class AsyncClient:
             self._drop_socket()  # the next request makes a fresh one
             self._fail_pending(ServerUnavailable(f"connection lost: {exc} ({self.endpoint})", endpoint=self.endpoint))
 
-    async def _send(self, socket: zmq.Socket, frame: bytes, call: Call, deadline: float) -> None:
+    def _try_send(self, socket: zmq.Socket, frame: bytes, call: Call) -> bool:
+        """Send at once; False if the socket's queue is full."""
+        try:
+            socket.send(frame, _NOBLOCK)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as exc:
+            raise ServerUnavailable(f"{call.op}: socket error: {exc} ({self.endpoint})", endpoint=self.endpoint, op=call.op) from None
+        self._schedule_drain()
+        return True
+
+    async def _send_when_room(self, socket: zmq.Socket, frame: bytes, call: Call, deadline: float) -> None:
         loop = asyncio.get_running_loop()
-        while True:
-            try:
-                socket.send(frame, zmq.NOBLOCK)
-                self._schedule_drain()
-                return
-            except zmq.Again:
-                if loop.time() >= deadline:
-                    raise ServerUnavailable(f"{call.op}: could not send within the timeout ({self.endpoint})", endpoint=self.endpoint, op=call.op) from None
-                await asyncio.sleep(_SEND_RETRY)
-            except zmq.ZMQError as exc:
-                raise ServerUnavailable(f"{call.op}: socket error: {exc} ({self.endpoint})", endpoint=self.endpoint, op=call.op) from None
+        while not self._try_send(socket, frame, call):
+            if loop.time() >= deadline:
+                raise ServerUnavailable(f"{call.op}: could not send within the timeout ({self.endpoint})", endpoint=self.endpoint, op=call.op)
+            await asyncio.sleep(_SEND_RETRY)
             if self._closed or socket is not self._socket:
                 raise ServerUnavailable(f"{call.op}: the client was closed ({self.endpoint})", endpoint=self.endpoint, op=call.op)
 
@@ -180,11 +184,8 @@ class AsyncClient:
         budget = self.timeout + call.wait
         timer = loop.call_later(budget, _expire, future)
         try:
-            try:
-                socket.send(frame, _NOBLOCK)
-                self._schedule_drain()
-            except zmq.ZMQError:  # its queue is full (or worse): the slow path sorts it out
-                await self._send(socket, frame, call, loop.time() + budget)
+            if not self._try_send(socket, frame, call):  # its queue is full: rare
+                await self._send_when_room(socket, frame, call, loop.time() + budget)
             reply = await future
         except asyncio.TimeoutError:
             raise ServerUnavailable(

@@ -17,7 +17,7 @@ import threading
 
 import zmq
 
-from ._frames import bind_internal, recv_frames, send_frames
+from ._frames import bind_internal, drain, send_frames
 
 __all__ = ["HintProxy", "encode_hint", "decode_hint", "hint_topic", "publisher", "subscriber", "HINT_KINDS"]
 
@@ -105,11 +105,7 @@ class HintProxy:
             xpub.close(0)
 
     def _pump(self, source: zmq.Socket, sink: zmq.Socket) -> None:
-        for _ in range(10_000):
-            try:
-                frames = recv_frames(source)
-            except zmq.Again:  # drained (one exception per drain: cheaper than EVENTS per message)
-                return
+        for frames in drain(source):
             try:
                 send_frames(sink, frames)
                 self.forwarded += 1

@@ -190,15 +190,8 @@ class Evictor:
         if ref is None:
             return None
         TimerService.cancel(ref.timer)
-        try:
-            driven = engine.drive(wid, ref.epoch)
-        except Exception:
-            log.exception("workflow %s: replay after eviction failed; retrying on a later pass", wid)
-            engine.metrics.drive_failures += 1
-            actor = engine.actors.pop(wid, None)
-            if actor is not None:
-                actor.close()
-            engine.orphans.add(wid)
+        driven = engine.drive_or_orphan(wid, ref.epoch)
+        if driven is None:
             return None
         if not driven:  # the wake guard: the claim moved, or the workflow ended elsewhere
             engine.metrics.wake_discarded(kind)

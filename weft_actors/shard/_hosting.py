@@ -112,6 +112,20 @@ class ActorHost:
         self._spawn(self._definition(record["type"]), wid, record["run_id"], epoch, decode_args(record["args"]), ops, inbox)
         return True
 
+    def drive_or_orphan(self, wid: str, epoch: int) -> bool | None:
+        """``drive``, and if the replay itself fails, log and count it, drop what it built and
+        keep ``wid`` as an orphan for a later pass to retry: None then."""
+        try:
+            return self.drive(wid, epoch)
+        except Exception:
+            log.exception("workflow %s: replay failed; retrying on a later pass", wid)
+            self.metrics.drive_failures += 1
+            actor = self.actors.pop(wid, None)
+            if actor is not None:
+                actor.close()
+            self.orphans.add(wid)
+            return None
+
     def deliver_messages(self, actor: Actor, messages: list[tuple[int, dict[str, Any]]]) -> None:
         kind = messages[-1][1]["kind"] if messages else "feed"
         if not self.wake_guard(actor, kind):

@@ -110,16 +110,7 @@ class Reclaimer:
         return taken
 
     def drive(self, wid: str, epoch: int) -> None:
-        engine = self.engine
-        try:
-            engine.drive(wid, epoch)
-        except Exception:
-            log.exception("workflow %s: drive failed; retrying on a later pass", wid)
-            engine.metrics.drive_failures += 1
-            actor = engine.actors.pop(wid, None)
-            if actor is not None:
-                actor.close()
-            engine.orphans.add(wid)
+        self.engine.drive_or_orphan(wid, epoch)
 
     def _retry_orphans(self) -> None:
         engine = self.engine
