@@ -1,7 +1,8 @@
 """Running activities: ``async def`` inline on the loop, plain functions in a bounded pool.
 
 An async activity is first driven inline with ``send(None)``; most finish without suspending,
-and then no Task or Future is made at all. Only one that really suspends gets a Task.
+and then no Task, Future or callback is made at all: ``run`` hands back ``Finished``. Only one
+that really suspends gets a Task.
 
 At most ``max_inflight`` attempts run at once per engine. Beyond that an attempt waits in a
 FIFO queue and starts when a running one ends: backpressure, never a failure. Its
@@ -16,14 +17,22 @@ import collections
 import contextvars
 import types
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Coroutine, Generator
+from typing import Any, Callable, Coroutine, Generator, NamedTuple
 
 from ..codec import decode_args
 from ..workflow import ActivityDefinition, ActivityInfo, current_activity
 
-__all__ = ["ActivityRunner"]
+__all__ = ["ActivityRunner", "Finished"]
 
 Done = Callable[[Any, BaseException | None], None]
+_new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
+
+
+class Finished(NamedTuple):
+    """What ``run`` returns for an attempt that ended before ``run`` returned."""
+
+    value: Any
+    error: BaseException | None
 
 
 @types.coroutine
@@ -94,21 +103,39 @@ class ActivityRunner:
     def queued(self) -> int:
         return len(self._queue)
 
-    def run(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None]:
-        """Start one attempt, or queue it if ``max_inflight`` run already; return a function
-        that cancels it (best effort for threads; a queued attempt is just dropped)."""
+    def run(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None] | Finished:
+        """Start one attempt, or queue it if ``max_inflight`` run already. Returns ``Finished``
+        if it ended inline (``done`` is then never called), else a function that cancels it
+        (best effort for threads; a queued attempt is just dropped) and ``done`` is called
+        once, later: never from within ``run``."""
         if self.inflight >= self.max_inflight or self._queue:  # FIFO: nothing overtakes the queue
             entry = _Queued(definition, args, info, timeout, done)
             self._queue.append(entry)
             return entry.stop
         return self._start(definition, args, info, timeout, done)
 
-    def _start(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None]:
+    def _start(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None] | Finished:
         self.started += 1
+        if self.inflight >= self.peak_inflight:
+            self.peak_inflight = self.inflight + 1
+        try:
+            values = decode_args(args)
+        except Exception as exc:
+            return _new_tuple(Finished, (None, exc))
+        if definition.is_async:
+            token = current_activity.set(info)
+            try:
+                coro = definition.fn(*values)
+                first = coro.send(None)
+            except StopIteration as stop:
+                return _new_tuple(Finished, (stop.value, None))
+            except BaseException as exc:
+                return _new_tuple(Finished, (None, exc))
+            finally:
+                current_activity.reset(token)
+        # It runs on: it holds an in-flight slot until its outcome is reported or it is cancelled.
         self.inflight += 1
-        if self.inflight > self.peak_inflight:
-            self.peak_inflight = self.inflight
-        slot = [True]  # held until the outcome is reported or the attempt is cancelled
+        slot = [True]
 
         def release() -> None:
             if slot[0]:
@@ -123,17 +150,10 @@ class ActivityRunner:
             finally:
                 release()
 
-        try:
-            values = decode_args(args)
-        except Exception as exc:
-            finished(None, exc)
-            return _noop
         if definition.is_async:
-            cancel = self._run_async(definition, values, info, timeout, finished)
+            cancel = self._run_suspended(definition, coro, first, info, timeout, finished)
         else:
             cancel = self._run_thread(definition, values, info, timeout, finished)
-        if not slot[0]:
-            return cancel  # finished inline: nothing left to release
 
         def cancel_and_release() -> None:
             cancel()
@@ -150,24 +170,18 @@ class ActivityRunner:
             queue = self._queue
             while queue and self.inflight < self.max_inflight:
                 entry = queue.popleft()
-                if not entry.cancelled:
-                    entry.cancel = self._start(entry.definition, entry.args, entry.info, entry.timeout, entry.done)
+                if entry.cancelled:
+                    continue
+                started = self._start(entry.definition, entry.args, entry.info, entry.timeout, entry.done)
+                if started.__class__ is Finished:
+                    entry.done(*started)  # type: ignore[misc]
+                else:
+                    entry.cancel = started  # type: ignore[assignment]
         finally:
             self._draining = False
 
-    def _run_async(self, definition: ActivityDefinition, values: tuple[Any, ...], info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None]:
-        token = current_activity.set(info)
-        try:
-            coro = definition.fn(*values)
-            first = coro.send(None)
-        except StopIteration as stop:
-            done(stop.value, None)
-            return _noop
-        except BaseException as exc:
-            done(None, exc)
-            return _noop
-        finally:
-            current_activity.reset(token)
+    def _run_suspended(self, definition: ActivityDefinition, coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None]:
+        """Go on with an async attempt that suspended (yielding ``first``) under a Task."""
         context = contextvars.copy_context()
         context.run(current_activity.set, info)
         task = context.run(self._loop.create_task, _finish(coro, first))

@@ -19,6 +19,7 @@ from ..codec import encode
 from ..errors import SerializationError, WeftError
 from ..store import CancelOther, Finish, StepCommit, TimerRef
 from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, cancelled_record, error_record
+from ._activities import Finished
 from ._ending import EndingMixin
 from ._inbox import InboxMixin
 from ._writes import Writes
@@ -344,13 +345,15 @@ class Actor(InboxMixin, EndingMixin):
         def done(value: Any, error: BaseException | None) -> None:
             self.on_activity_done(token, seq, value, error)
 
-        entry: list[Any] = [token, None]
+        started = self.engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
+        if started.__class__ is Finished:  # ended inline: no attempt to track
+            self.wakes.append((_DONE, seq, started[0], started[1]))  # type: ignore[index]
+            if not self.busy:  # else the commit's callback (or the end of handle) polls
+                self.poll()
+            return
         if self.attempts is _NO_TABLE:
             self.attempts = {}
-        self.attempts[seq] = entry
-        cancel = self.engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
-        if self.attempts.get(seq) is entry:  # still running: it did not finish inline
-            entry[1] = cancel
+        self.attempts[seq] = [token, started]
 
     def _activity_outcome(self, cmd: Command, value: Any, error: BaseException | None) -> None:
         seq = cmd.seq

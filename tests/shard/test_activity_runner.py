@@ -1,0 +1,106 @@
+"""ActivityRunner's contract: an attempt that ends inline is handed back as ``Finished`` and
+takes no slot, no Task and no callback; any other reports through ``done`` once, later."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from weft_actors.codec import encode_args
+from weft_actors.shard._activities import ActivityRunner, Finished
+from weft_actors.workflow import ActivityInfo, activity, activity_definition
+
+pytestmark = pytest.mark.timeout(10)
+
+
+@activity
+async def add_one(x: int) -> int:
+    return x + 1
+
+
+@activity
+async def refuse(x: int) -> int:
+    raise ValueError(f"no {x}")
+
+
+@activity
+async def sleepy(x: int) -> int:
+    await asyncio.sleep(0.01)
+    return x * 2
+
+
+def _info(seq: int = 0) -> ActivityInfo:
+    return ActivityInfo(f"w/r/{seq}", "w", "r", seq, 1, "t")
+
+
+def _start(runner: ActivityRunner, fn, *args, outcomes: list, seq: int = 0):
+    return runner.run(activity_definition(fn), encode_args(args), _info(seq), None, lambda value, error: outcomes.append((value, error)))
+
+
+def _with_runner(body, max_inflight: int = 1000) -> None:
+    async def main() -> None:
+        runner = ActivityRunner(asyncio.get_running_loop(), max_threads=2, max_inflight=max_inflight)
+        try:
+            await body(runner)
+        finally:
+            runner.close()
+
+    asyncio.run(main())
+
+
+def test_an_attempt_that_never_suspends_is_handed_back_finished():
+    async def body(runner: ActivityRunner) -> None:
+        outcomes: list = []
+        assert _start(runner, add_one, 41, outcomes=outcomes) == Finished(42, None)
+        failed = _start(runner, refuse, 7, outcomes=outcomes)
+        assert isinstance(failed, Finished) and isinstance(failed.error, ValueError) and str(failed.error) == "no 7"
+        await asyncio.sleep(0)
+        assert outcomes == []  # done is never called for an attempt handed back finished
+        assert runner.inflight == 0 and not runner.tasks and runner.started == 2
+
+    _with_runner(body)
+
+
+def test_undecodable_arguments_end_the_attempt_inline():
+    async def body(runner: ActivityRunner) -> None:
+        outcomes: list = []
+        started = runner.run(activity_definition(add_one), b"\xc1 not msgpack", _info(), None, lambda *outcome: outcomes.append(outcome))
+        assert isinstance(started, Finished) and started.value is None and started.error is not None
+        assert outcomes == [] and runner.inflight == 0
+
+    _with_runner(body)
+
+
+def test_an_attempt_that_suspends_reports_through_done_once_later():
+    async def body(runner: ActivityRunner) -> None:
+        outcomes: list = []
+        cancel = _start(runner, sleepy, 5, outcomes=outcomes)
+        assert callable(cancel) and not isinstance(cancel, Finished)
+        assert outcomes == [] and runner.inflight == 1 and len(runner.tasks) == 1
+        for _ in range(200):
+            if outcomes:
+                break
+            await asyncio.sleep(0.005)
+        assert outcomes == [(10, None)]
+        assert runner.inflight == 0 and not runner.tasks
+
+    _with_runner(body)
+
+
+def test_a_queued_attempt_that_ends_inline_on_its_turn_reports_through_done():
+    async def body(runner: ActivityRunner) -> None:
+        first: list = []
+        queued: list = []
+        _start(runner, sleepy, 1, outcomes=first, seq=0)
+        assert runner.inflight == 1
+        stop = _start(runner, add_one, 1, outcomes=queued, seq=1)
+        assert callable(stop) and runner.queued == 1 and queued == []
+        for _ in range(200):
+            if queued:
+                break
+            await asyncio.sleep(0.005)
+        assert first == [(2, None)] and queued == [(2, None)]
+        assert runner.inflight == 0 and runner.queued == 0
+
+    _with_runner(body, max_inflight=1)
