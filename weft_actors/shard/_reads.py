@@ -27,6 +27,7 @@ __all__ = ["WorkflowReads"]
 
 class WorkflowReads:
     heartbeat: float
+    ttl: float
     store: LmdbStore
     committer: GroupCommitter
     actors: dict[str, Actor]
@@ -76,15 +77,19 @@ class WorkflowReads:
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             self._check_running()
-            if workflow_id not in self.actors:
+            if workflow_id in self.actors:
+                # Its actor here wakes us when it ends or is dropped; the poll is only a safety
+                # net, so it need not come every heartbeat (each one costs a re-arm).
+                wait = self.ttl
+            else:
                 record = self.store.get_workflow(workflow_id)
                 if record is None:
                     raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
                 if record["status"] in TERMINAL:
                     return raise_for_outcome(workflow_id, record)
-            # Woken by the local finish (with the outcome), when the local actor is dropped,
-            # or after a poll interval: the workflow may be owned by another engine.
-            wait = self.heartbeat
+                # Woken by a done hint, by a local actor that takes it over, or after a poll
+                # interval: the workflow may be owned by another engine.
+                wait = self.heartbeat
             if deadline is not None:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
