@@ -112,6 +112,12 @@ def table(result: dict[str, Any], title: str | None = None) -> None:
     sys.stderr.flush()
 
 
+def report(result: dict[str, Any], title: str | None = None) -> None:
+    """A measurement's readable table on stderr and its one JSON line on stdout."""
+    table(result, title)
+    print(json.dumps(result), flush=True)
+
+
 class Supervisor:
     """``python -m weft_actors.supervisor`` on a free port and a fresh temporary data directory.
 

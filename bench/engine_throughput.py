@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -25,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import uvloop  # noqa: E402
 
+from _harness import report  # noqa: E402
 from _progress import Progress  # noqa: E402
 from weft_actors import Engine, activity, workflow  # noqa: E402
 
@@ -107,9 +107,7 @@ def main() -> None:
     finally:
         if not args.data:
             shutil.rmtree(data_dir, ignore_errors=True)
-    for key, value in result.items():
-        sys.stderr.write(f"  {key:<18} {value}\n")
-    print(json.dumps(result))
+    report(result)
 
 
 if __name__ == "__main__":

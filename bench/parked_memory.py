@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import os
 import shutil
 import sys
@@ -39,6 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import uvloop  # noqa: E402
 
+from _harness import report  # noqa: E402
 from _progress import Progress  # noqa: E402
 from weft_actors import Engine, workflow  # noqa: E402
 
@@ -134,9 +134,7 @@ def main() -> None:
     finally:
         if not args.data:
             shutil.rmtree(data_dir, ignore_errors=True)
-    for key, value in result.items():
-        sys.stderr.write(f"  {key:<22} {value}\n")
-    print(json.dumps(result))
+    report(result)
 
 
 if __name__ == "__main__":

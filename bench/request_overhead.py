@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -29,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import Supervisor, sigterm_as_exit, table, wait_quiet  # noqa: E402
+from _harness import Supervisor, report, sigterm_as_exit, wait_quiet  # noqa: E402
 
 
 async def burst(endpoint: str, kind: str, requests: int, concurrency: int) -> float:
@@ -84,8 +83,7 @@ def main() -> None:
                 "shards_us": round(shards * per, 1),
                 "total_us": round((client + sup + shards) * per, 1),
             }
-    table(result, "request overhead (CPU per request)")
-    print(json.dumps(result), flush=True)
+    report(result, "request overhead (CPU per request)")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ Prints one JSON line on stdout (and a readable table plus progress bars on stder
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import os
 import sys
@@ -36,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import Supervisor, percentile, sigterm_as_exit, system_busy_seconds, table, wait_quiet  # noqa: E402
+from _harness import Supervisor, percentile, report, sigterm_as_exit, system_busy_seconds, wait_quiet  # noqa: E402
 from _progress import Progress  # noqa: E402
 
 
@@ -131,8 +130,7 @@ def main() -> None:
         "other_cpu_s_hints": round(other_hints, 2),
         "other_cpu_s_no_hints": round(other_without, 2),
     }
-    table(result, f"signal latency ({args.routing} routing)")
-    print(json.dumps(result), flush=True)
+    report(result, f"signal latency ({args.routing} routing)")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import sys
@@ -27,6 +26,7 @@ import uvloop
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from _harness import report  # noqa: E402
 from weft_actors.codec import pack_record  # noqa: E402
 from weft_actors.shard._validate import new_id  # noqa: E402
 from weft_actors.store._env import close_environment, open_environment  # noqa: E402
@@ -137,9 +137,7 @@ def main() -> None:
         result["harness_us_per_workflow"] = round(uvloop.run(_callers(args.workflows)), 2)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
-    for key, value in result.items():
-        sys.stderr.write(f"  {key:<22} {value}\n")
-    print(json.dumps(result))
+    report(result)
 
 
 if __name__ == "__main__":

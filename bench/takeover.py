@@ -53,7 +53,6 @@ import argparse
 import asyncio
 import collections
 import datetime as dt
-import json
 import os
 import shutil
 import signal
@@ -64,7 +63,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import Supervisor, open_store_readonly, percentile, sigterm_as_exit, system_busy_seconds, table  # noqa: E402
+from _harness import Supervisor, open_store_readonly, percentile, report, sigterm_as_exit, system_busy_seconds  # noqa: E402
 from _progress import Progress  # noqa: E402
 
 EXPECTED_OPS = 9  # work, sleep, work, now, sleep (parked), now, work, sleep, work
@@ -363,8 +362,7 @@ def main() -> None:
         parser.error("a takeover needs --shards 2 or more")
     with sigterm_as_exit():
         result = run(args)
-    table(result, f"takeover ({args.mode})")
-    print(json.dumps(result), flush=True)
+    report(result, f"takeover ({args.mode})")
 
 
 if __name__ == "__main__":

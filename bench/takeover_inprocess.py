@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import signal
@@ -31,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import uvloop  # noqa: E402
 
+from _harness import report  # noqa: E402
 from _progress import Progress  # noqa: E402
 from weft_actors import Engine, activity, workflow  # noqa: E402
 from weft_actors.codec import decode  # noqa: E402
@@ -140,9 +140,7 @@ def main() -> None:
     finally:
         if not args.data:
             shutil.rmtree(data_dir, ignore_errors=True)
-    for key, value in result.items():
-        sys.stderr.write(f"  {key:<16} {value}\n")
-    print(json.dumps(result))
+    report(result)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import multiprocessing
 import os
 import sys
@@ -35,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import Supervisor, percentile, sigterm_as_exit, system_busy_seconds, table, wait_quiet  # noqa: E402
+from _harness import Supervisor, percentile, report, sigterm_as_exit, system_busy_seconds, wait_quiet  # noqa: E402
 from _progress import Progress  # noqa: E402
 
 
@@ -234,8 +233,7 @@ def main() -> None:
     with sigterm_as_exit():
         for shards in counts:
             result = run_once(args.workflows, shards, args.steps, args.concurrency, args.clients, warmup, tuple(args.supervisor_arg), not args.no_wait_quiet, args.call)
-            table(result, f"throughput, {shards} shard(s)")
-            print(json.dumps(result), flush=True)
+            report(result, f"throughput, {shards} shard(s)")
 
 
 if __name__ == "__main__":
