@@ -9,9 +9,9 @@ from ._intents import AppendInbox, CloseWorkflow, FireStart, PurgeWorkflow
 from ._lifecycle import close_workflow, fire_start, purge_workflow
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart, append_and_consume, append_message, request_cancel_intent, signal_with_start
 
-__all__ = ["apply_intent"]
+__all__ = ["APPLIER_OF", "apply_intent"]
 
-_APPLIERS: dict[type, Any] = {
+APPLIER_OF: dict[type, Any] = {
     **APPLIERS,
     CloseWorkflow: close_workflow,
     PurgeWorkflow: purge_workflow,
@@ -21,8 +21,9 @@ _APPLIERS: dict[type, Any] = {
     RequestCancel: request_cancel_intent,
     SignalWithStart: signal_with_start,
 }
+"""intent type -> the function that applies it (``LmdbStore.apply`` looks it up itself: hot path)."""
 
 
 def apply_intent(state: TxnState, intent: Any) -> Any:
     """Apply one intent; it raises a ``WeftError`` (having written nothing) or returns its result."""
-    return _APPLIERS[type(intent)](state, intent)
+    return APPLIER_OF[type(intent)](state, intent)

@@ -14,7 +14,7 @@ from ..codec import unpack_record
 from ..errors import StorageError, StorageFull, WeftError
 from . import _engines, _listing, _queries
 from ._apply import DEFAULT_MAX_INBOX, TxnState, next_epoch, release_claims
-from ._dispatch import apply_intent
+from ._dispatch import APPLIER_OF
 from ._feed import feed_head, read_feed
 from ._upkeep import UpkeepMixin
 from ._messages import RequestsMixin
@@ -95,11 +95,12 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                     record["expires_at"] = now + record["ttl"]
                     _engines.put_engine(txn, self.dbs, state.engine_raw, record)
                 for intent in intents:
-                    if full is not None and type(intent) in GROWTH:
+                    kind = type(intent)
+                    if full is not None and kind in GROWTH:
                         results.append(full)
                         continue
                     try:
-                        results.append(apply_intent(state, intent))
+                        results.append(APPLIER_OF[kind](state, intent))
                     except WeftError as exc:
                         results.append(exc)
                 state.flush()

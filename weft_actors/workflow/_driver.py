@@ -134,11 +134,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
             self._fail(exc)
             return [self.outcome]  # type: ignore[list-item]
         self._advance(None, None)
-        return self._pump()
-
-    def deliver(self) -> list[Command]:
-        """Deliver outcomes recorded (and committed) since the last call, in ``t`` order."""
-        return self._pump()
+        return self.deliver()
 
     def record_outcome(self, seq: int, ok: bytes | None = None, err: dict[str, Any] | None = None, **extra: Any) -> bytes:
         """The packed op record for ``seq``'s outcome; delivered by the next ``deliver()``."""
@@ -266,7 +262,9 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         else:
             self._events = [(record["t"], seq)]
 
-    def _pump(self) -> list[Command]:
+    def deliver(self) -> list[Command]:
+        """Deliver outcomes recorded (and committed) since the last call, in ``t`` order; the
+        commands for the engine that follow from them."""
         events, history = self._events, self.history
         index, end = self._next_event, len(events)  # nothing is recorded while the pump runs
         while index < end and self.outcome is None:
