@@ -112,6 +112,19 @@ def table(result: dict[str, Any], title: str | None = None) -> None:
     sys.stderr.flush()
 
 
+@contextlib.contextmanager
+def scratch_dir(given: str | None = None, prefix: str = "weft-bench-") -> Iterator[str]:
+    """``given``, or a fresh temporary directory removed on the way out."""
+    if given:
+        yield given
+        return
+    path = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def report(result: dict[str, Any], title: str | None = None) -> None:
     """A measurement's readable table on stderr and its one JSON line on stdout."""
     table(result, title)

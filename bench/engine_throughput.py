@@ -15,37 +15,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import uvloop  # noqa: E402
 
-from _harness import report  # noqa: E402
+from _harness import report, scratch_dir  # noqa: E402
 from _progress import Progress  # noqa: E402
-from weft_actors import Engine, activity, workflow  # noqa: E402
-
-
-@activity
-async def step(x: int) -> int:
-    return x + 1
-
-
-@workflow
-async def three_steps(ctx, x: int) -> int:
-    a = await ctx.run(step, x)
-    b = await ctx.run(step, a)
-    return await ctx.run(step, b)
-
-
-@workflow
-async def n_steps(ctx, x: int, steps: int) -> int:
-    for _ in range(steps):
-        x = await ctx.run(step, x)
-    return x
+from bench_app import n_steps, three_steps  # noqa: E402
+from weft_actors import Engine  # noqa: E402
 
 
 async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None) -> dict:
@@ -101,12 +81,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="activities per workflow (default 3)")
     parser.add_argument("--data", help="data directory (default: a fresh temporary one)")
     args = parser.parse_args()
-    data_dir = args.data or tempfile.mkdtemp(prefix="weft-bench-")
-    try:
-        result = uvloop.run(run(args.workflows, data_dir, args.steps, args.in_flight))
-    finally:
-        if not args.data:
-            shutil.rmtree(data_dir, ignore_errors=True)
+    with scratch_dir(args.data) as path:
+        result = uvloop.run(run(args.workflows, path, args.steps, args.in_flight))
     report(result)
 
 

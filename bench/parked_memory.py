@@ -28,9 +28,7 @@ import argparse
 import asyncio
 import gc
 import os
-import shutil
 import sys
-import tempfile
 import time
 from typing import Any
 
@@ -38,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import uvloop  # noqa: E402
 
-from _harness import report  # noqa: E402
+from _harness import report, scratch_dir  # noqa: E402
 from _progress import Progress  # noqa: E402
 from weft_actors import Engine, workflow  # noqa: E402
 
@@ -128,12 +126,8 @@ def main() -> None:
     parser.add_argument("--data", help="data directory (default: a fresh temporary one)")
     args = parser.parse_args()
     max_live = sys.maxsize if args.no_evict else args.max_live
-    data_dir = args.data or tempfile.mkdtemp(prefix="weft-bench-")
-    try:
-        result = uvloop.run(run(args.parked, max_live, args.batch, data_dir))
-    finally:
-        if not args.data:
-            shutil.rmtree(data_dir, ignore_errors=True)
+    with scratch_dir(args.data) as path:
+        result = uvloop.run(run(args.parked, max_live, args.batch, path))
     report(result)
 
 

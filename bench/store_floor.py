@@ -17,16 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 import uvloop
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import report  # noqa: E402
+from _harness import report, scratch_dir  # noqa: E402
 from weft_actors.codec import pack_record  # noqa: E402
 from weft_actors.shard._validate import new_id  # noqa: E402
 from weft_actors.store._env import close_environment, open_environment  # noqa: E402
@@ -131,12 +129,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workflows", type=int, default=20_000)
     args = parser.parse_args()
-    data_dir = tempfile.mkdtemp(prefix="weft-floor-")
-    try:
-        result = measure(args.workflows, data_dir)
-        result["harness_us_per_workflow"] = round(uvloop.run(_callers(args.workflows)), 2)
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+    with scratch_dir(prefix="weft-floor-") as path:
+        result = measure(args.workflows, path)
+    result["harness_us_per_workflow"] = round(uvloop.run(_callers(args.workflows)), 2)
     report(result)
 
 

@@ -19,18 +19,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import uvloop  # noqa: E402
 
-from _harness import report  # noqa: E402
+from _harness import report, scratch_dir  # noqa: E402
 from _progress import Progress  # noqa: E402
 from weft_actors import Engine, activity, workflow  # noqa: E402
 from weft_actors.codec import decode  # noqa: E402
@@ -134,12 +132,8 @@ def main() -> None:
         DOOMED = True
         uvloop.run(doomed_engine(args.data, args.workflows, args.heartbeat, args.ttl))
         return
-    data_dir = args.data or tempfile.mkdtemp(prefix="weft-takeover-")
-    try:
-        result = uvloop.run(measure(data_dir, args.workflows, args.heartbeat, args.ttl, args.hint))
-    finally:
-        if not args.data:
-            shutil.rmtree(data_dir, ignore_errors=True)
+    with scratch_dir(args.data, "weft-takeover-") as path:
+        result = uvloop.run(measure(path, args.workflows, args.heartbeat, args.ttl, args.hint))
     report(result)
 
 

@@ -239,7 +239,3 @@ class ActivityRunner:
         for task in list(self.tasks):
             task.cancel()
         self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _noop() -> None:
-    return None

@@ -213,7 +213,7 @@ class Actor(InboxMixin, EndingMixin):
         self.busy = False
         if self.closed:
             return
-        if result is not None and isinstance(result, WeftError):
+        if isinstance(result, WeftError):
             self.engine.commit_failed(self, result)
             return
         after = self.after

@@ -138,31 +138,9 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
 
     def record_outcome(self, seq: int, ok: bytes | None = None, err: dict[str, Any] | None = None, **extra: Any) -> bytes:
         """The packed op record for ``seq``'s outcome; delivered by the next ``deliver()``."""
-        history = self.history
-        if seq == self.waiting_seq and not self._paths and seq not in history:
-            # The common case, in one piece: the one op awaited, with nothing recorded yet.
-            op = self.waiting
-            t = self._next_t
-            self._next_t = t + 1
-            record = {"kind": op.kind, "name": op.name, "t": t}  # type: ignore[union-attr]
-            if err is None:
-                record["ok"] = ok
-            else:
-                record["err"] = err
-            if extra:
-                record.update(extra)
-            if isinstance(history, dict):
-                history[seq] = record
-            else:  # the shared empty history: this is the run's first record
-                self.history = {seq: record}
-            events = self._events
-            if events:
-                events.append((t, seq))  # type: ignore[union-attr]
-            else:
-                self._events = [(t, seq)]
-            return pack_record(record)
         record = self.outcome_record(seq, ok, err, **extra)
-        self.keep_outcome(seq, record)
+        self._next_t += 1  # made at the current t just now: keep_outcome without its check
+        self._keep_outcome(seq, record)
         return pack_record(record)
 
     def outcome_record(self, seq: int, ok: bytes | None = None, err: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:

@@ -77,8 +77,7 @@ class ActivityOp(Op):
         start_to_close: float | None,
         schedule_to_close: float | None,
     ) -> None:
-        self.kind = "activity"  # not super().__init__: one call less on the hot path
-        self.name = definition.name
+        super().__init__("activity", definition.name)
         self.definition = definition
         self.args = args
         self.retry = retry
