@@ -202,8 +202,8 @@ def test_group_commit_uses_far_fewer_transactions_than_writes(tmp_path):
             results = await asyncio.gather(*(h.result(timeout=10) for h in handles))
             assert results == [i + 3 for i in range(500)]
             stats = engine.stats()
-            # 500 workflows x (start + 3 steps + finish) = 2,500 writes.
-            assert stats["writes_total"] >= 2500
+            # 500 workflows x (start + 3 steps, the finish riding on the last one) = 2,000 writes.
+            assert stats["writes_total"] >= 2000
             assert stats["commits_total"] * 20 < stats["writes_total"]
             assert engine.store.commits <= stats["commits_total"] + 5
 

@@ -20,9 +20,18 @@ if TYPE_CHECKING:
     from ..workflow import WorkflowRun
     from ._engine import Engine
 
-__all__ = ["EndingMixin"]
+__all__ = ["EndingMixin", "finish_of"]
 
 log = logging.getLogger("weft_actors.shard")
+
+
+def finish_of(cmd: Command) -> Finish:
+    """The terminal transition of a ``complete`` or ``fail`` command (``cancelled`` when the
+    run re-raised a cancellation)."""
+    if cmd.kind == "complete":
+        return Finish("completed", cmd.payload, None)
+    error = cmd.error or {}
+    return Finish("cancelled" if error.get("kind") == "cancelled" else "failed", None, error)
 
 
 class EndingMixin:
@@ -62,11 +71,8 @@ class EndingMixin:
             if writes is None:
                 writes = Writes()
             self._stop_work(writes)
-        if kind == "complete":
-            finish: Finish | None = Finish("completed", cmd.payload, None)
-        elif kind == "fail":
-            error = cmd.error or {}
-            finish = Finish("cancelled" if error.get("kind") == "cancelled" else "failed", None, error)
+        if kind == "complete" or kind == "fail":
+            finish: Finish | None = finish_of(cmd)
         else:  # continue as new
             finish = None
             next_run = new_id()

@@ -123,6 +123,7 @@ class ActorHost:
             actor = self.actors.pop(wid, None)
             if actor is not None:
                 actor.close()
+                self.wake_waiters(wid)
             self.orphans.add(wid)
             return None
 
@@ -158,14 +159,20 @@ class ActorHost:
 
     def drop_actor(self, actor: Actor, *, deposed: bool = False) -> None:
         """Stop ``actor`` without committing anything; callers waiting on its result look at
-        the store again at once (someone else owns or ended it now)."""
+        the store again at once (someone else may own or have ended it now)."""
         actor.close()
         if self.actors.get(actor.wid) is actor:
             del self.actors[actor.wid]
         if deposed:
             self.metrics.claim("deposed")
-            for future in self._waiters.get(actor.wid, ()):
-                resolve(future, None)
+        self.wake_waiters(actor.wid)
+
+    def wake_waiters(self, wid: str) -> None:
+        """Callers waiting on ``wid``'s result look again (``result`` sets no timer of its own
+        while ``wid`` has an actor here, so every way an actor leaves that does not end the run
+        or hand it on to another actor here calls this)."""
+        for future in self._waiters.get(wid, ()):
+            resolve(future, None)
 
     def commit_failed(self, actor: Actor, error: WeftError) -> None:
         if isinstance(error, FencedOut):

@@ -27,7 +27,6 @@ __all__ = ["WorkflowReads"]
 
 class WorkflowReads:
     heartbeat: float
-    ttl: float
     store: LmdbStore
     committer: GroupCommitter
     actors: dict[str, Actor]
@@ -48,6 +47,13 @@ class WorkflowReads:
     async def query(self, workflow_id: str, name: str, *args: Any) -> Any:
         self._check_running()
         actor = self.actors.get(workflow_id)
+        while actor is not None and actor.ahead is not None:
+            # Its run went ahead of a commit in flight: answer from committed state only.
+            future = self.committer.loop.create_future()
+            actor.ahead.append(future)
+            await future
+            self._check_running()
+            actor = self.actors.get(workflow_id)
         if actor is not None and not actor.closed:
             value = actor.run.query(name, args)
         else:
@@ -77,10 +83,11 @@ class WorkflowReads:
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             self._check_running()
+            wait: float | None
             if workflow_id in self.actors:
-                # Its actor here wakes us when it ends or is dropped; the poll is only a safety
-                # net, so it need not come every heartbeat (each one costs a re-arm).
-                wait = self.ttl
+                # Its actor here (or the one that takes over from it here) wakes us when the
+                # run ends, and ``wake_waiters`` when it is dropped: no timer of our own.
+                wait = None
             else:
                 record = self.store.get_workflow(workflow_id)
                 if record is None:
@@ -94,14 +101,15 @@ class WorkflowReads:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise TimeoutError(f"workflow {workflow_id!r} did not finish within {timeout}s")
-                wait = min(wait, remaining)
+                wait = remaining if wait is None else min(wait, remaining)
             future: asyncio.Future[Any] = loop.create_future()
             self.add_waiter(workflow_id, future)
-            timer = loop.call_later(wait, resolve, future, None)
+            timer = None if wait is None else loop.call_later(wait, resolve, future, None)
             try:
                 outcome = await future
             finally:
-                timer.cancel()
+                if timer is not None:
+                    timer.cancel()
                 self.remove_waiter(workflow_id, future)
             if outcome is not None:
                 return raise_for_outcome(workflow_id, outcome)

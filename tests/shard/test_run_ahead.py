@@ -1,0 +1,116 @@
+"""A run goes ahead of its last outcome's commit, and nobody can tell: the ending rides on that
+commit (one commit less per workflow), the next op waits for it, and so does a query."""
+
+from __future__ import annotations
+
+import asyncio
+
+from _support import run
+from weft_actors import Engine, activity, workflow
+from weft_actors.errors import WeftError
+from weft_actors.shard._committer import GroupCommitter
+from weft_actors.store import StepCommit
+
+
+@activity
+async def add_one(x: int) -> int:
+    return x + 1
+
+
+@workflow
+async def three_steps(ctx, x: int) -> int:
+    a = await ctx.run(add_one, x)
+    b = await ctx.run(add_one, a)
+    return await ctx.run(add_one, b)
+
+
+@workflow
+async def counts_then_parks(ctx) -> None:
+    state = {"steps": 0}
+    ctx.on_query("steps", lambda: state["steps"])
+    for _ in range(2):
+        await ctx.run(add_one, 0)
+        state["steps"] += 1
+    await ctx.wait_signal("never")
+
+
+APP = [three_steps, counts_then_parks]
+
+
+def test_the_ending_rides_on_the_last_outcome_commit(tmp_path):
+    async def main():
+        async with Engine(str(tmp_path), app=APP) as engine:
+            before = engine.stats()["writes_total"]
+            handle = await engine.start(three_steps, 1)
+            assert await handle.result(timeout=10) == 4
+            # The start, then one write per step; the third carries the ending.
+            assert engine.stats()["writes_total"] - before == 4
+            described = await handle.describe()
+            assert described["status"] == "completed"
+            assert [op["outcome"] for op in described["history"]] == ["ok", "ok", "ok"]
+
+    run(main())
+
+
+def test_a_query_waits_for_the_commit_its_run_went_ahead_of(tmp_path):
+    """A query that arrives between an outcome's resume and its commit answers only once the
+    commit has landed, with the state after it (never a state a failed commit could take back)."""
+
+    async def main():
+        async with Engine(str(tmp_path), app=APP) as engine:
+            committer = engine.committer
+            answers: list[tuple[int, int, object]] = []
+            queried: list[asyncio.Future] = []
+
+            class QueryJustBeforeTheStepCommit(GroupCommitter):
+                __slots__ = ()
+
+                def submit(self, intent, callback):
+                    if isinstance(intent, StepCommit) and intent.ops and not queried:
+                        actor = engine.actors[intent.wid]
+                        assert actor.ahead is not None  # the run went ahead of this commit
+                        batches = committer.batches
+
+                        async def query():
+                            steps = await engine.query(intent.wid, "steps")
+                            answers.append((steps, committer.batches - batches, actor.ahead))
+
+                        queried.append(asyncio.ensure_future(query()))
+                    super().submit(intent, callback)
+
+            committer.__class__ = QueryJustBeforeTheStepCommit
+            try:
+                handle = await engine.start(counts_then_parks)
+                while not queried:
+                    await asyncio.sleep(0.001)
+                await asyncio.wait_for(queried[0], 10)
+            finally:
+                committer.__class__ = GroupCommitter
+            steps, commits_since, ahead = answers[0]
+            assert commits_since >= 1, "the query was answered before the commit"
+            assert ahead is None  # answered from committed state only
+            # Committed state: one step (or two, if the run went ahead again meanwhile and the
+            # query waited for that commit too).
+            assert steps in (1, 2)
+            await handle.terminate()
+
+    run(main())
+
+
+def test_a_dropped_actor_wakes_its_result_waiters(tmp_path):
+    """``result`` keeps no timer of its own while the workflow's actor lives here; an actor
+    dropped without ending its run (here: a failed commit) wakes the waiters to look again."""
+
+    async def main():
+        async with Engine(str(tmp_path), app=APP) as engine:
+            handle = await engine.start(counts_then_parks)
+            waiter = asyncio.ensure_future(handle.result())
+            while handle.id not in engine._waiters:
+                await asyncio.sleep(0.001)
+            (future,) = engine._waiters[handle.id]
+            engine.commit_failed(engine.actors[handle.id], WeftError("the disk went away"))
+            assert future.done() and future.result() is None
+            await handle.terminate()
+            await asyncio.wait_for(asyncio.gather(waiter, return_exceptions=True), 10)
+
+    run(main())
