@@ -43,6 +43,12 @@ _DONE = 0
 _FIRED = 1
 
 
+def _wake_all(futures: list[Any]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
+
+
 class _NoTable(dict):  # type: ignore[type-arg]
     """The empty ``timers``/``attempts`` table shared by every actor that has none, so a parked
     actor keeps no empty dict of its own. Reading, popping and clearing it are fine; a first
@@ -165,6 +171,17 @@ class Actor(InboxMixin, EndingMixin):
         """Act on the driver's commands, then on whatever else woke the actor. Writes the
         commands need go out in one commit; wakes meanwhile (an activity that finished
         inline) wait for ``poll``."""
+        if len(commands) == 1:
+            cmd = commands[0]
+            if cmd.kind == "op" and cmd.record is None and not self.wakes and cmd.op.kind == "activity":  # type: ignore[union-attr]
+                # The common step, without the general path's bookkeeping: the next activity
+                # starts, and if it ends inline its outcome is recorded (and committed) at once.
+                self.ops[cmd.seq] = cmd
+                finished = self._run_attempt(cmd, 1)
+                if finished is not None:
+                    self._activity_outcome(cmd, finished[0], finished[1])
+                self.poll()
+                return
         self.busy = True
         for cmd in commands:
             kind = cmd.kind
@@ -223,8 +240,11 @@ class Actor(InboxMixin, EndingMixin):
 
     def _committed(self, result: Any) -> None:
         self.busy = False
-        if self.ahead is not None:
-            self._caught_up()
+        ahead = self.ahead
+        if ahead is not None:
+            self.ahead = None
+            if ahead:
+                _wake_all(ahead)
         if self.closed:
             return
         if isinstance(result, WeftError):
@@ -265,7 +285,9 @@ class Actor(InboxMixin, EndingMixin):
             if retry_at is not None:
                 self._schedule_timer(TimerRef(retry_at, seq, "retry"))
             else:
-                self._run_attempt(cmd, (record.get("attempts", 0) if record is not None else 0) + 1)
+                finished = self._run_attempt(cmd, (record.get("attempts", 0) if record is not None else 0) + 1)
+                if finished is not None:  # handled by the poll at the end of ``handle``
+                    self.wakes.append((_DONE, seq, finished[0], finished[1]))
         elif kind == "signal" or kind == "condition":
             if op.timeout is not None:  # type: ignore[union-attr]
                 self._start_timer(cmd, op.timeout)  # type: ignore[union-attr]
@@ -353,7 +375,9 @@ class Actor(InboxMixin, EndingMixin):
         del self.ops[seq]
         self._writes().ops.append((seq, self.run.record_outcome(seq, ok=payload)))
 
-    def _run_attempt(self, cmd: Command, attempt: int) -> None:
+    def _run_attempt(self, cmd: Command, attempt: int) -> Finished | None:
+        """Start an attempt of ``cmd``'s activity; its ``Finished`` outcome if it ended inline,
+        else None (``on_activity_done`` gets the outcome later)."""
         op: ActivityOp = cmd.op  # type: ignore[assignment]
         self.token += 1
         token = self.token
@@ -366,13 +390,11 @@ class Actor(InboxMixin, EndingMixin):
 
         started = self.engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
         if started.__class__ is Finished:  # ended inline: no attempt to track
-            self.wakes.append((_DONE, seq, started[0], started[1]))  # type: ignore[index]
-            if not self.busy:  # else the commit's callback (or the end of handle) polls
-                self.poll()
-            return
+            return started  # type: ignore[return-value]
         if self.attempts is _NO_TABLE:
             self.attempts = {}
         self.attempts[seq] = [token, started]
+        return None
 
     def _activity_outcome(self, cmd: Command, value: Any, error: BaseException | None) -> None:
         seq = cmd.seq
@@ -436,12 +458,6 @@ class Actor(InboxMixin, EndingMixin):
         self.held = commands
         self._commit(ops=ops)
 
-    def _caught_up(self) -> None:
-        waiters, self.ahead = self.ahead, None
-        for future in waiters:  # type: ignore[union-attr]
-            if not future.done():
-                future.set_result(None)
-
     def _timer_outcome(self, cmd: Command) -> None:
         seq = cmd.seq
         op = cmd.op
@@ -449,7 +465,9 @@ class Actor(InboxMixin, EndingMixin):
         if kind == "activity":
             # The retry timer stays recorded until the attempt's outcome commit deletes it;
             # a crash before then re-runs the attempt at once on recovery.
-            self._run_attempt(cmd, self.run.history[seq].get("attempts", 0) + 1)
+            finished = self._run_attempt(cmd, self.run.history[seq].get("attempts", 0) + 1)
+            if finished is not None:  # after the wakes that came first: the poll goes on
+                self.wakes.append((_DONE, seq, finished[0], finished[1]))
             return
         timers = self._clear_timer(seq)
         del self.ops[seq]
@@ -464,7 +482,8 @@ class Actor(InboxMixin, EndingMixin):
         """Stop without committing anything more (deposed, evicted or engine stopping)."""
         self.closed = True
         self.held = None
-        if self.ahead is not None:
-            self._caught_up()
+        ahead, self.ahead = self.ahead, None
+        if ahead:
+            _wake_all(ahead)
         self._stop_work(None)
         self.run.discard()

@@ -21,6 +21,8 @@ from ._handle import WorkflowHandle
 from ._hosting import resolve
 from ._validate import new_id, validate_id
 
+_new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
+
 if TYPE_CHECKING:
     from .._clock import Clock
     from ..store import LmdbStore
@@ -230,7 +232,7 @@ class WorkflowMessages:
             start_at = self.clock.now() + start_delay
         data = self._check_payload(encode_args(args, "workflow argument"), "workflow arguments")
         memo_bytes = None if memo is None else self._check_payload(encode(memo, "memo"), "memo")
-        return CreateWorkflow(wid, definition.name, data, new_id(), if_exists, memo_bytes, None, start_at, execution_timeout)
+        return _new_tuple(CreateWorkflow, (wid, definition.name, data, new_id(), if_exists, memo_bytes, None, start_at, execution_timeout))
 
     # -- after an owner's step ------------------------------------------------------------
 
