@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Coroutine
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -31,10 +31,11 @@ class WorkflowHandle:
     async def query(self, name: str, *args: Any) -> Any:
         return await self._engine.query(self.id, name, *args)
 
-    async def result(self, timeout: float | None = None) -> Any:
-        """The workflow's result; raises ``WorkflowFailed`` & co. for other endings and
-        ``TimeoutError`` if it does not end within ``timeout`` seconds."""
-        return await self._engine.result(self.id, timeout)
+    def result(self, timeout: float | None = None) -> Coroutine[Any, Any, Any]:
+        """The workflow's result, awaited; raises ``WorkflowFailed`` & co. for other endings and
+        ``TimeoutError`` if it does not end within ``timeout`` seconds. (The engine's own
+        coroutine, handed out as it is: one frame less for every caller.)"""
+        return self._engine.result(self.id, timeout)
 
     async def describe(self) -> dict[str, Any]:
         return await self._engine.describe(self.id)

@@ -69,7 +69,10 @@ def inbox_seq(key: bytes) -> int:
     return _U64.unpack_from(key, len(key) - 8)[0]
 
 
+@functools.lru_cache(maxsize=1024)
 def ms(seconds: float) -> int:
+    """Whole milliseconds. Cached: one transaction stamps every workflow it touches with the
+    same ``now``, several times each (holder, visibility, expiring)."""
     return max(0, int(round(seconds * 1000)))
 
 
