@@ -4,10 +4,12 @@
     python bench/engine_throughput.py --workflows 20000 --in-flight 3000 --steps 6
 
 Prints one JSON line on stdout: workflows, seconds, workflows_per_s, steps_per_s, commits,
-writes_per_commit, cpu_s, cpu_us_per_workflow (and a readable table plus a progress bar on
-stderr). ``--in-flight K`` keeps K workflows going at a time instead of starting all N at once;
-``--steps`` changes the number of activities per workflow (0 and 6 next to 3 split the CPU per
-workflow into a fixed part and a part per step).
+writes_per_commit, cpu_s, cpu_us_per_workflow, call (and a readable table plus a progress bar
+on stderr). Each caller runs its workflow with ``engine.execute`` (start and result in one
+call, as ``throughput.py`` does end to end); ``--call start-result`` awaits ``start`` and then
+``result`` on the handle instead. ``--in-flight K`` keeps K workflows going at a time instead
+of starting all N at once; ``--steps`` changes the number of activities per workflow (0 and 6
+next to 3 split the CPU per workflow into a fixed part and a part per step).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from bench_app import n_steps, three_steps  # noqa: E402
 from weft_actors import Engine  # noqa: E402
 
 
-async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None) -> dict:
+async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None, call: str = "execute") -> dict:
     progress = Progress(workflows, "workflows")
     # The issue's workflow is three_steps itself; other step counts use the loop.
     target, extra = (three_steps, ()) if steps == 3 else (n_steps, (steps,))
@@ -37,8 +39,11 @@ async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None) 
         cpu0 = time.process_time()
 
         async def one(i: int) -> int:
-            handle = await engine.start(target, i, *extra)
-            result = await handle.result()
+            if call == "execute":
+                result = await engine.execute(target, i, *extra)
+            else:
+                handle = await engine.start(target, i, *extra)
+                result = await handle.result()
             progress.advance()
             return result
 
@@ -71,6 +76,7 @@ async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None) 
         "cpu_us_per_workflow": round(cpu / workflows * 1e6, 1),
         "steps": steps,
         "in_flight": in_flight or workflows,
+        "call": call,
     }
 
 
@@ -79,10 +85,11 @@ def main() -> None:
     parser.add_argument("--workflows", type=int, default=20_000)
     parser.add_argument("--in-flight", type=int, help="workflows going at a time (default: all of them)")
     parser.add_argument("--steps", type=int, default=3, help="activities per workflow (default 3)")
+    parser.add_argument("--call", choices=("execute", "start-result"), default="execute", help="how each caller runs its workflow (default: execute)")
     parser.add_argument("--data", help="data directory (default: a fresh temporary one)")
     args = parser.parse_args()
     with scratch_dir(args.data) as path:
-        result = uvloop.run(run(args.workflows, path, args.steps, args.in_flight))
+        result = uvloop.run(run(args.workflows, path, args.steps, args.in_flight, args.call))
     report(result)
 
 

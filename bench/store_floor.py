@@ -1,12 +1,14 @@
-"""The floor under engine_throughput.py: the gets, puts and deletes a three-step workflow's five
-commits make (create and claim, three outcomes, finish), in the real environment and key
-layout, with none of the engine around them; and the asyncio its callers cost.
+"""The floor under engine_throughput.py: the gets, puts and deletes a three-step workflow's four
+commits make (create and claim, the first two outcomes, the last outcome with the finish),
+in the real environment and key layout, with none of the engine around them; and the asyncio
+its callers cost.
 
     python bench/store_floor.py --workflows 20000
 
-Prints one JSON line: workflows, steps, and µs per workflow for the create commit, the outcome
-commits (all of them) and the finish commit, each in one transaction of all workflows with its
-fsync, keys built and records packed as the store does; and their sum
+Prints one JSON line: workflows, steps, and µs per workflow for the create commit, the
+outcome commits before the last (all of them), and the last commit (the last outcome and the
+finish: the engine ends a run in its last outcome's commit), each in one transaction of all
+workflows with its fsync, keys built and records packed as the store does; and their sum
 (`floor_us_per_workflow`); and `harness_us_per_workflow`: a gather of N tasks that each await
 two futures, as engine_throughput.py's callers await ``start`` and ``result``. What
 engine_throughput.py spends per workflow above both is the engine's own Python.
@@ -82,8 +84,9 @@ def measure(workflows: int, data_dir: str, steps: int = 3) -> dict:
                 txn.put(op_key(wid, run_id, seq), _op(seq), db=dbs.ops)
             return step
 
-        def finish(txn, wid, raw, run_id):
+        def finish(txn, wid, raw, run_id):  # the last outcome, and the ending with it
             txn.get(raw, db=dbs.claim_holder)
+            txn.put(op_key(wid, run_id, steps - 1), _op(steps - 1), db=dbs.ops)
             txn.get(raw, db=dbs.workflows)
             txn.delete(raw, db=dbs.claim_holder)
             txn.delete(by_engine_key(engine_raw, wid), db=dbs.by_engine)
@@ -93,7 +96,8 @@ def measure(workflows: int, data_dir: str, steps: int = 3) -> dict:
             txn.put(raw, _record(wid, run_id, now, "completed"), db=dbs.workflows)
 
         commit("create", create)
-        for seq in range(steps):
+        timings["outcome"] = 0.0
+        for seq in range(steps - 1):
             commit("outcome", outcome(seq))
         commit("finish", finish)
     finally:

@@ -38,6 +38,7 @@ from ._hosting import ActorHost, resolve
 from ._maintenance import Maintenance
 from ._messages import WorkflowMessages
 from ._metrics import EngineMetrics
+from ._outcome import raise_for_outcome
 from ._reads import WorkflowReads
 from ._timers import TimerService
 from ._validate import OWNERSHIP_MODES, validate_timing
@@ -346,13 +347,58 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     ) -> WorkflowHandle:
         """Start ``workflow(*args)``; returns once the start is committed (and, unless it is a
         delayed start, claimed here in the same transaction)."""
+        future = self.committer.loop.create_future()
+        wid = self._submit_start(future, False, workflow, args, id, if_exists, memo, start_delay, start_at, execution_timeout)
+        result = await future
+        if isinstance(result, WeftError):
+            raise result
+        return WorkflowHandle(self, wid, result.run_id)
+
+    async def execute(self, workflow: Any, *args: Any, timeout: float | None = None, **start_options: Any) -> Any:
+        """Start ``workflow(*args)`` and return its result: ``start`` and ``result`` in one call,
+        as ``AsyncClient.execute``. ``start_options`` are ``start``'s. Raises like ``start`` and
+        like ``result``, and ``TimeoutError`` if it does not end within ``timeout`` seconds."""
+        loop = self.committer.loop
+        deadline = None if timeout is None else loop.time() + timeout
+        future = loop.create_future()
+        wid = self._submit_start(future, True, workflow, args, **start_options)
+        timer = None if timeout is None else loop.call_later(timeout, resolve, future, None)
+        try:
+            outcome = await future
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self.remove_waiter(wid, future)
+        if outcome.__class__ is dict:  # it ran here, and ended
+            return raise_for_outcome(wid, outcome)
+        if isinstance(outcome, WeftError):
+            raise outcome
+        # Started but not run here (a delayed start, an existing run), dropped, or timed out.
+        return await self.result(wid, None if deadline is None else max(0.0, deadline - loop.time()))
+
+    def _submit_start(
+        self,
+        future: asyncio.Future[Any],
+        until_end: bool,
+        workflow: Any,
+        args: tuple[Any, ...],
+        id: str | None = None,
+        if_exists: str = "error",
+        memo: Any = None,
+        start_delay: float | None = None,
+        start_at: float | None = None,
+        execution_timeout: float | None = None,
+    ) -> str:
+        """Submit the start of ``workflow(*args)``; ``future`` gets the commit's result (or the
+        ``WeftError`` that refused it). With ``until_end``, a run started here makes ``future``
+        a waiter on its ending instead (``result``'s waiter: the ending's record, or None to
+        look again)."""
         self._check_running()
         definition = self._definition(workflow)
         if start_delay is None and start_at is None:
             self.admit()  # a delayed start makes no actor now (and its firing is never refused)
         intent = self._create_intent(definition, args, id, if_exists, memo, start_delay, start_at, execution_timeout)
         wid = intent.wid
-        future = self.committer.loop.create_future()
 
         def created(result: Any) -> None:
             # Runs in the commit's resume pass: the new actor takes its first step right here.
@@ -360,13 +406,13 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
                 self.metrics.claim("acquired")
                 inbox = self.store.load_inbox(wid) if if_exists == "start_new" else ()
                 self._spawn(definition, wid, result.run_id, result.epoch, args, {}, inbox)
+                if until_end:
+                    self.add_waiter(wid, future)  # its run cannot end before a later commit
+                    return
             resolve(future, result)
 
         self.committer.submit(intent, created)
-        result = await future
-        if isinstance(result, WeftError):
-            raise result
-        return WorkflowHandle(self, wid, result.run_id)
+        return wid
 
     def admit(self) -> None:
         """Refuse a new workflow (``LimitExceeded``) when ``max_active_workflows`` actors are

@@ -1,0 +1,34 @@
+"""The in-process benches still run and print the JSON line their README describes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+def _json_line(*argv: str) -> dict:
+    done = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120, check=True)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1, done.stdout
+    return json.loads(lines[0])
+
+
+@pytest.mark.parametrize("call", ["execute", "start-result"])
+def test_engine_throughput_prints_its_json_line(call):
+    result = _json_line(os.path.join(BENCH, "engine_throughput.py"), "--workflows", "300", "--call", call)
+    assert result["workflows"] == 300 and result["call"] == call
+    assert result["workflows_per_s"] > 0 and result["steps"] == 3
+    # Group commit: the start and three steps of 300 workflows in far fewer transactions.
+    assert result["writes_per_commit"] >= 50
+
+
+def test_store_floor_prints_its_json_line():
+    result = _json_line(os.path.join(BENCH, "store_floor.py"), "--workflows", "300")
+    assert result["workflows"] == 300
+    assert result["floor_us_per_workflow"] == pytest.approx(result["create_us"] + result["outcomes_us"] + result["finish_us"], abs=0.1)
