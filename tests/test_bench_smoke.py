@@ -32,3 +32,9 @@ def test_store_floor_prints_its_json_line():
     result = _json_line(os.path.join(BENCH, "store_floor.py"), "--workflows", "300")
     assert result["workflows"] == 300
     assert result["floor_us_per_workflow"] == pytest.approx(result["create_us"] + result["outcomes_us"] + result["finish_us"], abs=0.1)
+
+
+def test_engine_ceiling_prints_its_json_line():
+    result = _json_line(os.path.join(BENCH, "engine_ceiling.py"), "--workflows", "300")
+    assert result["workflows"] == 300 and result["workflows_per_s"] > 0
+    assert result["commits"] <= 40  # group commit: the start and three steps of 300 workflows
