@@ -1,22 +1,29 @@
-"""Multipart send and receive without pyzmq's per-call overhead.
+"""Multipart send and receive without pyzmq's per-call overhead, and the batches of the hop
+between the front door and the shards.
 
 ``send_multipart``/``recv_multipart`` combine ``IntFlag`` members on every call (Python-level
 enum arithmetic) and type-check each part; with plain int flags the same work costs about half
 (measured here: 1.7 µs vs 3.0 µs to send two frames). Both never block: a queue that is full
 raises ``zmq.Again`` before the first part, and zmq delivers a message's parts all or none.
+
+Between the front door and a shard every message is a batch: all the requests one drain
+routed to that shard, all the replies one loop turn of the shard produced, as one msgpack
+array in one frame. A zmq message costs its sender a wake-up of zmq's I/O thread and a
+socket write, and its receiver a read and a wake-up; a batch pays them once for all of them.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Iterator
+from typing import Any, Iterator
 
+import msgpack
 import zmq
 import zmq.backend
 
 log = logging.getLogger("weft_actors.bus")
 
-__all__ = ["bind_internal", "drain", "readable", "recv_frames", "send_frames"]
+__all__ = ["bind_internal", "decode_batch", "drain", "encode_batch", "readable", "recv_frames", "send_frames"]
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _MORE = int(zmq.SNDMORE) | _NOBLOCK
@@ -48,6 +55,26 @@ def recv_frames(sock: zmq.Socket) -> list[bytes]:
     while sock.getsockopt(_RCVMORE):
         parts.append(_recv(sock, _NOBLOCK))
     return parts
+
+
+_batch_packer = msgpack.Packer(use_bin_type=True, autoreset=True)
+
+
+def encode_batch(items: list[Any]) -> bytes:
+    """One frame carrying ``items`` (a flat array: bytes, ints, strings, None)."""
+    return _batch_packer.pack(items)
+
+
+def decode_batch(frame: bytes) -> list[Any]:
+    """The flat array ``encode_batch`` wrote; ``ValueError`` for anything else (the hop is
+    internal, so that is a bug or a stray peer, never a client's input)."""
+    try:
+        items = msgpack.unpackb(frame, raw=False, use_list=True)
+    except Exception as exc:
+        raise ValueError(f"malformed batch frame: {type(exc).__name__}") from None
+    if type(items) is not list:
+        raise ValueError("a batch frame must be an array")
+    return items
 
 
 def drain(sock: zmq.Socket, limit: int = 10_000) -> Iterator[list[bytes]]:

@@ -2,7 +2,8 @@
 
 Blocking sockets in a dedicated thread measured fastest here (zmq releases the GIL while it
 waits). It never dies on a request: anything malformed gets a typed error reply and the next
-request is served.
+request is served. Requests go to a shard in batches (``_frames``): each drain of the client
+socket routes its requests into one outbox per shard, flushed as one message each.
 """
 
 from __future__ import annotations
@@ -12,11 +13,10 @@ import queue
 import threading
 from typing import Any, Callable
 
-import msgpack
 import zmq
 
 from ..errors import InvalidRequest, ServerUnavailable, WeftError
-from ._frames import bind_internal, drain, send_frames
+from ._frames import bind_internal, decode_batch, drain, encode_batch, send_frames
 from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
 from ._routing import RoutingTable
 
@@ -74,6 +74,8 @@ class FrontDoor:
         self.requests = 0
         self.errors = 0
         self._inflight: dict[int, dict[tuple[bytes, Any], tuple[bytes, str, str | None]]] = {}
+        self._outbox: dict[int, list[tuple[bytes, bytes, Any, str, str | None]]] = {}
+        """slot -> requests routed to it and not sent yet: (client, frame, id, op, wid)."""
         self._deaths: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def start(self) -> None:
@@ -131,6 +133,8 @@ class FrontDoor:
                     self._drain_backend(frontend, backend)
                 if frontend in events:
                     self._drain_frontend(frontend, backend)
+                if self._outbox:
+                    self._flush(frontend, backend)
         finally:
             frontend.close(0)
             backend.close(0)
@@ -164,23 +168,41 @@ class FrontDoor:
             return
         self._forward(frontend, backend, client, frame, request["id"], op, request.get("wid"))
 
-    def _forward(self, frontend: zmq.Socket, backend: zmq.Socket, client: bytes, frame: bytes, request_id: Any, op: str, wid: str | None, avoid: int | None = None) -> None:
+    def _forward(self, frontend: zmq.Socket, backend: zmq.Socket, client: bytes, frame: bytes, request_id: Any, op: str, wid: str | None, exclude: frozenset[int] | set[int] = frozenset()) -> None:
+        """Route one request to the first shard that should take it (``exclude``: shards that
+        just failed it or could not be reached); it leaves with that shard's next batch."""
         for slot in self.routing.route(wid):
-            if slot == avoid:
-                continue
-            try:
-                send_frames(backend, [shard_identity(slot), client, frame])
-            except zmq.ZMQError:  # not connected (yet, or any more), or its queue is full
+            if slot in exclude:
                 continue
             self._inflight.setdefault(slot, {})[(client, request_id)] = (frame, op, wid)
+            self._outbox.setdefault(slot, []).append((client, frame, request_id, op, wid))
             return
         self._reply(frontend, client, encode_error(request_id, ServerUnavailable("no shard is available")))
+
+    def _flush(self, frontend: zmq.Socket, backend: zmq.Socket) -> None:
+        """Send each shard its batch. A shard that cannot take one (not connected yet or any
+        more, or its queue full) has its requests routed on to the next shard in line."""
+        unreachable: set[int] = set()
+        while self._outbox:
+            outbox, self._outbox = self._outbox, {}
+            for slot, entries in outbox.items():
+                items: list[Any] = []
+                for client, frame, _, _, _ in entries:
+                    items += (client, frame)
+                try:
+                    send_frames(backend, [shard_identity(slot), encode_batch(items)])
+                except zmq.ZMQError:
+                    unreachable.add(slot)
+                    held = self._inflight.get(slot, {})
+                    for client, frame, request_id, op, wid in entries:
+                        held.pop((client, request_id), None)
+                        self._forward(frontend, backend, client, frame, request_id, op, wid, exclude=unreachable)
 
     def _orphaned(self, frontend: zmq.Socket, backend: zmq.Socket, slot: int) -> None:
         held = self._inflight.pop(slot, {})
         for (client, request_id), (frame, op, wid) in held.items():
             if op in RETRYABLE_OPS:
-                self._forward(frontend, backend, client, frame, request_id, op, wid, avoid=slot)
+                self._forward(frontend, backend, client, frame, request_id, op, wid, exclude={slot})
             else:
                 error = ServerUnavailable(
                     f"the shard serving this {op} died; it may or may not have been applied",
@@ -189,22 +211,27 @@ class FrontDoor:
                 self._reply(frontend, client, encode_error(request_id, error))
 
     def _drain_backend(self, frontend: zmq.Socket, backend: zmq.Socket) -> None:
+        """Shards' batches of replies: ``client, reply, request id, error code`` each."""
         for frames in drain(backend):
-            if len(frames) == 3 and frames[1]:
-                identity, client, reply = frames
-                slot = _slot_of(identity)
-                held = self._inflight.get(slot)
+            if len(frames) != 2:
+                log.warning("front door: dropped a shard message of %d frames", len(frames))
+                continue
+            identity, batch = frames
+            try:
+                items = decode_batch(batch)
+            except ValueError as exc:
+                log.warning("front door: %s from %r", exc, identity)
+                continue
+            slot = _slot_of(identity)
+            held = self._inflight.get(slot)
+            for index in range(0, len(items) - 3, 4):
+                client, reply, request_id, code = items[index : index + 4]
                 if held:
-                    try:
-                        decoded = msgpack.unpackb(reply, raw=False)
-                    except Exception:
-                        decoded = {}
-                    request = held.pop((client, decoded.get("id")), None)
-                    code = (decoded.get("error") or {}).get("code")
+                    request = held.pop((client, request_id), None)
                     if request is not None and code in _STOPPING and request[1] in RETRYABLE_OPS:
                         # The shard is going away (drain or deposition): another one answers.
                         frame, op, wid = request
-                        self._forward(frontend, backend, client, frame, decoded.get("id"), op, wid, avoid=slot)
+                        self._forward(frontend, backend, client, frame, request_id, op, wid, exclude={slot})
                         continue
                 self._reply(frontend, client, reply)
 

@@ -18,7 +18,7 @@ from typing import Any
 import zmq
 
 from ..bus import decode_hint, decode_request, encode_error, encode_hint, encode_reply, hint_topic, publisher, shard_identity, subscriber
-from ..bus._frames import readable, recv_frames, send_frames
+from ..bus._frames import decode_batch, encode_batch, readable, recv_frames, send_frames
 from ..errors import WeftError
 from ..shard import Engine
 from ._config import ShardConfig, configure_logging
@@ -58,6 +58,8 @@ class ShardServer:
         self._done: asyncio.Future[int]
         self._drain_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._replies: list[Any] = []
+        """Replies of this loop turn not sent yet, flat: client, reply, request id, error code."""
 
     async def serve(self) -> int:
         config = self.config
@@ -117,38 +119,57 @@ class ShardServer:
         if dealer.closed:
             return  # a drain queued just before the sockets closed
         create_task = asyncio.get_running_loop().create_task
+        limit = self.config.payload_limit + 64 * 1024
         while not self._stopping and readable(dealer):
             frames = recv_frames(dealer)
-            if len(frames) != 2:
-                continue
-            client, frame = frames
             try:
-                request = decode_request(frame, self.config.payload_limit + 64 * 1024)
-            except WeftError as error:
-                self._send(client, encode_error(getattr(error, "request_id", None), error))
+                if len(frames) != 1:
+                    raise ValueError(f"a message of {len(frames)} frames")
+                items = decode_batch(frames[0])
+            except ValueError as exc:
+                log.warning("dropped a front door message: %s", exc)
                 continue
-            task = create_task(self._handle(client, request))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            for index in range(0, len(items) - 1, 2):
+                client, frame = items[index], items[index + 1]
+                try:
+                    request = decode_request(frame, limit)
+                except WeftError as error:
+                    request_id = getattr(error, "request_id", None)
+                    self._send(client, encode_error(request_id, error), request_id, error.code)
+                    continue
+                task = create_task(self._handle(client, request))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, client: bytes, request: dict[str, Any]) -> None:
         request_id = request["id"]
+        code = None
         try:
             reply = encode_reply(request_id, await self.ops.dispatch(request))
         except WeftError as error:
             reply = encode_error(request_id, error)
+            code = error.code
         except Exception as exc:
             log.exception("request %s failed", request.get("op"))
             reply = encode_error(request_id, WeftError(f"internal error: {type(exc).__name__}: {exc}"))
-        self._send(client, reply)
+            code = WeftError.code
+        self._send(client, reply, request_id, code)
 
-    def _send(self, client: bytes, reply: bytes) -> None:
-        if self.dealer.closed:
+    def _send(self, client: bytes, reply: bytes, request_id: Any, code: str | None) -> None:
+        """Queue a reply; the turn's replies leave together, as one batch."""
+        replies = self._replies
+        if not replies:
+            asyncio.get_running_loop().call_soon(self._flush_replies)
+        replies += (client, reply, request_id, code)
+
+    def _flush_replies(self) -> None:
+        replies, self._replies = self._replies, []
+        if not replies or self.dealer.closed:
             return
         try:
-            send_frames(self.dealer, [client, reply])
+            send_frames(self.dealer, [encode_batch(replies)])
         except zmq.ZMQError as exc:
-            log.warning("could not send a reply: %s", exc)
+            log.warning("could not send %d replies: %s", len(replies) // 4, exc)
         # A send can swallow the edge that announces new input: look again.
         self._schedule_drain()
 
@@ -212,6 +233,7 @@ class ShardServer:
                     pass
 
     def _close_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._flush_replies()  # the last turn's replies, if its flush has not run yet
         for sock in (self.dealer, getattr(self, "hints_in", None)):
             if sock is not None:
                 try:
