@@ -8,7 +8,8 @@ import socket
 import pytest
 
 from _support import eventually, run
-from weft_actors import Engine, RetryPolicy, activity, workflow
+from steps_app import three_steps
+from weft_actors import Engine, workflow
 from weft_actors.errors import (
     InvalidRequest,
     SerializationError,
@@ -19,18 +20,6 @@ from weft_actors.errors import (
     WorkflowFailed,
     WorkflowNotFound,
 )
-
-
-@activity
-async def add_one(x: int) -> int:
-    return x + 1
-
-
-@workflow
-async def three_steps(ctx, x: int) -> int:
-    a = await ctx.run(add_one, x)
-    b = await ctx.run(add_one, a)
-    return await ctx.run(add_one, b)
 
 
 @workflow

@@ -6,21 +6,10 @@ import asyncio
 
 import pytest
 
+from steps_app import add_one, three_steps
 from _support import run
-from weft_actors import Engine, activity, workflow
+from weft_actors import Engine, workflow
 from weft_actors.errors import UnknownWorkflowType, WorkflowAlreadyExists, WorkflowFailed
-
-
-@activity
-async def add_one(x: int) -> int:
-    return x + 1
-
-
-@workflow
-async def three_steps(ctx, x: int) -> int:
-    a = await ctx.run(add_one, x)
-    b = await ctx.run(add_one, a)
-    return await ctx.run(add_one, b)
 
 
 @workflow

@@ -5,23 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+from steps_app import add_one, three_steps
 from _support import run
-from weft_actors import Engine, activity, workflow
+from weft_actors import Engine, workflow
 from weft_actors.errors import WeftError
 from weft_actors.shard._committer import GroupCommitter
 from weft_actors.store import StepCommit
-
-
-@activity
-async def add_one(x: int) -> int:
-    return x + 1
-
-
-@workflow
-async def three_steps(ctx, x: int) -> int:
-    a = await ctx.run(add_one, x)
-    b = await ctx.run(add_one, a)
-    return await ctx.run(add_one, b)
 
 
 @workflow

@@ -348,7 +348,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         """Start ``workflow(*args)``; returns once the start is committed (and, unless it is a
         delayed start, claimed here in the same transaction)."""
         future = self.committer.loop.create_future()
-        wid = self._submit_start(future, False, workflow, args, id, if_exists, memo, start_delay, start_at, execution_timeout)
+        options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout}
+        wid = self._submit_start(future, False, workflow, args, options)
         result = await future
         if isinstance(result, WeftError):
             raise result
@@ -361,7 +362,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         loop = self.committer.loop
         deadline = None if timeout is None else loop.time() + timeout
         future = loop.create_future()
-        wid = self._submit_start(future, True, workflow, args, **start_options)
+        wid = self._submit_start(future, True, workflow, args, start_options)
         timer = None if timeout is None else loop.call_later(timeout, resolve, future, None)
         try:
             outcome = await future
@@ -376,35 +377,24 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         # Started but not run here (a delayed start, an existing run), dropped, or timed out.
         return await self.result(wid, None if deadline is None else max(0.0, deadline - loop.time()))
 
-    def _submit_start(
-        self,
-        future: asyncio.Future[Any],
-        until_end: bool,
-        workflow: Any,
-        args: tuple[Any, ...],
-        id: str | None = None,
-        if_exists: str = "error",
-        memo: Any = None,
-        start_delay: float | None = None,
-        start_at: float | None = None,
-        execution_timeout: float | None = None,
-    ) -> str:
-        """Submit the start of ``workflow(*args)``; ``future`` gets the commit's result (or the
-        ``WeftError`` that refused it). With ``until_end``, a run started here makes ``future``
-        a waiter on its ending instead (``result``'s waiter: the ending's record, or None to
-        look again)."""
+    def _submit_start(self, future: asyncio.Future[Any], until_end: bool, workflow: Any, args: tuple[Any, ...], options: dict[str, Any]) -> str:
+        """Submit the start of ``workflow(*args)`` with ``start``'s ``options``; ``future`` gets
+        the commit's result (or the ``WeftError`` that refused it). With ``until_end``, a run
+        started here makes ``future`` a waiter on its ending instead (``result``'s waiter: the
+        ending's record, or None to look again)."""
         self._check_running()
         definition = self._definition(workflow)
-        if start_delay is None and start_at is None:
+        if options.get("start_delay") is None and options.get("start_at") is None:
             self.admit()  # a delayed start makes no actor now (and its firing is never refused)
-        intent = self._create_intent(definition, args, id, if_exists, memo, start_delay, start_at, execution_timeout)
+        intent = self._create_intent(definition, args, **options)
         wid = intent.wid
+        start_new = intent.if_exists == "start_new"
 
         def created(result: Any) -> None:
             # Runs in the commit's resume pass: the new actor takes its first step right here.
             if not isinstance(result, WeftError) and result.created and result.status == "running":
                 self.metrics.claim("acquired")
-                inbox = self.store.load_inbox(wid) if if_exists == "start_new" else ()
+                inbox = self.store.load_inbox(wid) if start_new else ()
                 self._spawn(definition, wid, result.run_id, result.epoch, args, {}, inbox)
                 if until_end:
                     self.add_waiter(wid, future)  # its run cannot end before a later commit

@@ -213,12 +213,12 @@ class WorkflowMessages:
         self,
         definition: WorkflowDefinition,
         args: tuple[Any, ...],
-        id: str | None,
-        if_exists: str,
-        memo: Any,
-        start_delay: float | None,
-        start_at: float | None,
-        execution_timeout: float | None,
+        id: str | None = None,
+        if_exists: str = "error",
+        memo: Any = None,
+        start_delay: float | None = None,
+        start_at: float | None = None,
+        execution_timeout: float | None = None,
     ) -> CreateWorkflow:
         wid = new_id() if id is None else validate_id(id)
         if if_exists not in ("error", "return", "start_new"):
