@@ -75,7 +75,9 @@ class FrontDoor:
         self.errors = 0
         self._inflight: dict[int, dict[tuple[bytes, Any], tuple[bytes, str, str | None]]] = {}
         self._outbox: dict[int, list[tuple[bytes, bytes, Any, str, str | None]]] = {}
-        """slot -> requests routed to it and not sent yet: (client, frame, id, op, wid)."""
+        """slot -> requests routed to it and not sent yet: (client, frame, id, op, wid). The
+        request is in ``_inflight`` too, but under its (client, id) alone: a client that reuses
+        an id must not make a re-route lose the other request's op and wid."""
         self._deaths: queue.SimpleQueue[int] = queue.SimpleQueue()
 
     def start(self) -> None:

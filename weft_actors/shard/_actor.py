@@ -171,17 +171,6 @@ class Actor(InboxMixin, EndingMixin):
         """Act on the driver's commands, then on whatever else woke the actor. Writes the
         commands need go out in one commit; wakes meanwhile (an activity that finished
         inline) wait for ``poll``."""
-        if len(commands) == 1:
-            cmd = commands[0]
-            if cmd.kind == "op" and cmd.record is None and not self.wakes and cmd.op.kind == "activity":  # type: ignore[union-attr]
-                # The common step, without the general path's bookkeeping: the next activity
-                # starts, and if it ends inline its outcome is recorded (and committed) at once.
-                self.ops[cmd.seq] = cmd
-                finished = self._run_attempt(cmd, 1)
-                if finished is not None:
-                    self._activity_outcome(cmd, finished[0], finished[1])
-                self.poll()
-                return
         self.busy = True
         for cmd in commands:
             kind = cmd.kind
