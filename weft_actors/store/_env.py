@@ -40,6 +40,20 @@ class Databases:
 
     __slots__ = DATABASES
 
+    workflows: lmdb._Database
+    ops: lmdb._Database
+    inbox: lmdb._Database
+    feed: lmdb._Database
+    timers: lmdb._Database
+    claim_epoch: lmdb._Database
+    claim_holder: lmdb._Database
+    engines: lmdb._Database
+    by_engine: lmdb._Database
+    visibility: lmdb._Database
+    expiring: lmdb._Database
+    requests: lmdb._Database
+    meta: lmdb._Database
+
     def __init__(self, env: lmdb.Environment) -> None:
         for name in DATABASES:
             setattr(self, name, env.open_db(name.encode()))
