@@ -46,3 +46,78 @@ def test_continue_as_new_survives_a_child_ending_in_the_same_group_commit(tmp_pa
             assert engine.stats()["claims_deposed"] == 0
 
     run(main())
+
+
+# -- if_exists="start_new": messages and request ids belong to one run --------------------------
+
+
+@workflow
+async def mailbox(ctx, tag: str) -> Any:
+    applied: list[Any] = []
+
+    def note(x: Any) -> str:
+        applied.append(x)
+        return f"{tag}:{x}"
+
+    ctx.on_update("note", note)
+    ctx.on_query("applied", lambda: list(applied))
+    await ctx.wait_signal("stop")
+    return applied
+
+
+MAILBOX = [mailbox]
+
+
+async def _parked(engine: Engine, wid: str) -> None:
+    await eventually(lambda: wid in engine.actors and engine.actors[wid].run.waiting_signal() == "stop")
+
+
+def test_start_new_does_not_inherit_a_stale_cancel(tmp_path):
+    async def main():
+        async with Engine(str(tmp_path), app=MAILBOX) as engine:
+            handle = await engine.start(mailbox, "one", id="m")
+            await _parked(engine, "m")
+            # Both in one batch: the cancel request is appended, then the run is terminated
+            # with it still in the inbox.
+            await asyncio.gather(handle.cancel(), handle.terminate())
+            assert (await handle.describe())["status"] == "terminated"
+            fresh = await engine.start(mailbox, "two", id="m", if_exists="start_new")
+            await _parked(engine, "m")
+            await fresh.signal("stop")
+            assert await fresh.result(timeout=5) == []
+
+    run(main())
+
+
+def test_start_new_does_not_apply_an_update_refused_as_closed(tmp_path):
+    async def main():
+        async with Engine(str(tmp_path), app=MAILBOX) as engine:
+            handle = await engine.start(mailbox, "one", id="m")
+            await _parked(engine, "m")
+            outcomes = await asyncio.gather(engine.update("m", "note", "late", request_id="r-late"), handle.terminate(), return_exceptions=True)
+            assert isinstance(outcomes[0], WorkflowClosed)  # its caller was told it never applied
+            fresh = await engine.start(mailbox, "two", id="m", if_exists="start_new")
+            await _parked(engine, "m")
+            assert await fresh.query("applied") == []
+            await fresh.signal("stop")
+            assert await fresh.result(timeout=5) == []
+
+    run(main())
+
+
+def test_start_new_answers_a_reused_request_id_afresh(tmp_path):
+    async def main():
+        async with Engine(str(tmp_path), app=MAILBOX) as engine:
+            handle = await engine.start(mailbox, "one", id="m")
+            await _parked(engine, "m")
+            assert await engine.update("m", "note", "x", request_id="r1") == "one:x"
+            assert await engine.update("m", "note", "x", request_id="r1") == "one:x"  # a retry
+            await handle.signal("stop")
+            assert await handle.result(timeout=5) == ["x"]
+            fresh = await engine.start(mailbox, "two", id="m", if_exists="start_new")
+            await _parked(engine, "m")
+            assert await engine.update("m", "note", "x", request_id="r1") == "two:x"
+            await fresh.signal("stop")
+            assert await fresh.result(timeout=5) == ["x"]
+
+    run(main())
