@@ -4,6 +4,7 @@ takes no slot, no Task and no callback; any other reports through ``done`` once,
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -104,3 +105,47 @@ def test_a_queued_attempt_that_ends_inline_on_its_turn_reports_through_done():
         assert runner.inflight == 0 and runner.queued == 0
 
     _with_runner(body, max_inflight=1)
+
+
+RAN: list[str] = []
+GATE = threading.Event()
+
+
+@activity
+def hold_thread() -> None:
+    GATE.wait(5)
+
+
+@activity
+def recorded(tag: str) -> str:
+    RAN.append(tag)
+    return tag
+
+
+def test_a_thread_attempt_that_times_out_while_queued_for_a_thread_never_runs():
+    """Both pool threads are busy, so each attempt waits in the pool's queue; its
+    ``start_to_close`` passes there. A timed-out call is withdrawn before it starts: neither the
+    first attempt nor the retries (each another queued copy) run once the threads are free."""
+
+    async def body(runner: ActivityRunner) -> None:
+        RAN.clear()
+        GATE.clear()
+        holders: list = []
+        for seq in range(2):
+            _start(runner, hold_thread, outcomes=holders, seq=seq)
+        outcomes: list = []
+        for attempt in range(3):  # the retries of one op: each times out queued
+            runner.run(activity_definition(recorded), encode_args((f"attempt {attempt}",)), _info(9), 0.05, lambda value, error: outcomes.append((value, error)))
+            for _ in range(200):
+                if len(outcomes) > attempt:
+                    break
+                await asyncio.sleep(0.005)
+            assert isinstance(outcomes[attempt][1], TimeoutError)
+        GATE.set()
+        late: list = []
+        _start(runner, recorded, "after", outcomes=late, seq=10)
+        # Every call still queued in the pool runs (or is withdrawn) before shutdown returns.
+        await asyncio.wait_for(asyncio.to_thread(runner._pool.shutdown, True), 5)
+        assert RAN == ["after"]
+
+    _with_runner(body)

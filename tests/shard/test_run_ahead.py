@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from steps_app import add_one, three_steps
-from _support import run
+from _support import eventually, run
 from weft_actors import Engine, workflow
 from weft_actors.errors import WeftError
 from weft_actors.shard._committer import GroupCommitter
@@ -23,7 +23,16 @@ async def counts_then_parks(ctx) -> None:
     await ctx.wait_signal("never")
 
 
-APP = [three_steps, counts_then_parks]
+@workflow
+async def counts_forever(ctx) -> None:
+    state = {"steps": 0}
+    ctx.on_query("steps", lambda: state["steps"])
+    while True:  # every activity ends inline: each step's run goes ahead of its commit
+        await ctx.run(add_one, 0)
+        state["steps"] += 1
+
+
+APP = [three_steps, counts_then_parks, counts_forever]
 
 
 def test_the_ending_rides_on_the_last_outcome_commit(tmp_path):
@@ -48,7 +57,7 @@ def test_a_query_waits_for_the_commit_its_run_went_ahead_of(tmp_path):
     async def main():
         async with Engine(str(tmp_path), app=APP) as engine:
             committer = engine.committer
-            answers: list[tuple[int, int, object]] = []
+            answers: list[tuple[int, int]] = []
             queried: list[asyncio.Future] = []
 
             class QueryJustBeforeTheStepCommit(GroupCommitter):
@@ -62,7 +71,7 @@ def test_a_query_waits_for_the_commit_its_run_went_ahead_of(tmp_path):
 
                         async def query():
                             steps = await engine.query(intent.wid, "steps")
-                            answers.append((steps, committer.batches - batches, actor.ahead))
+                            answers.append((steps, committer.batches - batches))
 
                         queried.append(asyncio.ensure_future(query()))
                     super().submit(intent, callback)
@@ -75,12 +84,34 @@ def test_a_query_waits_for_the_commit_its_run_went_ahead_of(tmp_path):
                 await asyncio.wait_for(queried[0], 10)
             finally:
                 committer.__class__ = GroupCommitter
-            steps, commits_since, ahead = answers[0]
+            steps, commits_since = answers[0]
             assert commits_since >= 1, "the query was answered before the commit"
-            assert ahead is None  # answered from committed state only
-            # Committed state: one step (or two, if the run went ahead again meanwhile and the
-            # query waited for that commit too).
-            assert steps in (1, 2)
+            # Committed state, answered as the first step's commit landed (the run went on
+            # ahead of the second one right after).
+            assert steps == 1
+            await handle.terminate()
+
+    run(main())
+
+
+def test_a_query_to_a_run_that_always_goes_ahead_is_answered_within_one_commit(tmp_path):
+    """The run goes ahead of every commit; a query waiting for committed state is answered as
+    that commit lands, before the run goes on (never starved until it stops going ahead)."""
+
+    async def main():
+        async with Engine(str(tmp_path), app=APP) as engine:
+            handle = await engine.start(counts_forever)
+            await eventually(lambda: engine.committer.batches > 20)
+
+            async def query() -> tuple[int, int]:
+                before = engine.committer.batches
+                steps = await engine.query(handle.id, "steps")
+                return steps, engine.committer.batches - before
+
+            for _ in range(3):
+                steps, commits_since = await asyncio.wait_for(query(), 5)
+                assert commits_since == 1  # answered as the commit in flight landed
+                assert steps >= 20
             await handle.terminate()
 
     run(main())

@@ -7,7 +7,9 @@ that really suspends gets a Task.
 At most ``max_inflight`` attempts run at once per engine. Beyond that an attempt waits in a
 FIFO queue and starts when a running one ends: backpressure, never a failure. Its
 ``start_to_close`` clock starts when it starts, not while it queues (``schedule_to_close``,
-checked by the actor, counts from the first attempt and does include the wait).
+checked by the actor, counts from the first attempt and does include the wait). A plain
+function's call may still wait for a free thread of the pool after it started; if its
+``start_to_close`` passes there, it is withdrawn and never runs.
 """
 
 from __future__ import annotations
@@ -214,6 +216,9 @@ class ActivityRunner:
 
         def expire() -> None:
             report(None, TimeoutError(f"activity {definition.name!r} exceeded start_to_close={timeout}s"))
+            # Withdrawn if still queued for a thread (each retry would queue another copy);
+            # a call already running cannot be stopped and runs on, its outcome ignored.
+            future.cancel()
 
         timer = None if timeout is None else self._loop.call_later(timeout, expire)
 

@@ -10,7 +10,8 @@ own timer and activity attempt, keyed by seq.
 
 The common step (the only op awaited finished) lets the run go ahead of the outcome's commit
 (``_commit_ahead``): the coroutine runs on to its next op at once, but that op starts, and
-queries are answered, only once the commit lands; a run that ends there ends in that same
+queries are answered, only once the commit lands (a waiting query is answered right then,
+before the run goes on); a run that ends there ends in that same
 commit. Going ahead is invisible outside the actor, and saves a commit per workflow.
 """
 
@@ -43,10 +44,9 @@ _DONE = 0
 _FIRED = 1
 
 
-def _wake_all(futures: list[Any]) -> None:
-    for future in futures:
-        if not future.done():
-            future.set_result(None)
+def _answer_all(answers: list[Callable[[bool], None]], committed: bool) -> None:
+    for answer in answers:
+        answer(committed)
 
 
 class _NoTable(dict):  # type: ignore[type-arg]
@@ -119,8 +119,10 @@ class Actor(InboxMixin, EndingMixin):
         self.next_run: tuple[str, bytes] | None = None
         self.held: list[Command] | None = None
         """Commands of a run that went ahead of its commit, held until that commit lands."""
-        self.ahead: list[Any] | None = None
-        """While the run is ahead of its commit: the futures of queries waiting for it."""
+        self.ahead: list[Callable[[bool], None]] | None = None
+        """While the run is ahead of its commit: the queries waiting for it, each answered
+        (``answer(True)``) as the commit lands, before the run goes on, or told to look again
+        (``answer(False)``) if it failed or the actor closed."""
 
     @property
     def cmd(self) -> Command | None:
@@ -232,8 +234,8 @@ class Actor(InboxMixin, EndingMixin):
         ahead = self.ahead
         if ahead is not None:
             self.ahead = None
-            if ahead:
-                _wake_all(ahead)
+            if ahead:  # the run's state now is what the commit made durable: answer from it
+                _answer_all(ahead, not isinstance(result, WeftError))
         if self.closed:
             return
         if isinstance(result, WeftError):
@@ -473,6 +475,6 @@ class Actor(InboxMixin, EndingMixin):
         self.held = None
         ahead, self.ahead = self.ahead, None
         if ahead:
-            _wake_all(ahead)
+            _answer_all(ahead, False)
         self._stop_work(None)
         self.run.discard()

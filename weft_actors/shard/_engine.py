@@ -388,14 +388,14 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             self.admit()  # a delayed start makes no actor now (and its firing is never refused)
         intent = self._create_intent(definition, args, **options)
         wid = intent.wid
-        start_new = intent.if_exists == "start_new"
 
         def created(result: Any) -> None:
             # Runs in the commit's resume pass: the new actor takes its first step right here.
+            # Its inbox is empty: a run replacing a finished one (``start_new``) inherits no
+            # message of it (the create deleted them), and a later one comes by the feed.
             if not isinstance(result, WeftError) and result.created and result.status == "running":
                 self.metrics.claim("acquired")
-                inbox = self.store.load_inbox(wid) if start_new else ()
-                self._spawn(definition, wid, result.run_id, result.epoch, args, {}, inbox)
+                self._spawn(definition, wid, result.run_id, result.epoch, args, {}, ())
                 if until_end:
                     self.add_waiter(wid, future)  # its run cannot end before a later commit
                     return

@@ -31,7 +31,6 @@ import time
 from typing import TYPE_CHECKING, Any, Final
 
 from ._hosting import resolve
-from ._timers import TimerService
 
 if TYPE_CHECKING:
     from ._actor import Actor
@@ -189,7 +188,7 @@ class Evictor:
         ref = self.evicted.pop(wid, None)
         if ref is None:
             return None
-        TimerService.cancel(ref.timer)
+        self.engine.timers.cancel(ref.timer)
         driven = engine.drive_or_orphan(wid, ref.epoch)
         if driven is None:
             return None
@@ -206,11 +205,11 @@ class Evictor:
         """``wid`` is no longer this engine's to wake (driven anew, or closed)."""
         ref = self.evicted.pop(wid, None)
         if ref is not None:
-            TimerService.cancel(ref.timer)
+            self.engine.timers.cancel(ref.timer)
 
     def clear(self) -> None:
         for ref in self.evicted.values():
-            TimerService.cancel(ref.timer)
+            self.engine.timers.cancel(ref.timer)
         self.evicted.clear()
 
     def snapshot(self) -> dict[str, int]:

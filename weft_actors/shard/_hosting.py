@@ -137,17 +137,23 @@ class ActorHost:
     def wake_guard(self, actor: Actor, kind: str) -> bool:
         """Before a wake resumes an actor, confirm this engine still holds it at its epoch.
         On a mismatch the wake is discarded (and counted) and the actor dropped. If the read
-        itself fails, proceed: the fenced write is the backstop."""
-        try:
-            holder = self.store.get_holder_bytes(actor.wid)
-        except Exception:
-            return True
-        if self._holds(holder, actor.epoch):
-            self.eviction.touch(actor)
-            return True
-        self.metrics.wake_discarded(kind)
-        self.drop_actor(actor, deposed=True)
-        return False
+        itself fails, proceed: the fenced write is the backstop.
+
+        An actor with a commit in flight is not judged by the holder: that commit may rotate
+        the epoch itself (continue-as-new, seen by a relative's callback in the same resume
+        pass before the actor's own), and its result, the new epoch or ``FencedOut``, is the
+        verdict. The wake waits for it anyway (``poll`` does nothing while busy)."""
+        if not actor.busy:
+            try:
+                holder = self.store.get_holder_bytes(actor.wid)
+            except Exception:
+                return True
+            if not self._holds(holder, actor.epoch):
+                self.metrics.wake_discarded(kind)
+                self.drop_actor(actor, deposed=True)
+                return False
+        self.eviction.touch(actor)
+        return True
 
     @cached_property
     def _engine_raw(self) -> bytes:

@@ -8,7 +8,7 @@ polls the store once per heartbeat, so it works wherever the workflow runs.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..codec import decode, decode_args, encode
 from ..errors import InvalidRequest, WorkflowClosed, WorkflowNotFound
@@ -48,10 +48,14 @@ class WorkflowReads:
         self._check_running()
         actor = self.actors.get(workflow_id)
         while actor is not None and actor.ahead is not None:
-            # Its run went ahead of a commit in flight: answer from committed state only.
-            future = self.committer.loop.create_future()
-            actor.ahead.append(future)
-            await future
+            # Its run went ahead of a commit in flight: answer from committed state only, as
+            # that commit lands and before the run goes ahead again (a run that always goes
+            # ahead would otherwise starve the query).
+            future: asyncio.Future[Any] = self.committer.loop.create_future()
+            actor.ahead.append(_answer_when_committed(actor, future, name, args))
+            answered = await future
+            if answered is not None:
+                return answered[0]
             self._check_running()
             actor = self.actors.get(workflow_id)
         if actor is not None and not actor.closed:
@@ -130,3 +134,25 @@ class WorkflowReads:
         if status is not None and status not in TERMINAL | {"pending", "running"}:
             raise InvalidRequest(f"unknown status {status!r}")
         return self.store.list_workflows(status, type, limit, cursor)
+
+
+def _answer_when_committed(actor: Actor, future: asyncio.Future[Any], name: str, args: tuple[Any, ...]) -> Callable[[bool], None]:
+    """What an actor ahead of its commit calls when that commit is decided: with True it
+    answers the query from the run as it stands (committed state, the run not gone on yet) as
+    ``(value,)``; with False ``future`` gets None (look again). Never raises into the commit's
+    callback: the query's own error goes to its caller."""
+
+    def answer(committed: bool) -> None:
+        if future.done():
+            return
+        if not committed:
+            future.set_result(None)
+            return
+        try:
+            value = decode(encode(actor.run.query(name, args), "query result"), "query result")
+        except BaseException as exc:  # the caller's error, raised where it awaits
+            future.set_exception(exc)
+        else:
+            future.set_result((value,))
+
+    return answer

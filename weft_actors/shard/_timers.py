@@ -1,4 +1,11 @@
-"""In-memory timer heap on the injected clock; one loop handle armed for the earliest entry."""
+"""In-memory timer heap on the injected clock; one loop handle armed for the earliest entry.
+
+A cancelled entry stays in the heap until its time comes (removing it from the middle of a
+heap costs a scan), but drops what it refers to at once: the callback and its arguments (an
+actor, with its run and history) are freed when the timer is cancelled, not when it would
+have fired. When cancelled entries are most of the heap it is rebuilt without them, so a
+heap of far-off timeouts that are nearly always cancelled stays the size of the live ones.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,9 @@ from typing import Any, Callable
 from .._clock import Clock
 
 __all__ = ["TimerService"]
+
+COMPACT_MIN = 64
+"""Cancelled entries tolerated in the heap before it may be rebuilt without them."""
 
 
 class TimerService:
@@ -23,9 +33,17 @@ class TimerService:
         self._counter = itertools.count()
         self._handle: asyncio.TimerHandle | None = None
         self._armed_at: float | None = None
+        self._cancelled = 0
+        """Entries in the heap that were cancelled (and hold nothing any more)."""
         self.closed = False
 
     def __len__(self) -> int:
+        """The timers armed and not cancelled."""
+        return len(self._heap) - self._cancelled
+
+    @property
+    def heap_size(self) -> int:
+        """Entries in the heap, cancelled ones included."""
         return len(self._heap)
 
     def add(self, fire_at: float, callback: Callable[..., None], *args: Any) -> list[Any]:
@@ -35,10 +53,17 @@ class TimerService:
             self._arm()
         return entry
 
-    @staticmethod
-    def cancel(entry: list[Any] | None) -> None:
-        if entry is not None:
-            entry[2] = None
+    def cancel(self, entry: list[Any] | None) -> None:
+        """Cancel ``entry`` (None, fired or cancelled already: nothing to do)."""
+        if entry is None or entry[2] is None:
+            return
+        entry[2] = None
+        entry[3] = ()
+        self._cancelled += 1
+        if self._cancelled > COMPACT_MIN and 2 * self._cancelled > len(self._heap):
+            self._heap = [live for live in self._heap if live[2] is not None]
+            heapq.heapify(self._heap)
+            self._cancelled = 0
 
     def poke(self) -> None:
         self._fire()
@@ -48,6 +73,7 @@ class TimerService:
         if self._handle is not None:
             self._handle.cancel()
         self._heap.clear()
+        self._cancelled = 0
 
     def _arm(self) -> None:
         if self._handle is not None:
@@ -67,9 +93,17 @@ class TimerService:
         now = self._clock.now()
         heap = self._heap
         while heap and heap[0][0] <= now:
-            _, _, callback, args = heapq.heappop(heap)
-            if callback is not None:
-                callback(*args)
+            entry = heapq.heappop(heap)
+            callback = entry[2]
+            if callback is None:
+                self._cancelled -= 1
+                continue
+            args = entry[3]
+            entry[2] = None  # fired: a later cancel of it does nothing
+            entry[3] = ()
+            callback(*args)
+            heap = self._heap  # a callback's cancel may have rebuilt it
         while heap and heap[0][2] is None:
             heapq.heappop(heap)
+            self._cancelled -= 1
         self._arm()

@@ -35,7 +35,7 @@ from ._keys import (
     visibility_value,
 )
 
-__all__ = ["TxnState", "APPLIERS", "DEFAULT_MAX_INBOX", "next_epoch", "set_visibility", "release_claims", "step_commit", "append_inbox", "create_workflow"]
+__all__ = ["TxnState", "APPLIERS", "DEFAULT_MAX_INBOX", "next_epoch", "set_visibility", "release_claims", "step_commit", "append_inbox", "create_workflow", "delete_prefix"]
 
 
 DEFAULT_MAX_INBOX = 10_000
@@ -110,6 +110,12 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
         for at, seq in ((existing.get("start_at"), START_SEQ), (existing.get("deadline"), DEADLINE_SEQ)):
             if at is not None:  # the previous run's unowned timers go with it
                 txn.delete(timer_key(at, wid, seq), db=dbs.timers)
+        # Messages and request ids belong to one run. What the finished run left in its inbox
+        # was never applied (an update's caller was told ``WorkflowClosed``), and its answers
+        # are not the new run's: a reused request id is a new request.
+        prefix = prefixed(wid)
+        delete_prefix(txn, dbs.inbox, prefix)
+        delete_prefix(txn, dbs.requests, prefix)
     pending = intent.start_at is not None and intent.start_at > state.now
     status = "pending" if pending else "running"
     record = {
@@ -140,6 +146,18 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
     txn.put(wid_raw, pack_record(record), db=dbs.workflows)
     set_visibility(state, record, wid, existing)
     return Created(True, intent.run_id, status, epoch)
+
+
+def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> int:
+    """Delete every key of ``db`` that starts with ``prefix``; how many went."""
+    cursor = txn.cursor(db=db)
+    deleted = 0
+    if cursor.set_range(prefix):
+        while cursor.key().startswith(prefix):
+            deleted += 1
+            if not cursor.delete() or not cursor.key():
+                break
+    return deleted
 
 
 def check_fence(state: TxnState, wid: str, epoch: int) -> None:

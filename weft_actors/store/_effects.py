@@ -46,7 +46,9 @@ class CreateChild(NamedTuple):
 
 class PutRequest(NamedTuple):
     """Store the answer to request ``request_id`` of the committing workflow (``{"ok": bytes}``
-    or ``{"err": error record}``): a retried update with that id gets it without re-running."""
+    or ``{"err": error record}``): a retried update with that id gets it without re-running.
+    Kept, with the run that answered it, until the run after that one continues as new (or
+    the workflow is replaced by ``start_new``, purged or pruned)."""
 
     request_id: str
     result: dict[str, Any]
@@ -106,7 +108,7 @@ def step_with_effects(state: TxnState, intent: StepCommit) -> StepResult:
     for effect in intent.effects:
         kind = type(effect)
         if kind is PutRequest:
-            value = {"state": "done", **effect.result, "at": state.now}
+            value = {"state": "done", **effect.result, "at": state.now, "run": intent.run_id}
             txn.put(request_key(wid, effect.request_id), pack_record(value), db=dbs.requests)
         elif kind is CancelOther:
             if request_cancel(state, effect.wid) is not None:
@@ -160,4 +162,30 @@ def _continue_run(state: TxnState, intent: StepCommit, effect: ContinueRun, touc
         while cursor.key().startswith(prefix):
             if not cursor.delete() or not cursor.key():
                 break
+    _prune_requests(state, wid, old_run)
     return epoch
+
+
+def _prune_requests(state: TxnState, wid: str, ending_run: str) -> None:
+    """Bound the update requests of a chain of runs: the answers of runs before ``ending_run``
+    go. The ending run's stay for the next run's lifetime (a caller may not have read its
+    answer yet, and a retry with its request id still gets it); pending ones stay with their
+    messages, which carry over. An answer stored without its run (by an older version) is
+    taken to be the ending run's."""
+    prefix = prefixed(wid)
+    cursor = state.txn.cursor(db=state.dbs.requests)
+    if not cursor.set_range(prefix):
+        return
+    while cursor.key().startswith(prefix):
+        entry = unpack_record(cursor.value())
+        if entry.get("state") == "done":
+            run = entry.get("run")
+            if run is None:
+                entry["run"] = ending_run
+                cursor.put(cursor.key(), pack_record(entry))
+            elif run != ending_run:
+                if not cursor.delete() or not cursor.key():
+                    break
+                continue
+        if not cursor.next():
+            break

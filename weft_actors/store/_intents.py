@@ -40,8 +40,9 @@ class CreateWorkflow(NamedTuple):
     """Create a workflow and, unless it is a delayed start, claim it for the committing engine.
 
     ``if_exists``: ``"error"`` raises ``WorkflowAlreadyExists``; ``"return"`` answers with the
-    existing run; ``"start_new"`` replaces a finished workflow with a new run (epoch + 1) and
-    raises for one still running.
+    existing run; ``"start_new"`` replaces a finished workflow with a new run (epoch + 1),
+    dropping what the old run left in its inbox and its update requests, and raises for one
+    still running.
     """
 
     wid: str
