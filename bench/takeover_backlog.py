@@ -16,7 +16,8 @@ came later than the ttl and any later pass finds B expired.
 
 Prints one JSON line on stdout: workflows, steps, build_s, open_ms (how long ``open`` took to
 return), all_done_ms (open to the last completion), max_loop_gap_ms, loop_gaps_over_100ms,
-reclaim_pass_max_ms (the longest maintenance pass), min_lease_left_ms, lease_expired, deposed, completed.
+reclaim_pass_max_ms (the longest maintenance pass), commits (B's group commits),
+min_lease_left_ms, lease_expired, deposed, completed.
 """
 
 from __future__ import annotations
@@ -141,6 +142,7 @@ async def measure(data_dir: str, workflows: int, steps: int, window: int, heartb
     completed = engine.metrics.workflows_completed
     state = engine.state
     reclaim_max = engine.metrics.reclaim_seconds_max
+    commits = engine.committer.batches if state != "new" else 0
     await engine.close()
     return {
         "workflows": workflows,
@@ -154,6 +156,7 @@ async def measure(data_dir: str, workflows: int, steps: int, window: int, heartb
         "max_loop_gap_ms": round(ticker.max_gap * 1000, 1),
         "loop_gaps_over_100ms": ticker.gaps_over_100ms,
         "reclaim_pass_max_ms": round(reclaim_max * 1000, 1),
+        "commits": commits,
         "min_lease_left_ms": round(ticker.min_lease_left * 1000, 1),
         "lease_expired": ticker.min_lease_left < 0,
         "deposed": state == "deposed",
