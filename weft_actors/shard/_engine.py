@@ -32,6 +32,7 @@ from ..workflow import WorkflowDefinition, collect_workflows, workflow_definitio
 from ._activities import ActivityRunner
 from ._actor import Actor
 from ._committer import GroupCommitter
+from ._driving import Driver
 from ._eviction import Evictor
 from ._handle import WorkflowHandle
 from ._hosting import ActorHost, resolve
@@ -170,6 +171,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.committer: GroupCommitter
         self.timers: TimerService
         self.activities: ActivityRunner
+        self.driver: Driver
         self.maintenance: Maintenance
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -183,7 +185,9 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
 
     async def open(self) -> None:
         """Register this engine (refused, writing nothing, on an ownership-mode mismatch or a
-        second live engine in ``single`` mode), then reclaim what nobody live drives."""
+        second live engine in ``single`` mode), then reclaim what nobody live drives: with
+        background tasks the replay of what it takes goes on after ``open`` returns, in
+        bounded slices of loop time (``_driving``); without, it is done before."""
         loop = asyncio.get_running_loop()
         kwargs = {} if self._map_size is None else {"map_size": self._map_size}
         self.store = LmdbStore(self.data_dir, clock=self.clock, sync=self._sync, max_inbox=self.max_inbox, **kwargs)
@@ -198,6 +202,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.committer.on_deposed = lambda error: self.depose(str(error))
         self.timers = TimerService(loop, self.clock)
         self.activities = ActivityRunner(loop, self._max_threads, self.max_inflight_activities)
+        self.driver = Driver(self, self._background)
         self.maintenance = Maintenance(self)
         self.state = "running"
         if self._tune_gc:
@@ -253,6 +258,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             actor.close()
         self.actors.clear()
         self.eviction.clear()
+        self.driver.clear()
         self.orphans.clear()
 
     def _shutdown(self, error: WeftError) -> None:
@@ -476,6 +482,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if actor is not None:
             self.drop_actor(actor)
         self.eviction.forget(workflow_id)
+        self.driver.discard(workflow_id)
         outcome = {"status": result["status"], "result": None, "error": None}
         record = self.store.get_workflow(workflow_id)
         if record is not None:
@@ -499,7 +506,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "ownership": self.ownership,
             "live_actors": len(self.actors),
             "parked_actors": parked,
-            "claims_active": len(self.actors) + len(self.eviction.evicted) + len(self.orphans),
+            "claims_active": len(self.actors) + len(self.eviction.evicted) + len(self.driver) + len(self.orphans),
+            "drives_queued": len(self.driver),
             "commits_total": self.committer.batches,
             "writes_total": self.committer.intents,
             "timers": len(self.timers),

@@ -177,19 +177,33 @@ class Evictor:
     # -- reviving -------------------------------------------------------------------------
 
     def _timer_fired(self, wid: str) -> None:
-        self.revive(wid, "timer")
+        self.revive_soon(wid, "timer")
 
     def revive(self, wid: str, kind: str) -> Actor | None:
         """Replay an evicted workflow from the store, which also delivers whatever woke it;
         the live actor, or ``None`` if it is not evicted here or the wake was discarded."""
-        engine = self.engine
-        if engine.state != "running":
+        ref = self._unevict(wid)
+        return None if ref is None else self.revived(wid, ref.epoch, kind)
+
+    def revive_soon(self, wid: str, kind: str) -> None:
+        """``revive`` by the driver's queue (``_driving``): for wakes that come in bulk (the
+        feed poll, timers), so that many revivals never block the loop in one go."""
+        ref = self._unevict(wid)
+        if ref is not None:
+            self.engine.driver.submit(wid, ref.epoch, kind)
+
+    def _unevict(self, wid: str) -> Evicted | None:
+        if self.engine.state != "running":
             return None  # stopping: its claim is released (or left to expire) with the others
         ref = self.evicted.pop(wid, None)
-        if ref is None:
-            return None
-        self.engine.timers.cancel(ref.timer)
-        driven = engine.drive_or_orphan(wid, ref.epoch)
+        if ref is not None:
+            self.engine.timers.cancel(ref.timer)
+        return ref
+
+    def revived(self, wid: str, epoch: int, kind: str) -> Actor | None:
+        """Drive ``wid``, unevicted at ``epoch``: ``revive``'s second half."""
+        engine = self.engine
+        driven = engine.drive_or_orphan(wid, epoch)
         if driven is None:
             return None
         if not driven:  # the wake guard: the claim moved, or the workflow ended elsewhere

@@ -149,7 +149,7 @@ class Maintenance:
                     if seq > actor.inbox_seen:
                         engine.deliver_messages(actor, store.load_inbox(wid))
                 elif wid in engine.eviction.evicted:
-                    engine.eviction.revive(wid, "signal")  # its replay reads the whole inbox
+                    engine.eviction.revive_soon(wid, "signal")  # its replay reads the whole inbox
             self.feed_cursor = entries[-1][0]
             if len(entries) < FEED_BATCH:
                 break

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from ..workflow import WorkflowDefinition
     from ._actor import Actor
     from ._committer import GroupCommitter
+    from ._driving import Driver
     from ._eviction import Evictor
     from ._metrics import EngineMetrics
 
@@ -44,6 +45,7 @@ class WorkflowMessages:
     actors: dict[str, Actor]
     workflows: dict[str, WorkflowDefinition]
     eviction: Evictor
+    driver: Driver
     _waiters: dict[str, list[asyncio.Future[Any]]]
     _update_waiters: dict[tuple[str, str], list[asyncio.Future[Any]]]
     _on_commit_hint: Callable[[str, str], None] | None
@@ -266,8 +268,8 @@ class WorkflowMessages:
             self.publish_hint("workflow-touched", wid)
 
     def look_at(self, wid: str) -> bool:
-        """If ``wid`` is this engine's (live or evicted), hand its actor the inbox now (or
-        revive it); False if it is not held here."""
+        """If ``wid`` is this engine's (live, evicted or queued for the driver), hand its
+        actor the inbox now (or drive it); False if it is not held here."""
         actor = self.actors.get(wid)
         if actor is not None:
             self.deliver_messages(actor, self.store.load_inbox(wid))
@@ -275,7 +277,7 @@ class WorkflowMessages:
         if wid in self.eviction.evicted:
             self.eviction.revive(wid, "signal")
             return True
-        return False
+        return self.driver.drive_now(wid)  # held here, queued for its replay: now
 
     def continue_run(self, actor: Actor, epoch: int) -> None:
         """The run continued as new (committed, claim kept at ``epoch``): drive the next run

@@ -5,9 +5,14 @@ running workflows with no holder. Each live engine takes the candidates whose
 rendezvous-preferred live engine is itself, and any candidate still stranded one heartbeat
 later (its preferred engine may lack the type, or be busy). A takeover is a CAS on the exact
 holder bytes read; a candidate that loses is re-read and retried, at most
-``MAX_TAKEOVER_TRIES`` times per pass. Only workflow types this engine registers are taken,
-and a workflow taken is driven at once; a drive that throws is retried on later passes,
-never released.
+``MAX_TAKEOVER_TRIES`` times per pass. Only workflow types this engine registers are taken.
+
+Claims are taken in chunks of ``TAKE_CHUNK`` (one transaction each), and a workflow taken is
+queued for the driver (``_driving``), which replays in bounded slices of loop time: a pass
+takes one chunk when the driver has nothing queued, and the driver takes the next one
+(``take_more``) when its queue runs dry. So a large backlog never blocks the loop, and what
+this engine cannot drive yet stays a candidate that other live engines may take. A drive
+that throws is retried on later passes, never released.
 
 The same pass fires the timers that have no owner: delayed starts (acquired in the
 pending -> running transaction) and execution deadlines (closed by whichever engine sees
@@ -26,11 +31,15 @@ from ..store import CloseWorkflow, FireStart
 if TYPE_CHECKING:
     from ._engine import Engine
 
-__all__ = ["Reclaimer", "MAX_TAKEOVER_TRIES"]
+__all__ = ["Reclaimer", "MAX_TAKEOVER_TRIES", "TAKE_CHUNK"]
 
 log = logging.getLogger("weft_actors.shard")
 
 MAX_TAKEOVER_TRIES: Final = 5
+TAKE_CHUNK: Final = 500
+"""Candidates one takeover transaction CASes at most."""
+SCAN_LIMIT: Final = 4 * TAKE_CHUNK
+"""Candidates one read of the backlog returns at most (the read costs ~4 µs a candidate)."""
 
 
 class Reclaimer:
@@ -39,6 +48,10 @@ class Reclaimer:
         self._first_seen: dict[str, float] = {}
         """Candidates preferred by another engine -> when this engine first saw them."""
         self._firing: set[str] = set()
+        self._untaken: list[tuple[str, bytes | None]] = []
+        """Candidates this engine wants and has not tried yet, as the last read saw them."""
+        self._more = False
+        self._live: list[str] = []
 
     # -- liveness -------------------------------------------------------------------------
 
@@ -61,15 +74,34 @@ class Reclaimer:
     # -- takeover -------------------------------------------------------------------------
 
     def run(self) -> int:
-        """One reclaim pass; returns how many workflows were taken over."""
+        """One reclaim pass; returns how many workflows were taken over in it."""
         engine = self.engine
-        store = engine.store
-        me = engine.engine_id
         live = self.live_engines()
         now = engine.clock.now()
+        self._scan(live, now)
+        self._retry_orphans()  # before taking more: a drive that failed in this pass waits
+        taken = 0
+        driver = engine.driver
+        if not driver.background:
+            while self.untaken:
+                taken += self.take_more()
+        elif not driver.queue:
+            taken = self.take_more()
+            if self._untaken or self._more:
+                driver.schedule()  # the driver takes the rest as it goes
+        self._fire_system_timers(live, now)
+        return taken
+
+    def _scan(self, live: list[str], now: float) -> None:
+        """Read up to ``SCAN_LIMIT`` candidates and keep those this engine wants (preferred to
+        it, or stranded for a heartbeat) as ``_untaken``; ``_more`` if the read was cut off."""
+        engine = self.engine
+        me = engine.engine_id
+        self._live = live
         wanted: list[tuple[str, bytes | None]] = []
         first_seen: dict[str, float] = {}
-        for wid, holder, wf_type in store.reclaim_candidates(me):
+        candidates = engine.store.reclaim_candidates(me, SCAN_LIMIT)
+        for wid, holder, wf_type in candidates:
             if wf_type not in engine.workflows:
                 continue
             seen = self._first_seen.get(wid, now)
@@ -78,10 +110,28 @@ class Reclaimer:
             else:
                 first_seen[wid] = seen
         self._first_seen = first_seen
-        self._retry_orphans()  # before taking more: a drive that failed in this pass waits
-        taken = self._take(wanted) if wanted else 0
-        self._fire_system_timers(live, now)
+        self._untaken = wanted
+        self._more = len(candidates) >= SCAN_LIMIT and bool(wanted)
+
+    def take_more(self) -> int:
+        """Take the next chunk of the candidates this engine wants (``untaken``; the next
+        ``SCAN_LIMIT`` are read once those are tried) and queue the winners for the driver;
+        how many were taken."""
+        if not self._untaken and self._more:
+            self._scan(self._live, self.engine.clock.now())
+        wanted = self._untaken
+        if not wanted:
+            return 0
+        chunk, self._untaken = wanted[:TAKE_CHUNK], wanted[TAKE_CHUNK:]
+        taken = self._take(chunk)
+        if not taken:
+            self._more = False  # a whole chunk lost: the next pass reads afresh
         return taken
+
+    @property
+    def untaken(self) -> bool:
+        """Whether ``take_more`` has anything left to try."""
+        return bool(self._untaken) or self._more
 
     def _take(self, wanted: list[tuple[str, bytes | None]]) -> int:
         engine = self.engine
@@ -103,14 +153,14 @@ class Reclaimer:
             if not lost or attempt == MAX_TAKEOVER_TRIES:
                 break
             # Re-read: a candidate another live engine won is no longer listed.
-            fresh = {wid: holder for wid, holder, _ in store.reclaim_candidates(engine.engine_id)}
+            fresh = {wid: holder for wid, holder, _ in store.reclaim_candidates(engine.engine_id, SCAN_LIMIT)}
             wanted = [(wid, fresh[wid]) for wid in lost if wid in fresh]
             if not wanted:
                 break
         return taken
 
     def drive(self, wid: str, epoch: int) -> None:
-        self.engine.drive_or_orphan(wid, epoch)
+        self.engine.driver.submit(wid, epoch)
 
     def _retry_orphans(self) -> None:
         engine = self.engine

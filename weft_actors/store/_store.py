@@ -380,9 +380,10 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         with self.env.begin() as txn:
             return _queries.by_engine(txn, self.dbs, engine_key(engine_id))
 
-    def reclaim_candidates(self, engine_id: str) -> list[tuple[str, bytes | None, str]]:
+    def reclaim_candidates(self, engine_id: str, limit: int | None = None) -> list[tuple[str, bytes | None, str]]:
         """``(wid, holder bytes, type)`` of running workflows held by dead or expired engines,
-        or held by nobody. The caller filters by preference and registered types."""
+        or held by nobody (the first ``limit`` of them, if given). The caller filters by
+        preference and registered types."""
         now = self.clock.now()
         with self.env.begin() as txn:
             gone = [NO_ENGINE]
@@ -398,6 +399,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                     if record is None or record["status"] != "running":
                         continue
                     found.append((wid, txn.get(wid.encode(), db=self.dbs.claim_holder), record["type"]))
+                    if len(found) == limit:
+                        return found
             return found
 
     def list_workflows(
