@@ -36,7 +36,7 @@ class Finished(NamedTuple):
 
 
 @types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], first: Any, name: str) -> Generator[Any, Any, Any]:
+def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo) -> Generator[Any, Any, Any]:
     """Continue a coroutine that already yielded ``first`` under a Task. ``SystemExit`` and
     ``KeyboardInterrupt`` from the activity become ``UserCodeExit``: a Task re-raises those two
     out of the event loop, which would end the process instead of the attempt."""
@@ -50,18 +50,19 @@ def _resume(coro: Coroutine[Any, Any, Any], first: Any, name: str) -> Generator[
             except StopIteration as stop:
                 return stop.value
             except (SystemExit, KeyboardInterrupt) as exit:
-                raise contained(exit, f"activity {name!r}") from exit
+                raise contained(exit, f"activity {info.activity!r}") from exit
         else:
             try:
                 yielded = coro.send(sent)
             except StopIteration as stop:
                 return stop.value
             except (SystemExit, KeyboardInterrupt) as exit:
-                raise contained(exit, f"activity {name!r}") from exit
+                raise contained(exit, f"activity {info.activity!r}") from exit
 
 
-async def _finish(coro: Coroutine[Any, Any, Any], first: Any, name: str) -> Any:
-    return await _resume(coro, first, name)
+async def _finish(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo) -> Any:
+    # ``info`` is a local of these frames: the loop watchdog finds the activity by it.
+    return await _resume(coro, first, info)
 
 
 class _Queued:
@@ -190,7 +191,7 @@ class ActivityRunner:
         """Go on with an async attempt that suspended (yielding ``first``) under a Task."""
         context = contextvars.copy_context()
         context.run(current_activity.set, info)
-        task = context.run(self._loop.create_task, _finish(coro, first, definition.name))
+        task = context.run(self._loop.create_task, _finish(coro, first, info))
         self.tasks.add(task)
         timer = None if timeout is None else self._loop.call_later(timeout, task.cancel, "start_to_close")
 
