@@ -179,3 +179,27 @@ def test_graceful_releases_and_progress_do_not_count_as_lost_owners(tmp_path):
     take(e)
     assert lost() == 2
     store.close()
+
+
+def test_a_stall_note_blames_the_workflow_it_names_and_spares_its_neighbours(tmp_path):
+    """The watchdog of an engine whose loop stalled left a note naming the workflow on its
+    loop: a takeover from it counts that workflow only, with the note's activity as reason."""
+    clock = FakeClock()
+    store = LmdbStore(str(tmp_path), clock=clock)
+    from weft_actors.codec import encode_args
+    from weft_actors.store import CreateWorkflow, stall_note_path, write_stall_note
+
+    owner = "a" * 32
+    store.register_engine(owner, heartbeat=HEARTBEAT, ttl=TTL)
+    run_id = "11" * 16
+    store.apply(owner, [CreateWorkflow(wid, "poison", encode_args(("k",)), run_id) for wid in ("culprit", "neighbour")])
+    write_stall_note(stall_note_path(store.path, owner), {"wid": "culprit", "run_id": run_id, "kind": "activity", "name": "hangs", "seq": 4})
+    clock.advance(TTL + 2)
+    taker = "b" * 32
+    store.register_engine(taker, heartbeat=HEARTBEAT, ttl=TTL)
+    won = store.takeover(taker, [(wid, holder) for wid, holder, _ in store.reclaim_candidates(taker)])
+    assert set(won) == {"culprit", "neighbour"} and all(won.values())
+    assert store.get_workflow("culprit")["lost"]["count"] == 1
+    assert store.get_workflow("culprit")["lost"]["reason"] == {"seq": 4, "kind": "activity", "name": "hangs"}
+    assert "lost" not in store.get_workflow("neighbour")
+    store.close()

@@ -27,7 +27,7 @@ from ..errors import (
     UnknownWorkflowType,
     WeftError,
 )
-from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow
+from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, stall_note_path
 from ..workflow import WorkflowDefinition, collect_workflows, workflow_definition
 from ._activities import ActivityRunner
 from ._actor import Actor
@@ -228,7 +228,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.maintenance.run_pass(heartbeat=False)
         if self._background:
             self.maintenance.start(loop)
-            self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8])
+            note = stall_note_path(self.store.path, self.engine_id)
+            self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], note_path=note)
             self.watchdog.start()
 
     async def close(self) -> None:
@@ -242,6 +243,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if self.state == "deposed":  # that last commit found this engine deposed
             return
         self._stop_actors()
+        if self.watchdog is not None:
+            self.watchdog.clear_note()  # its claims are released: nobody is lost, nobody blamed
         try:
             self.store.release_engine(self.engine_id)
         except WeftError as exc:

@@ -7,13 +7,17 @@ past its ttl, costs it its lease. The loop bumps ``last_turn`` from a ``call_lat
 more than ``threshold``, logs a WARNING with the loop thread's stack and the culprit found in
 it: the activity (an ``ActivityInfo`` local) or the workflow (a ``WorkflowRun`` or actor local)
 running there, the way Temporal's deadlock detector names it. Once per stall, again each time
-it has gone on four times as long.
+it has gone on four times as long. It also leaves a *stall note* naming that workflow in the
+data directory (``note_path``): if the stall costs the engine its lease, the takeover blames
+that workflow alone, not every workflow the engine held (``store._quarantine``). The engine
+removes the note at its next heartbeat that succeeds (``clear_note``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import threading
 import time
@@ -21,43 +25,54 @@ import traceback
 from types import FrameType
 from typing import Any
 
+from ..store import write_stall_note
 from ..workflow import ActivityInfo, WorkflowRun
 from ._actor import Actor
 
-__all__ = ["LoopWatchdog", "culprit"]
+__all__ = ["LoopWatchdog", "find_culprit", "culprit"]
 
 log = logging.getLogger("weft_actors.shard")
 
 
-def culprit(frame: FrameType | None) -> str:
+def find_culprit(frame: FrameType | None) -> dict[str, Any] | None:
     """Who runs in ``frame``'s stack: the innermost activity, else workflow code, else an
-    actor's engine code; the locals of each frame are looked at from the innermost out."""
+    actor's engine code (None: no workflow's); each frame's locals, from the innermost out."""
     run: Any = None
     actor: Any = None
     while frame is not None:
         for value in list(frame.f_locals.values()):
             if type(value) is ActivityInfo:
-                return (
-                    f"workflow {value.workflow_id!r} run {value.run_id} activity {value.activity!r} "
-                    f"(op #{value.seq}, attempt {value.attempt})"
-                )
+                return {"wid": value.workflow_id, "run_id": value.run_id, "kind": "activity", "name": value.activity, "seq": value.seq, "attempt": value.attempt}
             if run is None and isinstance(value, WorkflowRun):
                 run = value
             elif actor is None and isinstance(value, Actor):
                 actor = value
         frame = frame.f_back
     if run is not None:
-        return f"workflow {run.workflow_id!r} ({run.workflow_type}) run {run.run_id} workflow code"
+        return {"wid": run.workflow_id, "run_id": run.run_id, "kind": "workflow code", "name": None, "seq": run.next_seq, "type": run.workflow_type}
     if actor is not None:
-        return f"workflow {actor.wid!r} run {actor.run_id} engine code"
-    return "no workflow code (engine or other code)"
+        return {"wid": actor.wid, "run_id": actor.run_id, "kind": "engine code", "name": None, "seq": None}
+    return None
+
+
+def culprit(found: dict[str, Any] | None) -> str:
+    if found is None:
+        return "no workflow code (engine or other code)"
+    if found["kind"] == "activity":
+        return f"workflow {found['wid']!r} run {found['run_id']} activity {found['name']!r} (op #{found['seq']}, attempt {found['attempt']})"
+    if found["kind"] == "workflow code":
+        return f"workflow {found['wid']!r} ({found['type']}) run {found['run_id']} workflow code"
+    return f"workflow {found['wid']!r} run {found['run_id']} engine code"
 
 
 class LoopWatchdog:
     """Start on the loop's thread; ``stop`` from it (idempotent)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, threshold: float = 1.0, *, name: str = "", interval: float | None = None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, threshold: float = 1.0, *, name: str = "", interval: float | None = None, note_path: str | None = None) -> None:
         self.loop = loop
+        self.note_path = note_path
+        self.noted = False
+        """A stall note is on disk (set by this thread, cleared by ``clear_note``)."""
         self.threshold = threshold
         self.interval = min(0.25, threshold / 4) if interval is None else interval
         self.name = name
@@ -77,7 +92,17 @@ class LoopWatchdog:
         self._thread = threading.Thread(target=self._watch, name=f"weft-watchdog-{self.name}", daemon=True)
         self._thread.start()
 
+    def clear_note(self) -> None:
+        """The engine heartbeated after a stall: it kept its lease, so the stall blames nobody."""
+        if self.noted and self.note_path is not None:
+            self.noted = False
+            try:
+                os.unlink(self.note_path)
+            except OSError:
+                pass
+
     def stop(self) -> None:
+        """Stop watching; a stall note stays (a deposed engine's note is for its taker)."""
         self._stop.set()
         handle, self._handle = self._handle, None
         if handle is not None:
@@ -109,10 +134,17 @@ class LoopWatchdog:
     def _report(self, late: float, again: bool) -> None:
         frame = sys._current_frames().get(self._loop_thread)
         try:
-            who = culprit(frame)
+            found = find_culprit(frame)
+            who = culprit(found)
         except Exception as exc:  # a frame changing under us: still say that the loop stalls
-            who = f"unknown ({type(exc).__name__})"
-        stack = "".join(traceback.format_stack(frame)) if frame is not None else "(no stack)"
+            found, who = None, f"unknown ({type(exc).__name__})"
+        if not again and found is not None and self.note_path is not None:
+            try:
+                write_stall_note(self.note_path, {**found, "at": time.time(), "stalled": late})
+                self.noted = True
+            except OSError as exc:
+                log.warning("could not write the stall note %s: %s", self.note_path, exc)
+        stack = "".join(traceback.format_stack(frame, limit=40)) if frame is not None else "(no stack)"
         log.warning(
             "event loop %s for %.1f s (threshold %.1f s): %s is running on it; every other "
             "workflow of this engine waits, and past its ttl the engine loses its lease. "

@@ -20,7 +20,7 @@ from ._intents import (
 from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepResult
 from ._keys import TERMINAL, split_holder
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
-from ._quarantine import QUARANTINED, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason
+from ._quarantine import QUARANTINED, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, stall_note_path, write_stall_note
 from ._store import LmdbStore
 
 __all__ = [
@@ -42,6 +42,8 @@ __all__ = [
     "QuarantineWorkflow",
     "describe_reason",
     "pending_reason",
+    "stall_note_path",
+    "write_stall_note",
     "StepResult",
     "CloseWorkflow",
     "Created",

@@ -10,10 +10,19 @@ record. The same mark as at the previous loss means nothing was committed in bet
 count reaches its ``quarantine_after`` (``QuarantineWorkflow``); ``LiftQuarantine`` makes it
 ``running`` and ownerless again, for any live engine to take. Costs one record write and one
 cursor step per takeover of a lost owner's workflow, nothing per step.
+
+Every workflow of a lost owner moves to the same taker, so the culprit's neighbours would be
+lost with it each time. Blame narrows that: an engine whose loop stalls has its watchdog write
+a *stall note* naming the workflow on the loop (``engines/<id>.stall``, removed once the
+engine heartbeats again); a takeover from an engine that left one counts only that workflow.
+Without a note (the process died), a workflow parked on a timer, signal, condition or child
+is not counted either: only one that was running an activity or its own code.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import zlib
 from typing import Any, Final, NamedTuple
 
@@ -46,9 +55,38 @@ class LiftQuarantine(NamedTuple):
     wid: str
 
 
-def note_lost_owner(state: TxnState, wid: str, record: dict[str, Any]) -> dict[str, Any]:
+_PARKED: Final = frozenset(("sleep", "signal", "condition", "child"))
+"""Op kinds a workflow waits on without running anything on the loop."""
+
+
+def stall_note_path(store_path: str, engine_id: str) -> str:
+    return os.path.join(store_path, "engines", engine_id + ".stall")
+
+
+def write_stall_note(path: str, note: dict[str, Any]) -> None:
+    """Atomically (a rename): a reader sees the whole note or none."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as out:
+        json.dump(note, out)
+    os.replace(temporary, path)
+
+
+def read_stall_note(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as source:
+            note = json.load(source)
+    except (OSError, ValueError):
+        return None
+    return note if isinstance(note, dict) and isinstance(note.get("wid"), str) else None
+
+
+def note_lost_owner(state: TxnState, wid: str, record: dict[str, Any], stall: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """In the takeover transaction of ``wid`` from an owner that was lost holding it: update
-    and write ``record["lost"]`` (``count``, ``mark``, ``reason``); returns it."""
+    and write ``record["lost"]`` (``count``, ``mark``, ``reason``) and return it; None (and
+    nothing written) if the loss is not ``wid``'s doing: ``stall``, the lost engine's stall
+    note, names another workflow, or ``wid`` was parked on something that runs nothing."""
+    if stall is not None and stall["wid"] != wid:
+        return None
     txn, dbs = state.txn, state.dbs
     prefix = run_prefix(wid, record["run_id"])
     cursor = txn.cursor(db=dbs.ops)
@@ -65,10 +103,16 @@ def note_lost_owner(state: TxnState, wid: str, record: dict[str, Any]) -> dict[s
         moved = cursor.prev()
     mark = [record["run_id"], tail[0][0], zlib.crc32(tail[0][1])] if tail else [record["run_id"], -1, 0]
     previous = record.get("lost")
-    if previous is not None and previous.get("mark") == mark:
-        lost = {"count": previous.get("count", 0) + 1, "mark": mark, "reason": previous.get("reason") or _reason_from_log(tail)}
+    same = previous is not None and previous.get("mark") == mark
+    if stall is not None and stall.get("run_id") == record["run_id"]:
+        reason = {"seq": stall.get("seq"), "kind": stall.get("kind"), "name": stall.get("name")}
+    elif same and previous.get("reason"):
+        reason = previous["reason"]
     else:
-        lost = {"count": 1, "mark": mark, "reason": _reason_from_log(tail)}
+        reason = _reason_from_log(tail)
+    if stall is None and reason.get("kind") in _PARKED:
+        return None
+    lost = {"count": previous.get("count", 0) + 1 if same else 1, "mark": mark, "reason": reason}
     lost["at"] = state.now
     record["lost"] = lost
     txn.put(wid.encode(), pack_record(record), db=dbs.workflows)

@@ -15,7 +15,7 @@ from ..errors import StorageError, StorageFull, WeftError
 from . import _engines, _listing, _queries
 from ._apply import DEFAULT_MAX_INBOX, TxnState, next_epoch, release_claims
 from ._dispatch import APPLIER_OF
-from ._quarantine import QUARANTINED, note_lost_owner
+from ._quarantine import QUARANTINED, note_lost_owner, read_stall_note, stall_note_path
 from ._feed import feed_head, read_feed
 from ._upkeep import UpkeepMixin
 from ._messages import RequestsMixin
@@ -269,6 +269,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
             _engines.check_live(txn, self.dbs, engine_id, now, self._incarnations.get(engine_id))
             state = TxnState(txn, self.dbs, me, now)
             won: dict[str, int | None] = {}
+            stalls: dict[bytes, dict[str, Any] | None] = {}  # lost engine -> its stall note
             for wid, expected in candidates:
                 wid_raw = wid.encode()
                 holder = txn.get(wid_raw, db=self.dbs.claim_holder)
@@ -278,7 +279,10 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                     won[wid] = None
                     continue
                 if holder is not None:  # its owner was lost holding it (a release leaves no holder)
-                    note_lost_owner(state, wid, record)
+                    lost_engine = holder[:16]
+                    if lost_engine not in stalls:
+                        stalls[lost_engine] = read_stall_note(stall_note_path(self.path, lost_engine.hex()))
+                    note_lost_owner(state, wid, record, stalls[lost_engine])
                 old_engine = NO_ENGINE if holder is None else holder[:16]
                 txn.delete(by_engine_key(old_engine, wid), db=self.dbs.by_engine)
                 epoch = next_epoch(state, wid_raw)
