@@ -105,6 +105,7 @@ def test_a_quarantined_workflow_can_be_cancelled(tmp_path):
         clock = FakeClock()
         engines, wid = await _quarantined(tmp_path, clock, "q2")
         last = engines[-1]
+        assert (await last.describe(wid))["status"] == "quarantined"
         await last.cancel(wid)
         with pytest.raises(WorkflowCancelled):
             await last.result(wid, timeout=1)
