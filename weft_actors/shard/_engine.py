@@ -544,7 +544,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "activities_started": self.activities_started,
             "activities_inflight": self.activities.inflight,
             "activities_queued": self.activities.queued,
-            "quarantined_workflows": self.store.count_quarantined(),
+            "quarantined_workflows": self.store.count_quarantined() if self.state == "running" else 0,  # a stopped engine's store is closed
             "loop_stalls_total": 0 if self.watchdog is None else self.watchdog.stalls,
             "feed_cursor": self.maintenance.feed_cursor,
             **self.eviction.snapshot(),
