@@ -28,6 +28,7 @@ CODES = {
     "UpdateFailed": "update_failed",
     "NonDeterminismError": "non_determinism",
     "InvalidAwait": "invalid_await",
+    "UserCodeExit": "user_code_exit",
     "ActivityError": "activity_failed",
     "ChildWorkflowError": "child_workflow_failed",
     "PayloadTooLarge": "payload_too_large",

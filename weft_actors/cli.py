@@ -127,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     p = command("terminate", "end a workflow at once")
     p.add_argument("id")
     p.add_argument("--reason")
+    command("retry", "lift a workflow's quarantine (after fixing its code): it runs again").add_argument("id")
     p = command("list", "list workflows")
     p.add_argument("--status")
     p.add_argument("--type")
@@ -189,9 +190,11 @@ def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
         value = handle.cancel()
     elif command == "terminate":
         value = handle.terminate(args.reason)
+    elif command == "retry":
+        value = handle.lift_quarantine()
     else:
         value = handle.describe()
-    if command in ("signal", "cancel", "terminate"):
+    if command in ("signal", "cancel", "terminate", "retry"):
         _emit(args, out, {"ok": True}, "ok")
     else:
         _emit(args, out, value, _readable(value))

@@ -15,6 +15,7 @@
     ├── UpdateFailed               update_failed          (the update handler raised)
     ├── NonDeterminismError        non_determinism
     ├── InvalidAwait               invalid_await          (a workflow awaited a non-ctx awaitable)
+    ├── UserCodeExit               user_code_exit         (user code raised SystemExit/KeyboardInterrupt)
     ├── ActivityError              activity_failed        (raised inside the workflow)
     ├── ChildWorkflowError         child_workflow_failed  (raised inside the workflow)
     ├── PayloadTooLarge            payload_too_large
@@ -55,6 +56,7 @@ __all__ = [
     "UpdateFailed",
     "NonDeterminismError",
     "InvalidAwait",
+    "UserCodeExit",
     "ActivityError",
     "ChildWorkflowError",
     "PayloadTooLarge",
@@ -177,6 +179,14 @@ class InvalidAwait(WeftError):
     """A workflow awaited something that is not a ctx operation (e.g. ``asyncio.sleep``)."""
 
     code = "invalid_await"
+
+
+class UserCodeExit(WeftError):
+    """Workflow, handler or activity code raised ``SystemExit`` or ``KeyboardInterrupt``
+    (``raised`` names which, ``where`` what ran it). User code never stops the process that
+    hosts it: this fails that workflow (or that activity attempt, or that update) instead."""
+
+    code = "user_code_exit"
 
 
 class ActivityError(WeftError):

@@ -318,6 +318,11 @@ class AsyncClientHandle:
         """End the workflow at once, without running any more of its code."""
         await self._client._request(_calls.terminate_call(self.id, reason))
 
+    async def lift_quarantine(self) -> None:
+        """Let a quarantined workflow run again: it goes back to ``running`` and a live shard
+        takes it over (``InvalidRequest`` if it is not quarantined)."""
+        await self._client._request(_calls.lift_quarantine_call(self.id))
+
     async def describe(self) -> dict[str, Any]:
         return await self._client._request(_calls.describe_call(self.id))
 

@@ -30,6 +30,7 @@ __all__ = [
     "result_call",
     "cancel_call",
     "terminate_call",
+    "lift_quarantine_call",
     "describe_call",
     "list_call",
     "stats_call",
@@ -184,6 +185,10 @@ def cancel_call(wid: str) -> Call:
 
 def terminate_call(wid: str, reason: str | None = None) -> Call:
     return Call("terminate", _compact(wid=wid, reason=reason), _none)
+
+
+def lift_quarantine_call(wid: str) -> Call:
+    return Call("lift_quarantine", {"wid": wid}, _none)
 
 
 def describe_call(wid: str) -> Call:

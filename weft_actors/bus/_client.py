@@ -299,5 +299,10 @@ class ClientHandle:
         """End the workflow at once, without running any more of its code."""
         self._client._request(_calls.terminate_call(self.id, reason))
 
+    def lift_quarantine(self) -> None:
+        """Let a quarantined workflow run again: it goes back to ``running`` and a live shard
+        takes it over (``InvalidRequest`` if it is not quarantined)."""
+        self._client._request(_calls.lift_quarantine_call(self.id))
+
     def describe(self) -> dict[str, Any]:
         return self._client._request(_calls.describe_call(self.id))

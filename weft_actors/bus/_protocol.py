@@ -22,6 +22,7 @@ result              wid, wait (seconds the server may hold the request)   {"stat
                                                                           {"status": "running"}
 cancel              wid                                                   None
 terminate           wid, reason?                                          None
+lift_quarantine     wid                                                   None
 describe            wid                                                   bin (encoded dict)
 list                status?, type?, limit?, cursor?                       {"items", "cursor"}
 stats               —                                                     dict
@@ -67,6 +68,7 @@ _FIELDS: Final[dict[str, dict[str, tuple[type, ...]]]] = {
     "result": {"wid": (str,)},
     "cancel": {"wid": (str,)},
     "terminate": {"wid": (str,)},
+    "lift_quarantine": {"wid": (str,)},
     "describe": {"wid": (str,)},
     "list": {},
     "stats": {},

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Coroutine, Generator, NamedTuple
 
 from ..codec import decode_args
-from ..workflow import ActivityDefinition, ActivityInfo, current_activity
+from ..workflow import ActivityDefinition, ActivityInfo, contained, current_activity
 
 __all__ = ["ActivityRunner", "Finished"]
 
@@ -38,8 +38,10 @@ class Finished(NamedTuple):
 
 
 @types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, Any]:
-    """Continue a coroutine that already yielded ``first`` under a Task."""
+def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo) -> Generator[Any, Any, Any]:
+    """Continue a coroutine that already yielded ``first`` under a Task. ``SystemExit`` and
+    ``KeyboardInterrupt`` from the activity become ``UserCodeExit``: a Task re-raises those two
+    out of the event loop, which would end the process instead of the attempt."""
     yielded = first
     while True:
         try:
@@ -49,15 +51,20 @@ def _resume(coro: Coroutine[Any, Any, Any], first: Any) -> Generator[Any, Any, A
                 yielded = coro.throw(exc)
             except StopIteration as stop:
                 return stop.value
+            except (SystemExit, KeyboardInterrupt) as exit:
+                raise contained(exit, f"activity {info.activity!r}") from exit
         else:
             try:
                 yielded = coro.send(sent)
             except StopIteration as stop:
                 return stop.value
+            except (SystemExit, KeyboardInterrupt) as exit:
+                raise contained(exit, f"activity {info.activity!r}") from exit
 
 
-async def _finish(coro: Coroutine[Any, Any, Any], first: Any) -> Any:
-    return await _resume(coro, first)
+async def _finish(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo) -> Any:
+    # ``info`` is a local of these frames: the loop watchdog finds the activity by it.
+    return await _resume(coro, first, info)
 
 
 class _Queued:
@@ -131,8 +138,8 @@ class ActivityRunner:
                 first = coro.send(None)
             except StopIteration as stop:
                 return _new_tuple(Finished, (stop.value, None))
-            except BaseException as exc:
-                return _new_tuple(Finished, (None, exc))
+            except BaseException as exc:  # even SystemExit: it fails this attempt only
+                return _new_tuple(Finished, (None, contained(exc, f"activity {definition.name!r}")))
             finally:
                 current_activity.reset(token)
         # It runs on: it holds an in-flight slot until its outcome is reported or it is cancelled.
@@ -186,7 +193,7 @@ class ActivityRunner:
         """Go on with an async attempt that suspended (yielding ``first``) under a Task."""
         context = contextvars.copy_context()
         context.run(current_activity.set, info)
-        task = context.run(self._loop.create_task, _finish(coro, first))
+        task = context.run(self._loop.create_task, _finish(coro, first, info))
         self.tasks.add(task)
         timer = None if timeout is None else self._loop.call_later(timeout, task.cancel, "start_to_close")
 
@@ -229,7 +236,7 @@ class ActivityRunner:
                 report(None, asyncio.CancelledError())
                 return
             error = future.exception()
-            report(future.result() if error is None else None, error)
+            report(future.result() if error is None else None, None if error is None else contained(error, f"activity {definition.name!r}"))
 
         future.add_done_callback(finished)
 

@@ -27,7 +27,7 @@ from ..errors import (
     UnknownWorkflowType,
     WeftError,
 )
-from ..store import AppendInbox, CloseWorkflow, LmdbStore, PurgeWorkflow
+from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, stall_note_path
 from ..workflow import WorkflowDefinition, collect_workflows, workflow_definition
 from ._activities import ActivityRunner
 from ._actor import Actor
@@ -42,7 +42,8 @@ from ._metrics import EngineMetrics
 from ._outcome import raise_for_outcome
 from ._reads import WorkflowReads
 from ._timers import TimerService
-from ._validate import OWNERSHIP_MODES, validate_timing
+from ._validate import OWNERSHIP_MODES, validate_id, validate_timing
+from ._watchdog import LoopWatchdog
 
 __all__ = ["Engine"]
 
@@ -88,6 +89,12 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     id), a cancel request and a child's completion are always taken.
     ``max_inflight_activities`` (default 1,000) caps the activity attempts running at once:
     beyond it attempts wait in a FIFO queue (backpressure, never a failure).
+
+    Poison workflows: a workflow whose last ``quarantine_after`` (default 3) owners were lost
+    while running it (they died or lost their lease) without committing any progress is not
+    driven again but parked as ``quarantined`` (``lift_quarantine`` puts it back). With
+    ``background``, a watchdog thread logs a WARNING naming the workflow and activity that
+    keeps the loop from turning for more than ``stall_threshold`` seconds (default 1).
     """
 
     def __init__(
@@ -118,6 +125,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         max_active_workflows: int | None = None,
         max_inbox: int = 10_000,
         max_inflight_activities: int = 1000,
+        quarantine_after: int = 3,
+        stall_threshold: float = 1.0,
     ) -> None:
         validate_timing(heartbeat, ttl)
         if ownership not in OWNERSHIP_MODES:
@@ -161,6 +170,13 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             raise ValueError("max_inbox and max_inflight_activities must be >= 1")
         self.max_inbox = max_inbox
         self.max_inflight_activities = max_inflight_activities
+        if isinstance(quarantine_after, bool) or not isinstance(quarantine_after, int) or quarantine_after < 1:
+            raise ValueError("quarantine_after must be an integer >= 1")
+        if not stall_threshold > 0:
+            raise ValueError("stall_threshold must be > 0")
+        self.quarantine_after = quarantine_after
+        self.stall_threshold = stall_threshold
+        self.watchdog: LoopWatchdog | None = None
         self.metrics = EngineMetrics()
         self.activities_started = 0
         self._waiters: dict[str, list[asyncio.Future[Any]]] = {}
@@ -217,6 +233,9 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.maintenance.run_pass(heartbeat=False)
         if self._background:
             self.maintenance.start(loop)
+            note = stall_note_path(self.store.path, self.engine_id)
+            self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], note_path=note)
+            self.watchdog.start()
 
     async def close(self) -> None:
         """Stop: commit what is pending, stop every actor, release the claims (so a peer takes
@@ -229,6 +248,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if self.state == "deposed":  # that last commit found this engine deposed
             return
         self._stop_actors()
+        if self.watchdog is not None:
+            self.watchdog.clear_note()  # its claims are released: nobody is lost, nobody blamed
         try:
             self.store.release_engine(self.engine_id)
         except WeftError as exc:
@@ -262,6 +283,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.orphans.clear()
 
     def _shutdown(self, error: WeftError) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self.committer.close(error)
         self.timers.close()
         self.activities.close()
@@ -467,6 +490,21 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             raise result
         self.closed_externally(workflow_id, result)
 
+    async def lift_quarantine(self, workflow_id: str) -> None:
+        """Put a quarantined workflow back to work (after a fix is deployed): it becomes
+        ``running`` with no owner and its lost-owner count reset, and a live engine takes it
+        over at its next reclaim pass (this one at once). ``InvalidRequest`` if it is not
+        quarantined (``WorkflowClosed`` if it has finished)."""
+        self._check_running()
+        validate_id(workflow_id)
+        result = await self.committer.submit_and_wait(LiftQuarantine(workflow_id))
+        if isinstance(result, WeftError):
+            raise result
+        log.warning("workflow %s: quarantine lifted (it had lost %s owners); it runs again", workflow_id, result["lost"].get("count"))
+        self.maintenance.hint()
+        if self._on_commit_hint is not None:
+            self.publish_hint("workflow-touched", workflow_id)
+
     async def purge(self, workflow_id: str) -> None:
         """Delete a finished workflow's record, history, inbox and listing entry; its epoch is
         kept (and grows), so the id can be reused safely."""
@@ -514,6 +552,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "activities_started": self.activities_started,
             "activities_inflight": self.activities.inflight,
             "activities_queued": self.activities.queued,
+            "quarantined_workflows": self.store.count_quarantined() if self.state == "running" else 0,  # a stopped engine's store is closed
+            "loop_stalls_total": 0 if self.watchdog is None else self.watchdog.stalls,
             "feed_cursor": self.maintenance.feed_cursor,
             **self.eviction.snapshot(),
             **self.metrics.snapshot(),

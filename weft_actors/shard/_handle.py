@@ -52,3 +52,7 @@ class WorkflowHandle:
     async def terminate(self, reason: str | None = None) -> None:
         """End the workflow at once, whichever engine owns it (see ``Engine.terminate``)."""
         await self._engine.terminate(self.id, reason)
+
+    async def lift_quarantine(self) -> None:
+        """Let a quarantined workflow run again (see ``Engine.lift_quarantine``)."""
+        await self._engine.lift_quarantine(self.id)

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..codec import decode_args
 from ..errors import EngineDeposed, FencedOut, WeftError
+from ..store import QuarantineWorkflow, StepCommit, describe_reason, pending_reason
 from ..workflow import WorkflowDefinition, WorkflowRun
 from ._actor import Actor
 
 if TYPE_CHECKING:
     from .._clock import Clock
+    from ._committer import GroupCommitter
     from ..store import LmdbStore
     from ._eviction import Evictor
     from ._metrics import EngineMetrics
@@ -39,11 +41,13 @@ class ActorHost:
 
     engine_id: str
     store: LmdbStore
+    committer: GroupCommitter
     clock: Clock
     metrics: EngineMetrics
     actors: dict[str, Actor]
     orphans: set[str]
     eviction: Evictor
+    quarantine_after: int
     _waiters: dict[str, list[asyncio.Future[Any]]]
     _on_commit_hint: Callable[[str, str], None] | None
     _on_done_interest: Callable[[str, bool], None] | None
@@ -84,6 +88,7 @@ class ActorHost:
         args: tuple[Any, ...],
         history: dict[int, dict[str, Any]],
         inbox: Iterable[tuple[int, dict[str, Any]]],
+        lost: dict[str, Any] | None = None,
     ) -> Actor:
         actors = self.actors
         stale = actors.pop(wid, None)
@@ -98,7 +103,16 @@ class ActorHost:
         actors[wid] = actor
         if len(actors) > eviction.max_live:
             eviction.schedule()
-        actor.handle(run.start())  # which polls: the inbox is taken from here on
+        commands = run.start()
+        if lost is None:
+            actor.handle(commands)  # which polls: the inbox is taken from here on
+            return actor
+        # Lost before without progress: first commit what it is about to run, so that if this
+        # owner is lost too, the quarantine names it (an activity's start records nothing).
+        actor.held = commands
+        actor.busy = True
+        noted = {**lost, "reason": pending_reason(commands)}
+        self.committer.submit(StepCommit(wid, epoch, run_id, fields={"lost": noted}), actor._committed)  # type: ignore[attr-defined]
         return actor
 
     def drive(self, wid: str, epoch: int) -> bool:
@@ -109,8 +123,39 @@ class ActorHost:
             return False
         if not self._holds(holder, epoch):
             return False
-        self._spawn(self._definition(record["type"]), wid, record["run_id"], epoch, decode_args(record["args"]), ops, inbox)
+        lost = record.get("lost")
+        if lost is not None and lost.get("mark", (None,))[0] == record["run_id"]:
+            if lost["count"] >= self.quarantine_after:
+                self._quarantine(wid, epoch, record)
+                return True
+            if lost["count"] < max(1, self.quarantine_after - 1):
+                lost = None
+        else:
+            lost = None
+        self._spawn(self._definition(record["type"]), wid, record["run_id"], epoch, decode_args(record["args"]), ops, inbox, lost)
         return True
+
+    def _quarantine(self, wid: str, epoch: int, record: dict[str, Any]) -> None:
+        """Park ``wid`` instead of driving it: its last ``quarantine_after`` owners were lost
+        while running it, and none committed any progress."""
+        lost = record["lost"]
+
+        def committed(result: Any) -> None:
+            if isinstance(result, WeftError):
+                log.warning("workflow %s: could not quarantine it: %s", wid, result)
+                if isinstance(result, EngineDeposed):
+                    self.depose(str(result))
+                return
+            self.metrics.workflows_quarantined += 1
+            log.error(
+                "workflow %s (%s) quarantined: %d owners in a row were lost while running it, "
+                "without committing progress; they were running %s. Fix the code, then lift it "
+                "with `python -m weft_actors retry %s` (or terminate it)",
+                wid, record["type"], lost["count"], describe_reason(lost.get("reason")), wid,
+            )
+            self.wake_waiters(wid)
+
+        self.committer.submit(QuarantineWorkflow(wid, epoch, record["run_id"]), committed)
 
     def drive_or_orphan(self, wid: str, epoch: int) -> bool | None:
         """``drive``, and if the replay itself fails, log and count it, drop what it built and

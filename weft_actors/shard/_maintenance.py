@@ -123,6 +123,9 @@ class Maintenance:
                 engine.store.check_engine(engine.engine_id)
             else:
                 engine.store.heartbeat(engine.engine_id, self.feed_cursor)
+            watchdog = engine.watchdog
+            if watchdog is not None and watchdog.noted:
+                watchdog.clear_note()  # still live after a stall: it blames nobody
         except EngineDeposed:
             raise
         except WeftError as exc:

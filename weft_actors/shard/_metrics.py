@@ -29,6 +29,7 @@ class EngineMetrics:
         "histories_pruned",
         "workflows_completed",
         "drive_failures",
+        "workflows_quarantined",
     )
 
     def __init__(self) -> None:
@@ -45,6 +46,7 @@ class EngineMetrics:
         self.histories_pruned = 0
         self.workflows_completed = 0
         self.drive_failures = 0
+        self.workflows_quarantined = 0
 
     def claim(self, outcome: str, n: int = 1) -> None:
         self.claim_attempts[outcome] += n
@@ -76,6 +78,7 @@ class EngineMetrics:
             "engines_pruned_total": self.engines_pruned,
             "histories_pruned_total": self.histories_pruned,
             "drive_failures_total": self.drive_failures,
+            "workflows_quarantined_total": self.workflows_quarantined,
             "workflows_completed": self.workflows_completed,
             # Flat names of the first version, kept for readers that still use them.
             "claims_acquired": attempts["acquired"],

@@ -12,7 +12,7 @@ from ..errors import (
     WorkflowTerminated,
     WorkflowTimedOut,
 )
-from ..store import split_holder
+from ..store import describe_reason, split_holder
 
 __all__ = ["raise_for_outcome", "describe_workflow"]
 
@@ -99,4 +99,14 @@ def describe_workflow(
         "memo": None if record.get("memo") is None else decode(record["memo"], "memo"),
         "parent": record.get("parent"),
         "previous_runs": list(record.get("previous_runs") or ()),
+        "lost_owners": _lost(record),
     }
+
+
+def _lost(record: dict[str, Any]) -> dict[str, Any] | None:
+    """How many owners in a row were lost running this run without progress, and doing what
+    (a quarantined workflow's reason); None if none was."""
+    lost = record.get("lost")
+    if not lost or lost.get("mark", (None,))[0] != record["run_id"]:
+        return None
+    return {"count": lost.get("count", 0), "reason": describe_reason(lost.get("reason")), "op": lost.get("reason"), "at": lost.get("at")}

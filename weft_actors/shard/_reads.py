@@ -68,6 +68,13 @@ class WorkflowReads:
         record, _, ops, _ = self.store.load_for_replay(workflow_id)
         if record is None:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
+        if record["status"] == "quarantined":  # its code may be what blocks: never replay it here
+            raise InvalidRequest(
+                f"workflow {workflow_id!r} is quarantined (its owners kept being lost while running it); "
+                "lift the quarantine to query it",
+                workflow_id=workflow_id,
+                status=record["status"],
+            )
         if record.get("history_pruned"):  # replaying no history would answer from the start state
             raise WorkflowClosed(
                 f"workflow {workflow_id!r} finished ({record['status']}) and its history was pruned "
@@ -131,7 +138,7 @@ class WorkflowReads:
         lists every workflow that matches throughout, even one whose status changes meanwhile
         (the exact guarantee: ``store._listing.list_workflows``)."""
         self._check_running()
-        if status is not None and status not in TERMINAL | {"pending", "running"}:
+        if status is not None and status not in TERMINAL | {"pending", "running", "quarantined"}:
             raise InvalidRequest(f"unknown status {status!r}")
         return self.store.list_workflows(status, type, limit, cursor)
 

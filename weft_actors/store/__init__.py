@@ -20,6 +20,7 @@ from ._intents import (
 from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepResult
 from ._keys import TERMINAL, split_holder
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
+from ._quarantine import QUARANTINED, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, stall_note_path, write_stall_note
 from ._store import LmdbStore
 
 __all__ = [
@@ -36,6 +37,13 @@ __all__ = [
     "AppendAndConsume",
     "RequestCancel",
     "SignalWithStart",
+    "QUARANTINED",
+    "LiftQuarantine",
+    "QuarantineWorkflow",
+    "describe_reason",
+    "pending_reason",
+    "stall_note_path",
+    "write_stall_note",
     "StepResult",
     "CloseWorkflow",
     "Created",

@@ -91,7 +91,9 @@ def request_cancel(state: TxnState, wid: str) -> dict[str, Any] | None:
     record = _record(state, wid)
     if record is None or record["status"] in TERMINAL:
         return None
-    if record["status"] == "pending":
-        error = {"type": "WorkflowCancelled", "message": "cancelled before it started", "kind": "cancelled"}
+    if record["status"] == "pending" or record["status"] == "quarantined":
+        # Nothing runs its code to deliver the cancel: close it now (no code ran, or it is parked).
+        why = "cancelled before it started" if record["status"] == "pending" else "cancelled while quarantined"
+        error = {"type": "WorkflowCancelled", "message": why, "kind": "cancelled"}
         return {"closed": close_workflow(state, CloseWorkflow(wid, "cancelled", error))}
     return {"seq": append_inbox(state, AppendInbox(wid, CANCEL, "", b""))}

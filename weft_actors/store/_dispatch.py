@@ -7,6 +7,7 @@ from typing import Any
 from ._apply import APPLIERS, TxnState
 from ._intents import AppendInbox, CloseWorkflow, FireStart, PurgeWorkflow
 from ._lifecycle import close_workflow, fire_start, purge_workflow
+from ._quarantine import LiftQuarantine, QuarantineWorkflow, lift_quarantine, quarantine_workflow
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart, append_and_consume, append_message, request_cancel_intent, signal_with_start
 
 __all__ = ["APPLIER_OF", "apply_intent"]
@@ -20,6 +21,8 @@ APPLIER_OF: dict[type, Any] = {
     AppendAndConsume: append_and_consume,
     RequestCancel: request_cancel_intent,
     SignalWithStart: signal_with_start,
+    QuarantineWorkflow: quarantine_workflow,
+    LiftQuarantine: lift_quarantine,
 }
 """intent type -> the function that applies it (``LmdbStore.apply`` looks it up itself: hot path)."""
 

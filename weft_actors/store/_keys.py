@@ -29,6 +29,7 @@ STATUS_CODES: Final = {
     "terminated": 6,
     "timed_out": 7,
     "continued": 8,
+    "quarantined": 9,
 }
 STATUS_NAMES: Final = {code: name for name, code in STATUS_CODES.items()}
 TERMINAL: Final = frozenset({"completed", "failed", "cancelled", "terminated", "timed_out", "continued"})

@@ -15,12 +15,13 @@ from ..errors import StorageError, StorageFull, WeftError
 from . import _engines, _listing, _queries
 from ._apply import DEFAULT_MAX_INBOX, TxnState, next_epoch, release_claims
 from ._dispatch import APPLIER_OF
+from ._quarantine import QUARANTINED, note_lost_owner, read_stall_note, stall_note_path
 from ._feed import feed_head, read_feed
 from ._upkeep import UpkeepMixin
 from ._messages import RequestsMixin
 from ._env import DEFAULT_MAP_SIZE, check_ownership_mode, close_environment, open_environment
 from ._reserve import GROWTH, StorageReserve
-from ._keys import NO_ENGINE, TERMINAL, by_engine_key, engine_key, holder_value, split_holder
+from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, by_engine_key, engine_key, holder_value, split_holder
 
 
 __all__ = ["LmdbStore"]
@@ -268,13 +269,20 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
             _engines.check_live(txn, self.dbs, engine_id, now, self._incarnations.get(engine_id))
             state = TxnState(txn, self.dbs, me, now)
             won: dict[str, int | None] = {}
+            stalls: dict[bytes, dict[str, Any] | None] = {}  # lost engine -> its stall note
             for wid, expected in candidates:
                 wid_raw = wid.encode()
                 holder = txn.get(wid_raw, db=self.dbs.claim_holder)
                 record_raw = txn.get(wid_raw, db=self.dbs.workflows)
-                if holder != expected or record_raw is None or unpack_record(record_raw)["status"] != "running":
+                record = None if record_raw is None else unpack_record(record_raw)
+                if holder != expected or record is None or record["status"] != "running":
                     won[wid] = None
                     continue
+                if holder is not None:  # its owner was lost holding it (a release leaves no holder)
+                    lost_engine = holder[:16]
+                    if lost_engine not in stalls:
+                        stalls[lost_engine] = read_stall_note(stall_note_path(self.path, lost_engine.hex()))
+                    note_lost_owner(state, wid, record, stalls[lost_engine])
                 old_engine = NO_ENGINE if holder is None else holder[:16]
                 txn.delete(by_engine_key(old_engine, wid), db=self.dbs.by_engine)
                 epoch = next_epoch(state, wid_raw)
@@ -409,6 +417,20 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         """One page in workflow-id order, read in one snapshot (guarantee: ``_listing``)."""
         with self.env.begin() as txn:
             return _listing.list_workflows(txn, self.dbs, status, wf_type, limit, cursor)
+
+    def count_quarantined(self) -> int:
+        """How many workflows are quarantined now: a scan of their visibility group, which
+        holds the few parked poison workflows there are."""
+        prefix = bytes((STATUS_CODES[QUARANTINED],))
+        found = 0
+        with self.env.begin() as txn:
+            cursor = txn.cursor(db=self.dbs.visibility)
+            if cursor.set_range(prefix):
+                for key in cursor.iternext(values=False):
+                    if not key.startswith(prefix):
+                        break
+                    found += 1
+        return found
 
     def count(self, name: str) -> int:
         with self.env.begin() as txn:

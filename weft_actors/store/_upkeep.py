@@ -110,10 +110,11 @@ class UpkeepMixin:
 
         gone = self._write(txn_fn)
         for engine_id in gone:
-            try:
-                os.unlink(self._lock_path(engine_id))
-            except OSError:
-                pass
+            for path in (self._lock_path(engine_id), self._lock_path(engine_id)[: -len(".lock")] + ".stall"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
         return gone
 
     def engine(self, engine_id: str) -> dict[str, Any] | None:

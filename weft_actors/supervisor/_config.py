@@ -35,6 +35,8 @@ class SupervisorConfig:
     max_active_workflows: int | None = None
     max_inbox: int = 10_000
     max_inflight_activities: int = 1000
+    quarantine_after: int = 3
+    stall_threshold: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +58,8 @@ class ShardConfig:
     max_active_workflows: int | None = None
     max_inbox: int = 10_000
     max_inflight_activities: int = 1000
+    quarantine_after: int = 3
+    stall_threshold: float = 1.0
 
 
 class _JsonFormatter(logging.Formatter):

@@ -29,6 +29,7 @@ class ShardOps:
             "result": self.result,
             "cancel": self.cancel,
             "terminate": self.terminate,
+            "lift_quarantine": self.lift_quarantine,
             "describe": self.describe,
             "list": self.list,
             "stats": self.stats,
@@ -94,6 +95,9 @@ class ShardOps:
 
     async def terminate(self, request: dict[str, Any]) -> None:
         await self._engine_method("terminate")(request["wid"], request.get("reason"))
+
+    async def lift_quarantine(self, request: dict[str, Any]) -> None:
+        await self._engine_method("lift_quarantine")(request["wid"])
 
     async def describe(self, request: dict[str, Any]) -> bytes:
         return encode(await self.engine.describe(request["wid"]), "describe")

@@ -79,6 +79,8 @@ class ShardServer:
             max_active_workflows=config.max_active_workflows,
             max_inbox=config.max_inbox,
             max_inflight_activities=config.max_inflight_activities,
+            quarantine_after=config.quarantine_after,
+            stall_threshold=config.stall_threshold,
             tune_gc=True,
             on_commit_hint=self._publish_hint if self.hints_out is not None else None,
             on_done_interest=self._done_interest if config.hints else None,

@@ -174,6 +174,8 @@ class Supervisor:
             max_active_workflows=config.max_active_workflows,
             max_inbox=config.max_inbox,
             max_inflight_activities=config.max_inflight_activities,
+            quarantine_after=config.quarantine_after,
+            stall_threshold=config.stall_threshold,
         )
         process = self._mp.Process(target=shard_main, args=(shard, child), name=f"shard-{slot.index}")
         process.start()

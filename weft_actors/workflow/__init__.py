@@ -29,7 +29,7 @@ from ._ops import (
     SleepOp,
     ValueOp,
 )
-from ._records import CANCEL_REQUESTED, Command, cancelled_record, error_from_record, error_record
+from ._records import CANCEL_REQUESTED, Command, cancelled_record, contained, error_from_record, error_record
 
 __all__ = [
     "CANCEL_REQUESTED",
@@ -57,6 +57,7 @@ __all__ = [
     "activity_definition",
     "cancelled_record",
     "collect_workflows",
+    "contained",
     "current_activity",
     "error_from_record",
     "error_record",

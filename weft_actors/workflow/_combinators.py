@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..codec import decode, encode
 from ..errors import SerializationError
 from ._ops import Combinator, ConditionOp, Op
-from ._records import Command, cancelled_record, error_from_record, error_record
+from ._records import Command, cancelled_record, contained, error_from_record, error_record
 
 __all__ = ["CombinatorMixin", "ENCODED_NONE"]
 
@@ -270,8 +270,8 @@ class CombinatorMixin:
     def _try_condition(self, seq: int, op: ConditionOp) -> bool:
         try:
             held = op.predicate()
-        except Exception as exc:  # the error is thrown at the wait, like any op's failure
-            cmd = _new_tuple(Command, ("resolve", seq, op, self.history.get(seq), None, error_record(exc)))
+        except BaseException as exc:  # thrown at the wait, like any op's failure (never further)
+            cmd = _new_tuple(Command, ("resolve", seq, op, self.history.get(seq), None, error_record(contained(exc, "condition predicate"))))
         else:
             if not held:
                 return False

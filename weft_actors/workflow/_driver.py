@@ -26,7 +26,7 @@ from ._combinators import CombinatorMixin
 from ._handlers import HandlersMixin
 from ._context import Context
 from ._ops import HANDLER, UPDATE, ContinueAsNew, Op
-from ._records import Command, error_from_record, error_record
+from ._records import Command, contained, error_from_record, error_record
 
 __all__ = ["Command", "WorkflowRun", "error_record", "error_from_record"]
 
@@ -130,8 +130,8 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         """Run the body to its first blocking op, replaying whatever is recorded."""
         try:
             self._coro = self._definition.fn(self.ctx, *self._args)
-        except Exception as exc:  # e.g. arguments that do not fit the signature
-            self._fail(exc)
+        except BaseException as exc:  # e.g. arguments that do not fit the signature
+            self._fail(contained(exc, f"workflow {self.workflow_type!r}"))
             return [self.outcome]  # type: ignore[list-item]
         self._advance(None, None)
         return self.deliver()
@@ -211,7 +211,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
             try:
                 coro.close()
                 return
-            except Exception:  # the run is being abandoned: nothing to report the error to
+            except BaseException:  # abandoned (even a sys.exit in a finally): nobody to report to
                 continue
 
     def discard(self) -> None:
@@ -331,8 +331,8 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
             except ContinueAsNew as exc:
                 self._continue(exc)
                 return
-            except (Exception, asyncio.CancelledError) as exc:
-                self._fail(exc)
+            except BaseException as exc:  # anything at all: user code never stops its host
+                self._fail(contained(exc, f"workflow {self.workflow_type!r}"))
                 return
             if isinstance(yielded, Op):
                 settled = self._issue(yielded)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..codec import decode, decode_args, encode, pack_record
 from ..errors import InvalidRequest, UnknownQuery, UpdateRejected
 from ._ops import HANDLER, UPDATE
-from ._records import Command, error_record
+from ._records import Command, contained, error_record
 
 __all__ = ["HandlersMixin"]
 
@@ -68,7 +68,8 @@ class HandlersMixin:
             return
         try:
             verdict = validator(*args)
-        except Exception as exc:
+        except BaseException as exc:  # even SystemExit: it refuses this update, nothing more
+            exc = contained(exc, f"validator of update {name!r}")
             raise UpdateRejected(
                 f"update {name!r} rejected: {type(exc).__name__}: {exc}",
                 workflow_id=self.workflow_id,
@@ -92,8 +93,8 @@ class HandlersMixin:
         try:
             value = _call_plain(self.update_handlers[name][0], args, name)
             record["ok"] = encode(value, "update result")
-        except Exception as exc:  # the caller gets it; the workflow carries on
-            record["err"] = error_record(exc, "update")
+        except BaseException as exc:  # the caller gets it; the workflow carries on
+            record["err"] = error_record(contained(exc, f"update handler {name!r}"), "update")
         self._keep_outcome(seq, record)
         if self._applied is None:
             self._applied = set()
@@ -108,7 +109,10 @@ class HandlersMixin:
                 workflow_id=self.workflow_id,
                 query=name,
             )
-        return handler(*args)
+        try:
+            return handler(*args)
+        except (SystemExit, KeyboardInterrupt) as exc:  # the caller's error, not the host's end
+            raise contained(exc, f"query handler {name!r}") from exc
 
     def _apply_handler(self, record: dict[str, Any]) -> None:
         handler = self.signal_handlers.get(record["name"])
@@ -118,9 +122,9 @@ class HandlersMixin:
         try:
             payload = decode(record["ok"], "signal payload") if record["ok"] is not None else None
             handler(payload)
-        except Exception as exc:
+        except BaseException as exc:
             self.close()
-            self._fail(exc)
+            self._fail(contained(exc, f"signal handler {record['name']!r}"))
 
     def _replay_update(self, record: dict[str, Any]) -> None:
         """Re-apply a recorded update for its effect on workflow state; its recorded result
@@ -131,7 +135,7 @@ class HandlersMixin:
             return
         try:
             _call_plain(entry[0], decode_args(record["args"], "update argument"), record["name"])
-        except Exception:  # the recorded error stands, as the recorded result does
+        except BaseException:  # the recorded error stands, as the recorded result does
             pass
 
 

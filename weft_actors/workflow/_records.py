@@ -6,10 +6,10 @@ import asyncio
 import traceback
 from typing import Any, Final, NamedTuple
 
-from ..errors import ActivityError, ChildWorkflowError, WeftError, error_class
+from ..errors import ActivityError, ChildWorkflowError, UserCodeExit, WeftError, error_class
 from ._ops import Op
 
-__all__ = ["Command", "error_record", "error_from_record", "cancelled_record", "CANCEL_REQUESTED"]
+__all__ = ["Command", "error_record", "error_from_record", "cancelled_record", "contained", "CANCEL_REQUESTED"]
 
 CANCEL_REQUESTED: Final = "workflow cancelled"
 """Message of the cancelled outcome recorded for the ops a workflow awaits when it is cancelled."""
@@ -51,6 +51,21 @@ def error_record(exc: BaseException, kind: str = "exception") -> dict[str, Any]:
     if isinstance(exc, WeftError):
         record["code"] = exc.code
     return record
+
+
+def contained(exc: BaseException, where: str) -> BaseException:
+    """What user code's ``exc`` becomes inside the engine: ``SystemExit`` and
+    ``KeyboardInterrupt`` (which would stop the process hosting every other workflow) become a
+    ``UserCodeExit`` naming them; anything else stays itself, and fails only what raised it."""
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        error = UserCodeExit(
+            f"{where} raised {type(exc).__name__}({exc!s}); user code cannot stop the process that hosts it",
+            raised=type(exc).__name__,
+            where=where,
+        )
+        error.__cause__ = exc
+        return error
+    return exc
 
 
 def cancelled_record(message: str) -> dict[str, Any]:

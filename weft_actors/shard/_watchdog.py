@@ -1,0 +1,154 @@
+"""The loop-stall watchdog: a thread that names whatever keeps an engine's loop from turning.
+
+Everything an engine does runs on one event loop, so one blocking call (``time.sleep`` in an
+``async def`` activity, a busy loop in workflow code) stops every workflow of the engine and,
+past its ttl, costs it its lease. The loop bumps ``last_turn`` from a ``call_later`` tick every
+``interval`` seconds (no cost per step); the thread wakes as often and, once the tick is late by
+more than ``threshold``, logs a WARNING with the loop thread's stack and the culprit found in
+it: the activity (an ``ActivityInfo`` local) or the workflow (a ``WorkflowRun`` or actor local)
+running there, the way Temporal's deadlock detector names it. Once per stall, again each time
+it has gone on four times as long. It also leaves a *stall note* naming that workflow in the
+data directory (``note_path``): if the stall costs the engine its lease, the takeover blames
+that workflow alone, not every workflow the engine held (``store._quarantine``). The engine
+removes the note at its next heartbeat that succeeds (``clear_note``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from types import FrameType
+from typing import Any
+
+from ..store import write_stall_note
+from ..workflow import ActivityInfo, WorkflowRun
+from ._actor import Actor
+
+__all__ = ["LoopWatchdog", "find_culprit", "culprit"]
+
+log = logging.getLogger("weft_actors.shard")
+
+
+def find_culprit(frame: FrameType | None) -> dict[str, Any] | None:
+    """Who runs in ``frame``'s stack: the innermost activity, else workflow code, else an
+    actor's engine code (None: no workflow's); each frame's locals, from the innermost out."""
+    run: Any = None
+    actor: Any = None
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if type(value) is ActivityInfo:
+                return {"wid": value.workflow_id, "run_id": value.run_id, "kind": "activity", "name": value.activity, "seq": value.seq, "attempt": value.attempt}
+            if run is None and isinstance(value, WorkflowRun):
+                run = value
+            elif actor is None and isinstance(value, Actor):
+                actor = value
+        frame = frame.f_back
+    if run is not None:
+        return {"wid": run.workflow_id, "run_id": run.run_id, "kind": "workflow code", "name": None, "seq": run.next_seq, "type": run.workflow_type}
+    if actor is not None:
+        return {"wid": actor.wid, "run_id": actor.run_id, "kind": "engine code", "name": None, "seq": None}
+    return None
+
+
+def culprit(found: dict[str, Any] | None) -> str:
+    if found is None:
+        return "no workflow code (engine or other code)"
+    if found["kind"] == "activity":
+        return f"workflow {found['wid']!r} run {found['run_id']} activity {found['name']!r} (op #{found['seq']}, attempt {found['attempt']})"
+    if found["kind"] == "workflow code":
+        return f"workflow {found['wid']!r} ({found['type']}) run {found['run_id']} workflow code"
+    return f"workflow {found['wid']!r} run {found['run_id']} engine code"
+
+
+class LoopWatchdog:
+    """Start on the loop's thread; ``stop`` from it (idempotent)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, threshold: float = 1.0, *, name: str = "", interval: float | None = None, note_path: str | None = None) -> None:
+        self.loop = loop
+        self.note_path = note_path
+        self.noted = False
+        """A stall note is on disk (set by this thread, cleared by ``clear_note``)."""
+        self.threshold = threshold
+        self.interval = min(0.25, threshold / 4) if interval is None else interval
+        self.name = name
+        self.last_turn = time.monotonic()
+        self.stalls = 0
+        """Stalls seen (each counted once, however long it lasts)."""
+        self.longest = 0.0
+        self._loop_thread = 0
+        self._handle: asyncio.TimerHandle | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._loop_thread = threading.get_ident()
+        self.last_turn = time.monotonic()
+        self._handle = self.loop.call_later(self.interval, self._tick)
+        self._thread = threading.Thread(target=self._watch, name=f"weft-watchdog-{self.name}", daemon=True)
+        self._thread.start()
+
+    def clear_note(self) -> None:
+        """The engine heartbeated after a stall: it kept its lease, so the stall blames nobody."""
+        if self.noted and self.note_path is not None:
+            self.noted = False
+            try:
+                os.unlink(self.note_path)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        """Stop watching; a stall note stays (a deposed engine's note is for its taker)."""
+        self._stop.set()
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.cancel()
+
+    def _tick(self) -> None:
+        self.last_turn = time.monotonic()
+        if not self._stop.is_set():
+            self._handle = self.loop.call_later(self.interval, self._tick)
+
+    def _watch(self) -> None:
+        reported_for = 0.0  # the turn of the stall already reported (0: none)
+        next_report = 0.0
+        while not self._stop.wait(self.interval):
+            turn = self.last_turn
+            late = time.monotonic() - turn - self.interval
+            if late <= self.threshold:
+                continue
+            if turn != reported_for:
+                reported_for, next_report = turn, late * 4
+                self.stalls += 1
+                self._report(late, again=False)
+            elif late >= next_report:
+                next_report = late * 4
+                self._report(late, again=True)
+            if late > self.longest:
+                self.longest = late
+
+    def _report(self, late: float, again: bool) -> None:
+        frame = sys._current_frames().get(self._loop_thread)
+        try:
+            found = find_culprit(frame)
+            who = culprit(found)
+        except Exception as exc:  # a frame changing under us: still say that the loop stalls
+            found, who = None, f"unknown ({type(exc).__name__})"
+        if not again and found is not None and self.note_path is not None:
+            try:
+                write_stall_note(self.note_path, {**found, "at": time.time(), "stalled": late})
+                self.noted = True
+            except OSError as exc:
+                log.warning("could not write the stall note %s: %s", self.note_path, exc)
+        stack = "".join(traceback.format_stack(frame, limit=40)) if frame is not None else "(no stack)"
+        log.warning(
+            "event loop %s for %.1f s (threshold %.1f s): %s is running on it; every other "
+            "workflow of this engine waits, and past its ttl the engine loses its lease. "
+            "Blocking calls belong in a plain def activity (run in a thread). Loop stack:\n%s",
+            "still stalled" if again else "stalled", late, self.threshold, who, stack,
+        )
+        del frame

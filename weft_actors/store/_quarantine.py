@@ -1,0 +1,197 @@
+"""Poison workflows: counting the owners a workflow loses without progress, parking it
+(``quarantined``) and lifting it again.
+
+A workflow whose code or activity blocks the loop makes its owner miss heartbeats and lose its
+lease; the next owner replays it, runs the same thing and is lost in turn. So every takeover
+from an owner that was lost while holding it (dead or expired, never a graceful release, which
+leaves no holder) notes on the workflow record a *progress mark*: the run and its op log's last
+record. The same mark as at the previous loss means nothing was committed in between:
+``lost.count`` grows; any other mark starts again at 1. The taker parks the workflow once the
+count reaches its ``quarantine_after`` (``QuarantineWorkflow``); ``LiftQuarantine`` makes it
+``running`` and ownerless again, for any live engine to take. Costs one record write and one
+cursor step per takeover of a lost owner's workflow, nothing per step.
+
+Every workflow of a lost owner moves to the same taker, so the culprit's neighbours would be
+lost with it each time. Blame narrows that: an engine whose loop stalls has its watchdog write
+a *stall note* naming the workflow on the loop (``engines/<id>.stall``, removed once the
+engine heartbeats again); a takeover from an engine that left one counts only that workflow.
+Without a note (the process died), a workflow parked on a timer, signal, condition or child
+is not counted either: only one that was running an activity or its own code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from typing import Any, Final, NamedTuple
+
+from ..codec import pack_record, unpack_record
+from ..errors import FencedOut, InvalidRequest, WorkflowClosed, WorkflowNotFound
+from ._apply import TxnState, set_visibility
+from ._feed import feed_entry
+from ._keys import NO_ENGINE, TERMINAL, by_engine_key, fence, op_seq, pack_u64, run_prefix
+
+__all__ = ["QuarantineWorkflow", "LiftQuarantine", "note_lost_owner", "quarantine_workflow", "lift_quarantine", "describe_reason"]
+
+QUARANTINED: Final = "quarantined"
+_LOOK_BACK: Final = 32
+"""Op records read back from the end of the log for the lowest one still without an outcome."""
+_WORKFLOW_CODE: Final = "workflow code"
+
+
+class QuarantineWorkflow(NamedTuple):
+    """Park ``wid`` (held by the committing engine at ``epoch``, run ``run_id``): status
+    ``quarantined``, claim released, nothing driven until ``LiftQuarantine``."""
+
+    wid: str
+    epoch: int
+    run_id: str
+
+
+class LiftQuarantine(NamedTuple):
+    """``quarantined`` -> ``running`` with no holder and the lost count reset (any engine)."""
+
+    wid: str
+
+
+_PARKED: Final = frozenset(("sleep", "signal", "condition", "child"))
+"""Op kinds a workflow waits on without running anything on the loop."""
+
+
+def stall_note_path(store_path: str, engine_id: str) -> str:
+    return os.path.join(store_path, "engines", engine_id + ".stall")
+
+
+def write_stall_note(path: str, note: dict[str, Any]) -> None:
+    """Atomically (a rename): a reader sees the whole note or none."""
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as out:
+        json.dump(note, out)
+    os.replace(temporary, path)
+
+
+def read_stall_note(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as source:
+            note = json.load(source)
+    except (OSError, ValueError):
+        return None
+    return note if isinstance(note, dict) and isinstance(note.get("wid"), str) else None
+
+
+def note_lost_owner(state: TxnState, wid: str, record: dict[str, Any], stall: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """In the takeover transaction of ``wid`` from an owner that was lost holding it: update
+    and write ``record["lost"]`` (``count``, ``mark``, ``reason``) and return it; None (and
+    nothing written) if the loss is not ``wid``'s doing: ``stall``, the lost engine's stall
+    note, names another workflow, or ``wid`` was parked on something that runs nothing."""
+    if stall is not None and stall["wid"] != wid:
+        return None
+    txn, dbs = state.txn, state.dbs
+    prefix = run_prefix(wid, record["run_id"])
+    cursor = txn.cursor(db=dbs.ops)
+    tail: list[tuple[int, bytes]] = []
+    if cursor.set_range(prefix + b"\xff\xff\xff\xff\xff"):
+        moved = cursor.prev()
+    else:
+        moved = cursor.last()
+    while moved and len(tail) < _LOOK_BACK:
+        key = cursor.key()
+        if not key.startswith(prefix):
+            break
+        tail.append((op_seq(key), cursor.value()))
+        moved = cursor.prev()
+    mark = [record["run_id"], tail[0][0], zlib.crc32(tail[0][1])] if tail else [record["run_id"], -1, 0]
+    previous = record.get("lost")
+    same = previous is not None and previous.get("mark") == mark
+    if stall is not None and stall.get("run_id") == record["run_id"]:
+        reason = {"seq": stall.get("seq"), "kind": stall.get("kind"), "name": stall.get("name")}
+    elif same and previous.get("reason"):
+        reason = previous["reason"]
+    else:
+        reason = _reason_from_log(tail)
+    if stall is None and reason.get("kind") in _PARKED:
+        return None
+    lost = {"count": previous.get("count", 0) + 1 if same else 1, "mark": mark, "reason": reason}
+    lost["at"] = state.now
+    record["lost"] = lost
+    txn.put(wid.encode(), pack_record(record), db=dbs.workflows)
+    return lost
+
+
+def _reason_from_log(tail: list[tuple[int, bytes]]) -> dict[str, Any]:
+    """The lowest op at the end of the log still without an outcome (a timer, a retrying
+    activity, a child); else the workflow's own code, or an op it started that records
+    nothing until it ends (an activity's first attempt), after the last recorded op."""
+    pending = None
+    for seq, raw in tail:
+        op = unpack_record(raw)
+        if "t" not in op:
+            pending = {"seq": seq, "kind": op.get("kind"), "name": op.get("name")}
+    if pending is not None:
+        return pending
+    return {"seq": tail[0][0] + 1 if tail else 0, "kind": _WORKFLOW_CODE, "name": None}
+
+
+def pending_reason(commands: list[Any]) -> dict[str, Any]:
+    """What a replayed run is about to execute (its first op command), for the record of a
+    workflow that was already lost without progress: the next loss then names it exactly."""
+    for cmd in commands:
+        if cmd.kind == "op":
+            return {"seq": cmd.seq, "kind": cmd.op.kind, "name": cmd.op.name}
+    return {"seq": None, "kind": _WORKFLOW_CODE, "name": None}
+
+
+def describe_reason(reason: dict[str, Any] | None) -> str:
+    if not reason:
+        return "unknown"
+    if reason.get("kind") == _WORKFLOW_CODE:
+        after = reason.get("seq")
+        return _WORKFLOW_CODE if not after else f"{_WORKFLOW_CODE}, or an activity it started, after op #{after - 1}"
+    return f"op #{reason.get('seq')} {reason.get('kind')} {reason.get('name')!r}"
+
+
+def _load(state: TxnState, wid: str) -> dict[str, Any]:
+    raw = state.txn.get(wid.encode(), db=state.dbs.workflows)
+    if raw is None:
+        raise WorkflowNotFound(f"workflow {wid!r} not found", workflow_id=wid)
+    return unpack_record(raw)
+
+
+def _touch(state: TxnState, wid: str, record: dict[str, Any], old: dict[str, Any]) -> None:
+    record["updated"] = state.now
+    state.txn.put(wid.encode(), pack_record(record), db=state.dbs.workflows)
+    set_visibility(state, record, wid, old)
+    seq = state.next_feed_seq()  # callers waiting elsewhere look again
+    state.txn.put(pack_u64(seq), feed_entry(state.now, wid), db=state.dbs.feed)
+
+
+def quarantine_workflow(state: TxnState, intent: QuarantineWorkflow) -> dict[str, Any]:
+    txn, dbs, wid = state.txn, state.dbs, intent.wid
+    wid_raw = wid.encode()
+    holder = txn.get(wid_raw, db=dbs.claim_holder)
+    if holder is None or holder[:24] != fence(state.engine_raw, intent.epoch):
+        raise FencedOut(f"this engine no longer holds workflow {wid!r} at epoch {intent.epoch}", workflow_id=wid, epoch=intent.epoch)
+    record = _load(state, wid)
+    if record["status"] != "running" or record["run_id"] != intent.run_id:
+        raise FencedOut(f"workflow {wid!r} is no longer running run {intent.run_id}", workflow_id=wid, epoch=intent.epoch)
+    old = dict(record)
+    txn.delete(wid_raw, db=dbs.claim_holder)
+    txn.delete(by_engine_key(state.engine_raw, wid), db=dbs.by_engine)
+    record["status"] = QUARANTINED
+    _touch(state, wid, record, old)
+    return record.get("lost") or {}
+
+
+def lift_quarantine(state: TxnState, intent: LiftQuarantine) -> dict[str, Any]:
+    wid = intent.wid
+    record = _load(state, wid)
+    if record["status"] != QUARANTINED:
+        cls = WorkflowClosed if record["status"] in TERMINAL else InvalidRequest
+        raise cls(f"workflow {wid!r} is {record['status']}, not quarantined", workflow_id=wid, status=record["status"])
+    old = dict(record)
+    lost = record.pop("lost", None) or {}
+    record["status"] = "running"
+    state.txn.put(by_engine_key(NO_ENGINE, wid), b"", db=state.dbs.by_engine)
+    _touch(state, wid, record, old)
+    return {"status": "running", "lost": lost}
