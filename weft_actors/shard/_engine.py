@@ -41,7 +41,7 @@ from ._metrics import EngineMetrics
 from ._outcome import raise_for_outcome
 from ._reads import WorkflowReads
 from ._timers import TimerService
-from ._validate import OWNERSHIP_MODES, validate_timing
+from ._validate import OWNERSHIP_MODES, validate_id, validate_name, validate_timing
 
 __all__ = ["Engine"]
 
@@ -426,8 +426,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         """Append a signal to the durable inbox (and the feed); returns once committed. The
         owner, wherever it runs, picks it up by its feed poll; a local owner at once."""
         self._check_running()
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest("a signal needs a non-empty name")
+        validate_id(workflow_id)
+        validate_name(name, "a signal")
         data = self._check_payload(encode(payload, "signal payload"), "signal payload")
         append = AppendInbox(workflow_id, "signal", name, data)
         if workflow_id in self.eviction.evicted:
@@ -455,6 +455,9 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         drops its claim and timers and rotates its epoch, so its owner's next write is fenced
         out. ``WorkflowClosed`` if it has already finished."""
         self._check_running()
+        validate_id(workflow_id)
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRequest(f"a terminate reason must be a string, not {reason!r}")
         error = {"type": "WorkflowTerminated", "message": reason or "terminated", "kind": "terminated"}
         result = await self.committer.submit_and_wait(CloseWorkflow(workflow_id, "terminated", error))
         if isinstance(result, WeftError):
@@ -465,6 +468,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         """Delete a finished workflow's record, history, inbox and listing entry; its epoch is
         kept (and grows), so the id can be reused safely."""
         self._check_running()
+        validate_id(workflow_id)
         result = await self.committer.submit_and_wait(PurgeWorkflow(workflow_id))
         if isinstance(result, WeftError):
             raise result

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import inspect
+import math
 from typing import Any, Callable, NamedTuple, TypeVar, overload
 
+from .._checks import MAX_SECONDS, check_seconds
 from ..errors import InvalidRequest
 
 __all__ = [
@@ -39,13 +41,16 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
-        if self.initial_interval < 0 or self.max_interval < 0 or self.backoff < 1:
-            raise ValueError("intervals must be >= 0 and backoff >= 1")
+        if not (0 <= self.initial_interval <= MAX_SECONDS and 0 <= self.max_interval <= MAX_SECONDS and 1 <= self.backoff < math.inf):
+            raise ValueError(f"intervals must be between 0 and {MAX_SECONDS:.0f} seconds and backoff finite and >= 1")
         object.__setattr__(self, "non_retryable", tuple(self.non_retryable))
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        return min(self.initial_interval * self.backoff ** (attempt - 1), self.max_interval)
+        try:
+            return min(self.initial_interval * self.backoff ** (attempt - 1), self.max_interval)
+        except OverflowError:  # a huge attempt count: the cap
+            return self.max_interval
 
     def retryable(self, error: BaseException) -> bool:
         return not isinstance(error, self.non_retryable)
@@ -127,6 +132,9 @@ class _ActivityDecorator:
         def mark(fn: F) -> F:
             if not callable(fn):
                 raise TypeError(f"@activity needs a function, got {fn!r}")
+            for what, value in (("start_to_close", start_to_close), ("schedule_to_close", schedule_to_close)):
+                if value is not None:
+                    check_seconds(value, what)
             fn.__weft_activity__ = ActivityDefinition(  # type: ignore[attr-defined]
                 name or fn.__name__,
                 fn,
