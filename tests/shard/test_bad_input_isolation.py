@@ -138,3 +138,32 @@ def test_signal_update_and_query_refuse_a_bad_name(tmp_path, name):
                 assert good == 4
 
     run(main())
+
+
+def test_a_payload_naming_a_module_fails_that_request_only_and_imports_nothing(tmp_path, monkeypatch):
+    """The shard's request path decodes client payloads: a type tag naming a module is a
+    ``SerializationError`` for that request, nothing is imported, and the shard keeps serving."""
+    import msgpack
+
+    from weft_actors.errors import SerializationError
+    from weft_actors.supervisor._shard_ops import ShardOps
+
+    marker = tmp_path / "imported"
+    (tmp_path / "side_effect_mod_xyz.py").write_text(f"open({str(marker)!r}, 'w').close()\nclass Thing:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    evil = msgpack.packb(msgpack.ExtType(12, msgpack.packb(["side_effect_mod_xyz", "Thing", {}])))
+
+    async def main():
+        async with Engine(str(tmp_path / "db"), app=APP) as engine:
+            ops = ShardOps(engine)
+            handle = await engine.start(idle)
+            for request in (
+                {"op": "signal", "wid": handle.id, "name": "go", "payload": evil},
+                {"op": "start", "workflow": "three_steps", "args": msgpack.packb([msgpack.ExtType(12, msgpack.packb(["side_effect_mod_xyz", "Thing", {}]))])},
+            ):
+                with pytest.raises(SerializationError, match="not registered"):
+                    await _bounded(ops.dispatch(request))
+            assert await _bounded(engine.execute(three_steps, 1)) == 4
+
+    run(main())
+    assert not marker.exists()

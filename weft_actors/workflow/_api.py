@@ -6,9 +6,12 @@ import contextvars
 import dataclasses
 import inspect
 import math
+import sys
+import typing
 from typing import Any, Callable, NamedTuple, TypeVar, overload
 
 from .._checks import MAX_SECONDS, check_seconds
+from ..codec import register_type
 from ..errors import InvalidRequest
 
 __all__ = [
@@ -180,4 +183,48 @@ def collect_workflows(app: Any) -> dict[str, WorkflowDefinition]:
         if previous is not None and previous.fn is not definition.fn:
             raise InvalidRequest(f"two workflows are named {definition.name!r}")
         found[definition.name] = definition
+    register_app_types(app, found.values())
     return found
+
+
+def register_app_types(app: Any, definitions: Any) -> None:
+    """Register with the codec the classes an app's payloads may carry, so that a process
+    that only decodes them (a shard reading a client's arguments and signals, or replaying a
+    history another shard wrote) can: every codec class in the app module, in each workflow's
+    module and in the module of each activity those modules name (imported names included),
+    and the classes named in those workflows' and activities' annotations. Anything else
+    needs ``register_type``."""
+    modules = [app] if inspect.ismodule(app) else []
+    functions = [definition.fn for definition in definitions]
+    for fn in functions:
+        module = sys.modules.get(getattr(fn, "__module__", None) or "")
+        if module is not None and module not in modules:
+            modules.append(module)
+    for module in list(modules):
+        for value in list(vars(module).values()):
+            if activity_definition(value) is not None and value not in functions:
+                functions.append(value)
+                owner = sys.modules.get(getattr(value, "__module__", None) or "")
+                if owner is not None and owner not in modules:
+                    modules.append(owner)
+    for fn in functions:
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception:  # an unresolvable forward reference: its module scan covers most
+            hints = {}
+        for hint in hints.values():
+            _register_hint(hint)
+    for module in modules:
+        register_type(module)
+
+
+def _register_hint(hint: Any, depth: int = 0) -> None:
+    if depth > 8:
+        return
+    if isinstance(hint, type) and hint.__module__ != "builtins":
+        try:
+            register_type(hint)
+        except TypeError:  # not a class the codec tags (str, datetime, a plain class)
+            pass
+    for arg in typing.get_args(hint):
+        _register_hint(arg, depth + 1)
