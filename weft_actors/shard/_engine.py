@@ -448,7 +448,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if isinstance(result, WeftError):
             raise result
         if direct is None or not result[1]:
-            self._message_sent(workflow_id, "signal")
+            self.after_committed_call(self._message_sent, workflow_id, "signal")
 
     async def terminate(self, workflow_id: str, reason: str | None = None) -> None:
         """End a workflow at once, whoever owns it: one transaction sets it ``terminated``,
@@ -462,7 +462,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         result = await self.committer.submit_and_wait(CloseWorkflow(workflow_id, "terminated", error))
         if isinstance(result, WeftError):
             raise result
-        self.closed_externally(workflow_id, result)
+        self.after_committed_call(self.closed_externally, workflow_id, result)
 
     async def purge(self, workflow_id: str) -> None:
         """Delete a finished workflow's record, history, inbox and listing entry; its epoch is
@@ -480,10 +480,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if actor is not None:
             self.drop_actor(actor)
         self.eviction.forget(workflow_id)
-        outcome = {"status": result["status"], "result": None, "error": None}
-        record = self.store.get_workflow(workflow_id)
-        if record is not None:
-            outcome["error"] = record.get("error")
+        outcome = {"status": result["status"], "result": None, "error": result.get("error")}
         for future in self._waiters.pop(workflow_id, ()):
             resolve(future, outcome)
         for wid in result.get("touched", ()):  # its children, closed or asked to cancel
@@ -491,6 +488,19 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if self._on_commit_hint is not None:
             self.publish_hint("workflow-touched", workflow_id)
             self.publish_hint("workflow-done", workflow_id)
+
+    def after_committed_call(self, follow_up: Callable[..., None], *args: Any) -> None:
+        """Run a client call's local follow-up (drop an actor, wake waiters, hint peers) once
+        its commit landed. The call has taken effect, so nothing here may turn it into a
+        failure: an engine that stopped or was deposed meanwhile has nothing left to follow
+        up (its actors and waiters are gone, its store closed), and any other error is
+        logged, not raised."""
+        if self.state != "running":
+            return
+        try:
+            follow_up(*args)
+        except Exception:
+            log.exception("engine %s: follow-up of a committed call failed (the call itself took effect)", self.engine_id)
 
     def stats(self) -> dict[str, Any]:
         """Counters of this engine (once opened), readable in-process; workflow ids are never

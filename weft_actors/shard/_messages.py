@@ -79,6 +79,9 @@ class WorkflowMessages:
     def closed_externally(self, workflow_id: str, result: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def after_committed_call(self, follow_up: Callable[..., None], *args: Any) -> None:
+        raise NotImplementedError
+
     # -- updates --------------------------------------------------------------------------
 
     async def update(self, workflow_id: str, name: str, *args: Any, request_id: str | None = None) -> Any:
@@ -101,7 +104,7 @@ class WorkflowMessages:
         if isinstance(appended, WeftError):
             raise appended
         if isinstance(appended, int):  # a new request, not a retry of a known one
-            self._message_sent(workflow_id, "update")
+            self.after_committed_call(self._message_sent, workflow_id, "update")
         return await self._await_update(workflow_id, name, request_id)
 
     async def _await_update(self, wid: str, name: str, request_id: str) -> Any:
@@ -160,9 +163,9 @@ class WorkflowMessages:
         if isinstance(result, WeftError):
             raise result
         if "closed" in result:
-            self.closed_externally(workflow_id, result["closed"])
+            self.after_committed_call(self.closed_externally, workflow_id, result["closed"])
             return
-        self._message_sent(workflow_id, "cancel")
+        self.after_committed_call(self._message_sent, workflow_id, "cancel")
 
     # -- signal with start ----------------------------------------------------------------
 
