@@ -31,6 +31,7 @@ from ..store import AppendInbox, CloseWorkflow, LmdbStore, PurgeWorkflow
 from ..workflow import WorkflowDefinition, collect_workflows, workflow_definition
 from ._activities import ActivityRunner
 from ._actor import Actor
+from ._commit_retry import CommitRetry
 from ._committer import GroupCommitter
 from ._eviction import Evictor
 from ._handle import WorkflowHandle
@@ -150,6 +151,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.actors: dict[str, Actor] = {}
         self.orphans: set[str] = set()
         self.eviction = Evictor(self, max_live_actors)
+        self.commit_retry = CommitRetry(self)
         self.max_active_workflows = max(200_000, 2 * max_live_actors) if max_active_workflows is None else max_active_workflows
         if self.max_active_workflows <= max_live_actors:
             raise ValueError(
@@ -254,6 +256,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.actors.clear()
         self.eviction.clear()
         self.orphans.clear()
+        self.commit_retry.clear()
 
     def _shutdown(self, error: WeftError) -> None:
         self.committer.close(error)
@@ -513,7 +516,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "ownership": self.ownership,
             "live_actors": len(self.actors),
             "parked_actors": parked,
-            "claims_active": len(self.actors) + len(self.eviction.evicted) + len(self.orphans),
+            "claims_active": len(self.actors) + len(self.eviction.evicted) + len(self.orphans) + self.commit_retry.waiting,
             "commits_total": self.committer.batches,
             "writes_total": self.committer.intents,
             "timers": len(self.timers),

@@ -379,6 +379,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
     def read(self) -> lmdb.Transaction:
         return self.env.begin()
 
+    def within_reserve(self) -> bool:
+        """Whether growth is refused now (``_reserve``): the store's pages reach into its reserve."""
+        with self.env.begin() as txn:
+            return self._reserve.check(txn) is not None
+
     def feed_head(self) -> int:
         with self.env.begin() as txn:
             return feed_head(txn, self.dbs)
