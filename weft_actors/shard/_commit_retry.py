@@ -50,6 +50,10 @@ class CommitRetry:
         engine = self._engine
         loop = engine.committer.loop
         now = loop.time()
+        if len(self._last) > 4096:  # forget workflows whose last refusal is long past
+            for stale in [w for w, at in self._last.items() if now - at > 2 * MAX_BACKOFF and w not in self._handles]:
+                del self._last[stale]
+                self._failures.pop(stale, None)
         last = self._last.get(wid)
         failures = 1 if last is None or now - last > 2 * MAX_BACKOFF else self._failures.get(wid, 0) + 1
         self._failures[wid] = failures
