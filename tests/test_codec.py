@@ -31,12 +31,13 @@ from weft_actors.codec import (
     pack_record,
     unpack_record,
 )
+from weft_actors.codec import register_type
 from weft_actors.errors import SerializationError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # --------------------------------------------------------------------------- module-level types
-# (defined here, at module level, so decoding can re-import them)
+# (defined here, at module level, so their (module, qualname) tags lead back to them)
 
 
 class Color(enum.Enum):
@@ -570,6 +571,145 @@ def test_missing_class_on_decode_is_named() -> None:
     with pytest.raises(SerializationError) as info:
         decode(_ext(12, [__name__, "Gone", {}]))
     assert info.value.type_name == f"{__name__}.Gone"
+
+
+# --------------------------------------------------------------------------- the type registry
+
+
+@dataclasses.dataclass
+class NeverEncoded:
+    """Loaded in this process, but never encoded nor registered: decoding must not build it."""
+
+    x: int
+
+
+class Flavour(enum.Enum):
+    SWEET = "sweet"
+
+
+def _in_fresh_interpreter(code: str, *paths: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, *paths]))
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=30)
+
+
+def test_decoding_never_imports_the_module_a_payload_names(tmp_path) -> None:
+    marker = tmp_path / "imported"
+    (tmp_path / "noisy_module_xyz.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "import dataclasses\n"
+        "@dataclasses.dataclass\n"
+        "class Thing:\n    x: int = 0\n"
+    )
+    code = (
+        "import sys, msgpack\n"
+        "from weft_actors.codec import decode\n"
+        "from weft_actors.errors import SerializationError\n"
+        "for module, name in [('noisy_module_xyz', 'Thing'), ('unittest.__main__', 'main')]:\n"
+        "    data = msgpack.packb(msgpack.ExtType(12, msgpack.packb([module, name, {}])))\n"
+        "    try:\n"
+        "        decode(data, 'signal payload')\n"
+        "    except SerializationError as exc:\n"
+        "        assert 'not registered' in str(exc), exc\n"
+        "    else:\n"
+        "        raise SystemExit('decoded ' + module)\n"
+        "    assert module not in sys.modules, module\n"
+        "print('alive')\n"
+    )
+    result = _in_fresh_interpreter(code, str(tmp_path))
+    assert result.returncode == 0 and result.stdout.strip() == "alive", result.stdout + result.stderr
+    assert not marker.exists()
+
+
+def test_a_loaded_but_unregistered_class_is_not_constructed() -> None:
+    for code, payload in ((12, [__name__, "NeverEncoded", {"x": 1}]), (11, [__name__, "Flavour", "sweet"])):
+        with pytest.raises(SerializationError) as info:
+            decode(_ext(code, payload), "signal payload")
+        assert "not registered" in str(info.value) and "register_type" in str(info.value)
+    register_type(Flavour)
+    assert decode(_ext(11, [__name__, "Flavour", "sweet"])) is Flavour.SWEET
+
+
+def test_register_type_takes_classes_and_modules_and_refuses_the_rest(tmp_path) -> None:
+    assert register_type(NeverEncoded) is NeverEncoded  # usable as a decorator
+    assert decode(_ext(12, [__name__, "NeverEncoded", {"x": 2}])) == NeverEncoded(2)
+    with pytest.raises(TypeError):
+        register_type(object)
+    with pytest.raises(TypeError):
+        register_type(42)
+
+    @dataclasses.dataclass
+    class Local:
+        x: int
+
+    with pytest.raises(TypeError, match="inside a function"):
+        register_type(Local)
+    (tmp_path / "types_app_xyz.py").write_text(
+        "import dataclasses, enum\n"
+        "from typing import NamedTuple\n"
+        "@dataclasses.dataclass\n"
+        "class Order:\n    n: int\n"
+        "class Size(enum.Enum):\n    BIG = 'big'\n"
+        "class Pt(NamedTuple):\n    a: int\n"
+    )
+    code = (
+        "import msgpack, types_app_xyz as app\n"
+        "from weft_actors import register_type\n"
+        "from weft_actors.codec import decode\n"
+        "register_type(app)\n"
+        "ext = lambda c, p: msgpack.packb(msgpack.ExtType(c, msgpack.packb(p)))\n"
+        "assert decode(ext(12, ['types_app_xyz', 'Order', {'n': 1}])) == app.Order(1)\n"
+        "assert decode(ext(11, ['types_app_xyz', 'Size', 'big'])) is app.Size.BIG\n"
+        "assert decode(ext(14, ['types_app_xyz', 'Pt', [3]])) == app.Pt(3)\n"
+        "print('ok')\n"
+    )
+    result = _in_fresh_interpreter(code, str(tmp_path))
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
+def test_collecting_an_app_registers_the_types_its_payloads_carry(tmp_path) -> None:
+    """A shard decodes what clients encoded elsewhere: the app's types are registered when the
+    engine collects its workflows, from the module and from the workflows' annotations."""
+    (tmp_path / "models_xyz.py").write_text(
+        "import dataclasses\n"
+        "@dataclasses.dataclass\n"
+        "class Item:\n    sku: str\n"
+        "@dataclasses.dataclass\n"
+        "class Annotated:\n    v: int\n"
+    )
+    (tmp_path / "acts_xyz.py").write_text(
+        "import dataclasses\n"
+        "from weft_actors import activity\n"
+        "@dataclasses.dataclass\n"
+        "class Fetched:\n    body: str\n"
+        "@activity\n"
+        "async def fetch(url: str) -> 'Fetched':\n    return Fetched(url)\n"
+    )
+    (tmp_path / "shop_app_xyz.py").write_text(
+        "import dataclasses\n"
+        "from weft_actors import workflow\n"
+        "from models_xyz import Item\n"
+        "import models_xyz\n"
+        "from acts_xyz import fetch\n"
+        "@dataclasses.dataclass\n"
+        "class Order:\n    n: int\n"
+        "@workflow\n"
+        "async def shop(ctx, order: Order, extra: 'list[models_xyz.Annotated] | None' = None) -> Order:\n"
+        "    return order\n"
+    )
+    code = (
+        "import msgpack, shop_app_xyz as app, models_xyz\n"
+        "from weft_actors.codec import decode\n"
+        "from weft_actors.workflow import collect_workflows\n"
+        "ext = lambda c, p: msgpack.packb(msgpack.ExtType(c, msgpack.packb(p)))\n"
+        "collect_workflows([app.shop])\n"
+        "assert decode(ext(12, ['shop_app_xyz', 'Order', {'n': 1}])) == app.Order(1)\n"
+        "assert decode(ext(12, ['models_xyz', 'Item', {'sku': 'a'}])) == models_xyz.Item('a')\n"
+        "assert decode(ext(12, ['models_xyz', 'Annotated', {'v': 2}])) == models_xyz.Annotated(2)\n"
+        "assert decode(ext(12, ['acts_xyz', 'Fetched', {'body': 'b'}])).body == 'b'\n"
+        "print('ok')\n"
+    )
+    result = _in_fresh_interpreter(code, str(tmp_path))
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr
 
 
 @settings(max_examples=200, deadline=None)

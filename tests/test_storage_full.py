@@ -161,3 +161,58 @@ def test_a_full_store_fails_a_batch_whole_and_answers_nothing_as_success(tmp_pat
 
 def test_storage_full_is_a_weft_error_with_a_stable_code():
     assert issubclass(StorageFull, WeftError) and StorageFull.code == "storage_full"
+
+
+RUNS: dict[str, int] = {}
+GATE: dict[str, asyncio.Event] = {}
+
+
+@activity
+async def counted(tag: str) -> str:
+    """Counts its executions; the first waits for ``GATE[tag]``."""
+    RUNS[tag] = RUNS.get(tag, 0) + 1
+    gate = GATE.get(tag)
+    if gate is not None and RUNS[tag] == 1:
+        await gate.wait()
+    return tag
+
+
+@workflow
+async def one_counted(ctx, tag: str) -> str:
+    return await ctx.run(counted, tag)
+
+
+def test_a_step_refused_for_lack_of_room_waits_for_room_and_its_activity_is_not_rerun_meanwhile(tmp_path):
+    """While the store is within its reserve, a workflow whose step was refused is not driven
+    again every heartbeat (re-running its activity each time): it waits for room, then runs on."""
+
+    async def main():
+        RUNS.clear()
+        GATE["t"] = asyncio.Event()
+        async with Engine(str(tmp_path), app=[*APP, one_counted], map_size=MAP_SIZE, heartbeat=0.1, ttl=0.5) as engine:
+            gated = await engine.start(one_counted, "t", id="gated")
+            await eventually(lambda: RUNS.get("t") == 1)
+            waiting, errors = [], []
+            for first in range(0, 5000, 25):  # parked waiters until the store refuses starts
+                results = await asyncio.gather(
+                    *[engine.start(waiter, i, id=f"w-{i}") for i in range(first, first + 25)], return_exceptions=True
+                )
+                waiting += [r for r in results if not isinstance(r, BaseException)]
+                errors += [r for r in results if isinstance(r, BaseException)]
+                if errors:
+                    break
+            assert errors and all(isinstance(e, StorageFull) for e in errors)
+
+            GATE["t"].set()  # its outcome's commit is refused: the store is full
+            await asyncio.sleep(3.0)  # 30 heartbeats (each was a re-drive, and a re-run)
+            assert RUNS["t"] == 1, f"the activity ran {RUNS['t']} times while nothing could commit"
+            assert (await gated.describe())["status"] == "running"
+
+            for h in waiting:  # terminating and purging frees room
+                await engine.terminate(h.id)
+                await engine.purge(h.id)
+            assert await gated.result(timeout=10) == "t"
+            assert RUNS["t"] == 2  # once more, now that its outcome had room
+            assert engine.state == "running"
+
+    run(main())

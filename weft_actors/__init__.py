@@ -8,6 +8,7 @@ import logging as _logging
 
 from . import errors
 from .bus import AsyncClient, AsyncClientHandle, Client, ClientHandle
+from .codec import register_type
 from .errors import WeftError
 from .shard import Engine, WorkflowHandle
 from .workflow import ActivityInfo, Context, RetryPolicy, activity, workflow
@@ -25,6 +26,7 @@ __all__ = [
     "WorkflowHandle",
     "activity",
     "errors",
+    "register_type",
     "workflow",
 ]
 

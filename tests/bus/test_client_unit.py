@@ -286,3 +286,34 @@ def test_curve_key_forms(curve_dirs: dict[str, Path]) -> None:
         resolve_curve(None, secret_key=secret)
     with pytest.raises(ValueError):
         resolve_curve(public, public_key=public)
+
+
+@pytest.mark.parametrize("wid", ["", None, 7, "a\x00b", "x" * 300])
+def test_every_client_call_refuses_a_bad_workflow_id_before_sending(wid):
+    from weft_actors.bus import _calls
+    from weft_actors.errors import InvalidRequest
+
+    builders = [
+        lambda: _calls.signal_call(wid, "go", 1),
+        lambda: _calls.query_call(wid, "q", ()),
+        lambda: _calls.update_call(wid, "u", ()),
+        lambda: _calls.result_call(wid, 1.0),
+        lambda: _calls.cancel_call(wid),
+        lambda: _calls.terminate_call(wid),
+        lambda: _calls.describe_call(wid),
+    ]
+    if wid is not None:  # no id at start means "make one"
+        builders.append(lambda: _calls.start_call("w", (), id=wid))
+    for build in builders:
+        with pytest.raises(InvalidRequest):
+            build()
+
+
+@pytest.mark.parametrize("option", ["start_delay", "start_at", "execution_timeout"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e300])
+def test_client_start_refuses_unusable_times_before_sending(option, value):
+    from weft_actors.bus import _calls
+    from weft_actors.errors import InvalidRequest
+
+    with pytest.raises(InvalidRequest):
+        _calls.start_call("w", (), **{option: value})

@@ -14,6 +14,7 @@ from typing import Any, Callable, Final, NamedTuple
 
 import msgpack
 
+from .._checks import check_instant, check_seconds, validate_id, validate_name
 from ..codec import decode, encode, encode_args
 from ..errors import InvalidRequest, UnknownWorkflowType, from_wire
 from ._protocol import VERSION
@@ -79,15 +80,15 @@ def _seconds(value: Any, name: str) -> float | None:
         return None
     if isinstance(value, _dt.timedelta):
         return value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidRequest(f"{name} must be a number of seconds, not {value!r}")
-    return float(value)
+    return check_seconds(value, name)
 
 
 def _timestamp(value: Any) -> float | None:
+    if value is None:
+        return None
     if isinstance(value, _dt.datetime):
         return value.timestamp()
-    return _seconds(value, "start_at")
+    return check_instant(value, "start_at")
 
 
 def _compact(**fields: Any) -> dict[str, Any]:
@@ -117,8 +118,8 @@ def start_call(
     name = _workflow_name(workflow)
     if if_exists not in IF_EXISTS:
         raise InvalidRequest(f"if_exists must be 'error', 'return' or 'start_new', not {if_exists!r}")
-    if id is not None and not isinstance(id, str):
-        raise InvalidRequest(f"a workflow id must be a string, not {id!r}")
+    if id is not None:
+        validate_id(id)
     fields = _compact(
         workflow=name,
         args=encode_args(tuple(args), "workflow argument"),
@@ -131,9 +132,7 @@ def start_call(
     )
     if signal is None:
         return Call("start", fields, _started)
-    if not isinstance(signal, str) or not signal:
-        raise InvalidRequest("a signal needs a non-empty name")
-    fields["signal"] = signal
+    fields["signal"] = validate_name(signal, "a signal")
     fields["payload"] = encode(payload, "signal payload")
     return Call("signal_with_start", fields, _started)
 
@@ -148,28 +147,28 @@ def execute_call(workflow: Any, args: tuple[Any, ...], wait: float, **options: A
 
 
 def signal_call(wid: str, name: str, payload: Any = None) -> Call:
-    return Call("signal", {"wid": wid, "name": name, "payload": encode(payload, "signal payload")}, _none)
+    return Call("signal", {"wid": validate_id(wid), "name": validate_name(name, "a signal"), "payload": encode(payload, "signal payload")}, _none)
 
 
 def query_call(wid: str, name: str, args: tuple[Any, ...]) -> Call:
-    fields = {"wid": wid, "name": name, "args": encode_args(tuple(args), "query argument")}
+    fields = {"wid": validate_id(wid), "name": validate_name(name, "a query"), "args": encode_args(tuple(args), "query argument")}
     return Call("query", fields, lambda ok: decode(ok, "query result"))
 
 
 def update_call(wid: str, name: str, args: tuple[Any, ...], request_id: str | None = None) -> Call:
     """A missing ``request_id`` is generated here, once, so retries of this call stay idempotent."""
     fields = {
-        "wid": wid,
-        "name": name,
+        "wid": validate_id(wid),
+        "name": validate_name(name, "an update"),
         "args": encode_args(tuple(args), "update argument"),
-        "request_id": request_id if request_id is not None else uuid.uuid4().hex,
+        "request_id": validate_id(request_id, "a request id") if request_id is not None else uuid.uuid4().hex,
     }
     return Call("update", fields, lambda ok: decode(ok, "update result"))
 
 
 def result_call(wid: str, wait: float) -> Call:
     wait = max(0.0, min(wait, MAX_RESULT_WAIT))
-    return Call("result", {"wid": wid, "wait": wait}, _identity, wait)
+    return Call("result", {"wid": validate_id(wid), "wait": wait}, _identity, wait)
 
 
 def result_value(ok: Any) -> tuple[bool, Any]:
@@ -180,11 +179,11 @@ def result_value(ok: Any) -> tuple[bool, Any]:
 
 
 def cancel_call(wid: str) -> Call:
-    return Call("cancel", {"wid": wid}, _none)
+    return Call("cancel", {"wid": validate_id(wid)}, _none)
 
 
 def terminate_call(wid: str, reason: str | None = None) -> Call:
-    return Call("terminate", _compact(wid=wid, reason=reason), _none)
+    return Call("terminate", _compact(wid=validate_id(wid), reason=reason), _none)
 
 
 def lift_quarantine_call(wid: str) -> Call:
@@ -192,7 +191,7 @@ def lift_quarantine_call(wid: str) -> Call:
 
 
 def describe_call(wid: str) -> Call:
-    return Call("describe", {"wid": wid}, lambda ok: decode(ok, "describe"))
+    return Call("describe", {"wid": validate_id(wid)}, lambda ok: decode(ok, "describe"))
 
 
 def list_call(status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> Call:

@@ -17,8 +17,9 @@ models or named tuples are written as their base type (an ``OrderedDict`` or
 ``defaultdict`` decodes as a plain ``dict``); ``bytearray`` and ``memoryview``
 are packed by msgpack before the codec sees them and decode as ``bytes``; a
 ``tzinfo`` that is neither a ``ZoneInfo`` with a key nor a ``datetime.timezone``
-is written as the fixed offset (and name) it has at that instant.  Classes are
-re-imported by module and qualname when decoding, so only decode trusted data.
+is written as the fixed offset (and name) it has at that instant.  Classes travel
+as (module, qualname) tags; decoding constructs only classes registered in this process
+(``register_type``, or encoded here), and never imports a module a payload names.
 
 Threading: ``encode``/``decode`` keep their msgpack packers per thread (activities
 may run in a thread pool).  ``pack_record`` shares one module-level packer and
@@ -28,6 +29,7 @@ must only be called from the engine's event-loop thread.
 from ._pack import encode, encode_args
 from ._records import pack_record, unpack_record
 from ._unpack import decode, decode_args
+from ._wire import register_type
 
 __all__ = [
     "encode",
@@ -36,4 +38,5 @@ __all__ = [
     "unpack_record",
     "encode_args",
     "decode_args",
+    "register_type",
 ]

@@ -25,14 +25,21 @@ below is itself msgpack unless marked otherwise::
 
 Also here: the nesting limits (``_MAX_DEPTH`` binds both directions alike), the per-thread
 state that counts against them, and classes as (module, qualname) references, checked when
-encoding and imported when decoding.
+encoding and looked up in the type registry when decoding.
+
+The registry is what makes decoding safe for payloads from anyone who can reach the front
+door: a type tag is only ever looked up, never imported, so a payload can construct only a
+class this process has registered -- by encoding a value of it, by ``register_type`` (a class
+or a whole module), or because the engine scanned the app module it serves. An unknown tag is
+a ``SerializationError`` for that one value.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import enum
 import sys
+import types
 import threading
 from typing import Any
 
@@ -107,6 +114,8 @@ _state = _ThreadState()
 
 
 _CLASS_REFS: dict[type, tuple[str, str]] = {}
+_REGISTERED: dict[tuple[str, str], type] = {}
+"""(module, qualname) -> the class decoding may construct for that tag."""
 
 
 def _walk(root: object, qualname: str) -> object:
@@ -140,6 +149,7 @@ def _class_ref(cls: type) -> tuple[str, str]:
         )
     ref = (module, qualname)
     _CLASS_REFS[cls] = ref
+    _REGISTERED[ref] = cls  # a class this process encodes is one it may decode
     return ref
 
 
@@ -154,24 +164,49 @@ def _fields(cls: type) -> dict[str, dataclasses.Field]:
     return fields
 
 
-_RESOLVED: dict[tuple[str, str], type] = {}
+def _is_codec_class(cls: object) -> bool:
+    """Whether values of ``cls`` travel as one of the class-tagged extension types."""
+    if not isinstance(cls, type):
+        return False
+    if issubclass(cls, enum.Enum) or dataclasses.is_dataclass(cls):
+        return True
+    if callable(getattr(cls, "model_dump", None)) and callable(getattr(cls, "model_validate", None)):
+        return True
+    return issubclass(cls, tuple) and hasattr(cls, "_fields") and hasattr(cls, "_make")
+
+
+def register_type(obj: Any) -> Any:
+    """Let decoding construct the class ``obj`` (an enum, dataclass, named tuple or pydantic
+    model), or every such class found in the module ``obj``; returns ``obj`` (usable as a
+    class decorator). Values a process encodes register their classes by themselves; a process
+    that only decodes a class (a shard reading a client's payload, a client reading a result)
+    registers it here. ``TypeError`` for a class the codec cannot carry."""
+    if isinstance(obj, types.ModuleType):
+        for value in list(vars(obj).values()):
+            if _is_codec_class(value) and value.__module__ != "enum":
+                try:
+                    _class_ref(value)
+                except _Failure:
+                    pass  # not reachable by its name (a local class, an alias): skip it
+        return obj
+    if not _is_codec_class(obj):
+        raise TypeError(f"register_type needs an enum, dataclass, named tuple or pydantic model class (or a module), not {obj!r}")
+    try:
+        _class_ref(obj)
+    except _Failure as failure:
+        raise TypeError(f"cannot register {failure.type_name}: {failure.reason}") from None
+    return obj
 
 
 def _resolve(module: object, qualname: object) -> Any:
+    """The registered class for a type tag; never imports anything."""
     if type(module) is not str or type(qualname) is not str:
         raise ValueError("malformed class reference")
-    cached = _RESOLVED.get((module, qualname))
-    if cached is not None:
-        return cached
-    name = f"{module}.{qualname}"
-    try:
-        loaded = importlib.import_module(module)
-    except Exception as exc:
-        raise _Failure(name, f"its class cannot be imported ({_describe(exc)})") from exc
-    cls = _walk(loaded, qualname)
-    if cls is _MISSING:
-        raise _Failure(name, f"its class cannot be imported (module {module!r} has no {qualname!r})")
-    if not isinstance(cls, type):
-        raise _Failure(name, f"{name!r} is not a class")
-    _RESOLVED[(module, qualname)] = cls
+    cls = _REGISTERED.get((module, qualname))
+    if cls is None:
+        raise _Failure(
+            f"{module}.{qualname}",
+            "its class is not registered in this process (register it with weft_actors.register_type, "
+            "or define it in the app module)",
+        )
     return cls

@@ -31,6 +31,7 @@ from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, Purge
 from ..workflow import WorkflowDefinition, collect_workflows, workflow_definition
 from ._activities import ActivityRunner
 from ._actor import Actor
+from ._commit_retry import CommitRetry
 from ._committer import GroupCommitter
 from ._driving import Driver
 from ._eviction import Evictor
@@ -42,7 +43,7 @@ from ._metrics import EngineMetrics
 from ._outcome import raise_for_outcome
 from ._reads import WorkflowReads
 from ._timers import TimerService
-from ._validate import OWNERSHIP_MODES, validate_id, validate_timing
+from ._validate import OWNERSHIP_MODES, validate_id, validate_name, validate_timing
 from ._watchdog import LoopWatchdog
 
 __all__ = ["Engine"]
@@ -160,6 +161,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.actors: dict[str, Actor] = {}
         self.orphans: set[str] = set()
         self.eviction = Evictor(self, max_live_actors)
+        self.commit_retry = CommitRetry(self)
         self.max_active_workflows = max(200_000, 2 * max_live_actors) if max_active_workflows is None else max_active_workflows
         if self.max_active_workflows <= max_live_actors:
             raise ValueError(
@@ -281,6 +283,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.eviction.clear()
         self.driver.clear()
         self.orphans.clear()
+        self.commit_retry.clear()
 
     def _shutdown(self, error: WeftError) -> None:
         if self.watchdog is not None:
@@ -455,8 +458,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         """Append a signal to the durable inbox (and the feed); returns once committed. The
         owner, wherever it runs, picks it up by its feed poll; a local owner at once."""
         self._check_running()
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest("a signal needs a non-empty name")
+        validate_id(workflow_id)
+        validate_name(name, "a signal")
         data = self._check_payload(encode(payload, "signal payload"), "signal payload")
         append = AppendInbox(workflow_id, "signal", name, data)
         if workflow_id in self.eviction.evicted:
@@ -477,18 +480,21 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if isinstance(result, WeftError):
             raise result
         if direct is None or not result[1]:
-            self._message_sent(workflow_id, "signal")
+            self.after_committed_call(self._message_sent, workflow_id, "signal")
 
     async def terminate(self, workflow_id: str, reason: str | None = None) -> None:
         """End a workflow at once, whoever owns it: one transaction sets it ``terminated``,
         drops its claim and timers and rotates its epoch, so its owner's next write is fenced
         out. ``WorkflowClosed`` if it has already finished."""
         self._check_running()
+        validate_id(workflow_id)
+        if reason is not None and not isinstance(reason, str):
+            raise InvalidRequest(f"a terminate reason must be a string, not {reason!r}")
         error = {"type": "WorkflowTerminated", "message": reason or "terminated", "kind": "terminated"}
         result = await self.committer.submit_and_wait(CloseWorkflow(workflow_id, "terminated", error))
         if isinstance(result, WeftError):
             raise result
-        self.closed_externally(workflow_id, result)
+        self.after_committed_call(self.closed_externally, workflow_id, result)
 
     async def lift_quarantine(self, workflow_id: str) -> None:
         """Put a quarantined workflow back to work (after a fix is deployed): it becomes
@@ -509,6 +515,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         """Delete a finished workflow's record, history, inbox and listing entry; its epoch is
         kept (and grows), so the id can be reused safely."""
         self._check_running()
+        validate_id(workflow_id)
         result = await self.committer.submit_and_wait(PurgeWorkflow(workflow_id))
         if isinstance(result, WeftError):
             raise result
@@ -521,10 +528,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             self.drop_actor(actor)
         self.eviction.forget(workflow_id)
         self.driver.discard(workflow_id)
-        outcome = {"status": result["status"], "result": None, "error": None}
-        record = self.store.get_workflow(workflow_id)
-        if record is not None:
-            outcome["error"] = record.get("error")
+        outcome = {"status": result["status"], "result": None, "error": result.get("error")}
         for future in self._waiters.pop(workflow_id, ()):
             resolve(future, outcome)
         for wid in result.get("touched", ()):  # its children, closed or asked to cancel
@@ -532,6 +536,19 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if self._on_commit_hint is not None:
             self.publish_hint("workflow-touched", workflow_id)
             self.publish_hint("workflow-done", workflow_id)
+
+    def after_committed_call(self, follow_up: Callable[..., None], *args: Any) -> None:
+        """Run a client call's local follow-up (drop an actor, wake waiters, hint peers) once
+        its commit landed. The call has taken effect, so nothing here may turn it into a
+        failure: an engine that stopped or was deposed meanwhile has nothing left to follow
+        up (its actors and waiters are gone, its store closed), and any other error is
+        logged, not raised."""
+        if self.state != "running":
+            return
+        try:
+            follow_up(*args)
+        except Exception:
+            log.exception("engine %s: follow-up of a committed call failed (the call itself took effect)", self.engine_id)
 
     def stats(self) -> dict[str, Any]:
         """Counters of this engine (once opened), readable in-process; workflow ids are never
@@ -544,7 +561,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "ownership": self.ownership,
             "live_actors": len(self.actors),
             "parked_actors": parked,
-            "claims_active": len(self.actors) + len(self.eviction.evicted) + len(self.driver) + len(self.orphans),
+            "claims_active": len(self.actors) + len(self.eviction.evicted) + len(self.driver) + len(self.orphans) + self.commit_retry.waiting,
             "drives_queued": len(self.driver),
             "commits_total": self.committer.batches,
             "writes_total": self.committer.intents,

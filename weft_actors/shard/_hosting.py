@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .._clock import Clock
     from ._committer import GroupCommitter
     from ..store import LmdbStore
+    from ._commit_retry import CommitRetry
     from ._eviction import Evictor
     from ._metrics import EngineMetrics
 
@@ -48,6 +49,7 @@ class ActorHost:
     orphans: set[str]
     eviction: Evictor
     quarantine_after: int
+    commit_retry: CommitRetry
     _waiters: dict[str, list[asyncio.Future[Any]]]
     _on_commit_hint: Callable[[str, str], None] | None
     _on_done_interest: Callable[[str, bool], None] | None
@@ -232,9 +234,10 @@ class ActorHost:
         elif isinstance(error, EngineDeposed):
             self.depose(str(error))
         else:
-            log.error("workflow %s: commit failed (%s); it will be driven again", actor.wid, error)
+            # Driven again after a backoff (``_commit_retry``), not at the next pass: a drive
+            # re-runs what the refused commit would have recorded.
             self.drop_actor(actor)
-            self.orphans.add(actor.wid)
+            self.commit_retry.refused(actor.wid, error)
 
     def actor_finished(self, actor: Actor) -> None:
         actor.closed = True

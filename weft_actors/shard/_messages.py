@@ -19,7 +19,7 @@ from ..errors import InvalidRequest, UpdateFailed, UpdateRejected, WeftError, Wo
 from ..store import TERMINAL, AppendInbox, CreateWorkflow, RequestCancel, SignalWithStart, StepResult
 from ._handle import WorkflowHandle
 from ._hosting import resolve
-from ._validate import new_id, validate_id
+from ._validate import check_instant, check_seconds, new_id, validate_id, validate_name
 
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
 
@@ -81,6 +81,9 @@ class WorkflowMessages:
     def closed_externally(self, workflow_id: str, result: dict[str, Any]) -> None:
         raise NotImplementedError
 
+    def after_committed_call(self, follow_up: Callable[..., None], *args: Any) -> None:
+        raise NotImplementedError
+
     # -- updates --------------------------------------------------------------------------
 
     async def update(self, workflow_id: str, name: str, *args: Any, request_id: str | None = None) -> Any:
@@ -92,18 +95,18 @@ class WorkflowMessages:
         ``WorkflowClosed`` if the workflow finished before applying it.
         """
         self._check_running()
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest("an update needs a non-empty name")
+        validate_id(workflow_id)
+        validate_name(name, "an update")
         if request_id is None:
             request_id = uuid.uuid4().hex
-        elif not isinstance(request_id, str) or not request_id:
-            raise InvalidRequest(f"a request id must be a non-empty string, not {request_id!r}")
+        else:
+            validate_id(request_id, "a request id")
         payload = self._check_payload(encode_args(args, "update argument"), "update arguments")
         appended = await self.committer.submit_and_wait(AppendInbox(workflow_id, "update", name, payload, request_id))
         if isinstance(appended, WeftError):
             raise appended
         if isinstance(appended, int):  # a new request, not a retry of a known one
-            self._message_sent(workflow_id, "update")
+            self.after_committed_call(self._message_sent, workflow_id, "update")
         return await self._await_update(workflow_id, name, request_id)
 
     async def _await_update(self, wid: str, name: str, request_id: str) -> Any:
@@ -157,13 +160,14 @@ class WorkflowMessages:
         it returns normally. A workflow that has not started yet is closed ``cancelled`` at once.
         ``WorkflowClosed`` if it has already finished."""
         self._check_running()
+        validate_id(workflow_id)
         result = await self.committer.submit_and_wait(RequestCancel(workflow_id))
         if isinstance(result, WeftError):
             raise result
         if "closed" in result:
-            self.closed_externally(workflow_id, result["closed"])
+            self.after_committed_call(self.closed_externally, workflow_id, result["closed"])
             return
-        self._message_sent(workflow_id, "cancel")
+        self.after_committed_call(self._message_sent, workflow_id, "cancel")
 
     # -- signal with start ----------------------------------------------------------------
 
@@ -185,8 +189,7 @@ class WorkflowMessages:
         one is replaced if ``if_exists="start_new"``, else ``WorkflowAlreadyExists``
         (``"error"``) or ``WorkflowClosed`` (``"return"``)."""
         self._check_running()
-        if not isinstance(signal, str) or not signal:
-            raise InvalidRequest("a signal needs a non-empty name")
+        validate_name(signal, "a signal")
         definition = self._definition(workflow)
         self.admit()  # refused like a start at the actor cap, even if it only signals
         create = self._create_intent(definition, args, id, if_exists, memo, start_delay, start_at, execution_timeout)
@@ -227,11 +230,12 @@ class WorkflowMessages:
             raise InvalidRequest(f"if_exists must be 'error', 'return' or 'start_new', not {if_exists!r}")
         if start_delay is not None and start_at is not None:
             raise InvalidRequest("give start_delay or start_at, not both")
-        for what, value in (("start_delay", start_delay), ("execution_timeout", execution_timeout)):
-            if value is not None and not value >= 0:
-                raise InvalidRequest(f"{what} must be >= 0")
+        if execution_timeout is not None:
+            execution_timeout = check_seconds(execution_timeout, "execution_timeout")
         if start_delay is not None:
-            start_at = self.clock.now() + start_delay
+            start_at = self.clock.now() + check_seconds(start_delay, "start_delay")
+        elif start_at is not None:
+            start_at = check_instant(start_at, "start_at")
         data = self._check_payload(encode_args(args, "workflow argument"), "workflow arguments")
         memo_bytes = None if memo is None else self._check_payload(encode(memo, "memo"), "memo")
         return _new_tuple(CreateWorkflow, (wid, definition.name, data, new_id(), if_exists, memo_bytes, None, start_at, execution_timeout))

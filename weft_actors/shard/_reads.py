@@ -15,6 +15,7 @@ from ..errors import InvalidRequest, WorkflowClosed, WorkflowNotFound
 from ..store import TERMINAL
 from ..workflow import WorkflowDefinition, WorkflowRun
 from ._hosting import resolve
+from ._validate import validate_id, validate_name
 from ._outcome import describe_workflow, raise_for_outcome
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ class WorkflowReads:
 
     async def query(self, workflow_id: str, name: str, *args: Any) -> Any:
         self._check_running()
+        validate_id(workflow_id)
+        validate_name(name, "a query")
         actor = self.actors.get(workflow_id)
         while actor is not None and actor.ahead is not None:
             # Its run went ahead of a commit in flight: answer from committed state only, as
@@ -91,6 +94,7 @@ class WorkflowReads:
 
     async def result(self, workflow_id: str, timeout: float | None = None) -> Any:
         loop = self.committer.loop
+        validate_id(workflow_id)
         deadline = None if timeout is None else loop.time() + timeout
         while True:
             self._check_running()
@@ -127,6 +131,7 @@ class WorkflowReads:
 
     async def describe(self, workflow_id: str) -> dict[str, Any]:
         self._check_running()
+        validate_id(workflow_id)
         record, holder, ops, inbox = self.store.load_for_replay(workflow_id)
         if record is None:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)

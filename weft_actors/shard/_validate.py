@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import random
 import time
-from typing import Any, Final
+from typing import Final
 
-from ..errors import InvalidRequest
+from .._checks import MAX_ID_BYTES, check_instant, check_seconds, validate_id, validate_name
 
-__all__ = ["validate_timing", "validate_id", "new_id", "OWNERSHIP_MODES", "MAX_ID_BYTES"]
+__all__ = ["validate_timing", "validate_id", "validate_name", "check_seconds", "check_instant", "new_id", "OWNERSHIP_MODES", "MAX_ID_BYTES"]
 
-MAX_ID_BYTES: Final = 256
 OWNERSHIP_MODES: Final = ("workflow-lease", "single")
 _EPSILON: Final = 1e-9
 
@@ -37,13 +36,3 @@ def new_id() -> str:
     so a commit of many new workflows dirties a few B-tree pages per keyspace instead of one
     per workflow (a random id cost about 8 pages, 33 KB written, per workflow)."""
     return f"{int(time.time() * 1000):012x}{_random.getrandbits(80):020x}"
-
-
-def validate_id(wid: Any) -> str:
-    if not isinstance(wid, str) or not wid:
-        raise InvalidRequest(f"a workflow id must be a non-empty string, not {wid!r}")
-    if "\x00" in wid:
-        raise InvalidRequest("a workflow id must not contain NUL")
-    if len(wid.encode()) > MAX_ID_BYTES:
-        raise InvalidRequest(f"a workflow id is at most {MAX_ID_BYTES} bytes", limit=MAX_ID_BYTES)
-    return wid

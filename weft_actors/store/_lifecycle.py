@@ -95,7 +95,7 @@ def close_workflow(state: TxnState, intent: CloseWorkflow) -> dict[str, Any]:
     seq = state.next_feed_seq()
     state.txn.put(pack_u64(seq), feed_entry(state.now, wid), db=state.dbs.feed)
     touched = on_terminal(state, wid, record) if record.get("parent") is not None or record.get("children") else []
-    return {"status": intent.status, "epoch": epoch, "previous_owner": previous, "feed_seq": seq, "touched": touched}
+    return {"status": intent.status, "error": intent.error, "epoch": epoch, "previous_owner": previous, "feed_seq": seq, "touched": touched}
 
 
 def purge_workflow(state: TxnState, intent: PurgeWorkflow) -> int:

@@ -29,6 +29,24 @@ __all__ = ["LmdbStore"]
 log = logging.getLogger("weft_actors.store")
 
 
+class _ApplierCrashed(Exception):
+    """An applier raised something other than a ``WeftError``: the transaction is unusable."""
+
+    def __init__(self, index: int, intent: Any, cause: BaseException) -> None:
+        super().__init__(index)
+        self.index = index
+        wid = getattr(intent, "wid", None)
+        log.error(
+            "store: %s for workflow %r could not be applied (%s: %s); it fails alone, the rest of its batch is applied again",
+            type(intent).__name__, wid, type(cause).__name__, cause, exc_info=cause,
+        )
+        self.error = StorageError(
+            f"{type(intent).__name__} for workflow {wid!r} could not be applied: {type(cause).__name__}: {cause}",
+            workflow_id=wid,
+            cause=f"{type(cause).__name__}: {cause}",
+        )
+
+
 class LmdbStore(UpkeepMixin, RequestsMixin):
     """One LMDB environment, opened in the process that uses it (never across a fork).
 
@@ -78,7 +96,35 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         If the transaction itself fails every entry is that error; if the engine is no longer
         live every entry is ``EngineDeposed``. Nothing is committed for a rejected intent.
         Within the storage reserve (``_reserve``) intents that only add data get ``StorageFull``.
+
+        An applier checks before it writes, so a ``WeftError`` leaves nothing behind. Any other
+        exception (a bug, or input no check foresaw) may have left part of its writes in the
+        transaction: the whole transaction is aborted, that intent gets a ``StorageError``
+        naming the original error, and the batch is applied again without it. A nested
+        transaction per intent would make this cheaper to recover from but costs ~20 % of
+        the hot path, so the recovery is the rare path instead.
         """
+        try:
+            return self._apply_once(engine_id, intents)
+        except _ApplierCrashed as crash:
+            refused = {crash.index: crash.error}
+        while True:  # the rare path: each pass drops one more crashing intent
+            positions = [i for i in range(len(intents)) if i not in refused]
+            if not positions:
+                return [refused[i] for i in range(len(intents))]
+            try:
+                results = self._apply_once(engine_id, [intents[i] for i in positions])
+            except _ApplierCrashed as crash:
+                refused[positions[crash.index]] = crash.error
+                continue
+            merged: list[Any] = [None] * len(intents)
+            for i, result in zip(positions, results):
+                merged[i] = result
+            for i, error in refused.items():
+                merged[i] = error
+            return merged
+
+    def _apply_once(self, engine_id: str, intents: list[Any]) -> list[Any]:
         results: list[Any] = []
         try:
             with self.env.begin(write=True) as txn:
@@ -104,6 +150,10 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                         results.append(APPLIER_OF[kind](state, intent))
                     except WeftError as exc:
                         results.append(exc)
+                    except Exception as exc:
+                        if isinstance(exc, lmdb.Error) and not isinstance(exc, lmdb.BadValsizeError):
+                            raise  # the transaction's own failure (map full, I/O): every intent's
+                        raise _ApplierCrashed(len(results), intent, exc) from exc
                 state.flush()
                 if self.before_commit is not None:
                     self.before_commit()
@@ -336,6 +386,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
 
     def read(self) -> lmdb.Transaction:
         return self.env.begin()
+
+    def within_reserve(self) -> bool:
+        """Whether growth is refused now (``_reserve``): the store's pages reach into its reserve."""
+        with self.env.begin() as txn:
+            return self._reserve.check(txn) is not None
 
     def feed_head(self) -> int:
         with self.env.begin() as txn:

@@ -5,8 +5,13 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import inspect
+import math
+import sys
+import typing
 from typing import Any, Callable, NamedTuple, TypeVar, overload
 
+from .._checks import MAX_SECONDS, check_seconds
+from ..codec import register_type
 from ..errors import InvalidRequest
 
 __all__ = [
@@ -39,13 +44,16 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
-        if self.initial_interval < 0 or self.max_interval < 0 or self.backoff < 1:
-            raise ValueError("intervals must be >= 0 and backoff >= 1")
+        if not (0 <= self.initial_interval <= MAX_SECONDS and 0 <= self.max_interval <= MAX_SECONDS and 1 <= self.backoff < math.inf):
+            raise ValueError(f"intervals must be between 0 and {MAX_SECONDS:.0f} seconds and backoff finite and >= 1")
         object.__setattr__(self, "non_retryable", tuple(self.non_retryable))
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        return min(self.initial_interval * self.backoff ** (attempt - 1), self.max_interval)
+        try:
+            return min(self.initial_interval * self.backoff ** (attempt - 1), self.max_interval)
+        except OverflowError:  # a huge attempt count: the cap
+            return self.max_interval
 
     def retryable(self, error: BaseException) -> bool:
         return not isinstance(error, self.non_retryable)
@@ -127,6 +135,9 @@ class _ActivityDecorator:
         def mark(fn: F) -> F:
             if not callable(fn):
                 raise TypeError(f"@activity needs a function, got {fn!r}")
+            for what, value in (("start_to_close", start_to_close), ("schedule_to_close", schedule_to_close)):
+                if value is not None:
+                    check_seconds(value, what)
             fn.__weft_activity__ = ActivityDefinition(  # type: ignore[attr-defined]
                 name or fn.__name__,
                 fn,
@@ -172,4 +183,48 @@ def collect_workflows(app: Any) -> dict[str, WorkflowDefinition]:
         if previous is not None and previous.fn is not definition.fn:
             raise InvalidRequest(f"two workflows are named {definition.name!r}")
         found[definition.name] = definition
+    register_app_types(app, found.values())
     return found
+
+
+def register_app_types(app: Any, definitions: Any) -> None:
+    """Register with the codec the classes an app's payloads may carry, so that a process
+    that only decodes them (a shard reading a client's arguments and signals, or replaying a
+    history another shard wrote) can: every codec class in the app module, in each workflow's
+    module and in the module of each activity those modules name (imported names included),
+    and the classes named in those workflows' and activities' annotations. Anything else
+    needs ``register_type``."""
+    modules = [app] if inspect.ismodule(app) else []
+    functions = [definition.fn for definition in definitions]
+    for fn in functions:
+        module = sys.modules.get(getattr(fn, "__module__", None) or "")
+        if module is not None and module not in modules:
+            modules.append(module)
+    for module in list(modules):
+        for value in list(vars(module).values()):
+            if activity_definition(value) is not None and value not in functions:
+                functions.append(value)
+                owner = sys.modules.get(getattr(value, "__module__", None) or "")
+                if owner is not None and owner not in modules:
+                    modules.append(owner)
+    for fn in functions:
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception:  # an unresolvable forward reference: its module scan covers most
+            hints = {}
+        for hint in hints.values():
+            _register_hint(hint)
+    for module in modules:
+        register_type(module)
+
+
+def _register_hint(hint: Any, depth: int = 0) -> None:
+    if depth > 8:
+        return
+    if isinstance(hint, type) and hint.__module__ != "builtins":
+        try:
+            register_type(hint)
+        except TypeError:  # not a class the codec tags (str, datetime, a plain class)
+            pass
+    for arg in typing.get_args(hint):
+        _register_hint(arg, depth + 1)

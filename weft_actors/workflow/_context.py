@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from .._checks import check_seconds, validate_id, validate_name
 from ..codec import encode_args
 from ..errors import InvalidRequest
 from ._api import RetryPolicy, activity_definition, workflow_definition
@@ -100,6 +101,10 @@ class Context:
         definition = activity_definition(fn)
         if definition is None:
             raise InvalidRequest(f"{fn!r} is not an @activity")
+        if start_to_close is not None:
+            start_to_close = check_seconds(start_to_close, "start_to_close")
+        if schedule_to_close is not None:
+            schedule_to_close = check_seconds(schedule_to_close, "schedule_to_close")
         return ActivityOp(
             definition,
             encode_args(args, "activity argument"),
@@ -110,14 +115,13 @@ class Context:
 
     def sleep(self, seconds: float) -> SleepOp:
         """A durable timer: survives restarts; fires at once on recovery if already due."""
-        if seconds < 0:
-            raise InvalidRequest("sleep needs seconds >= 0")
-        return SleepOp(float(seconds))
+        return SleepOp(check_seconds(seconds, "sleep"))
 
     def wait_signal(self, name: str, timeout: float | None = None) -> SignalOp:
         """The payload of the oldest buffered signal ``name`` (FIFO); ``TimeoutError`` on timeout."""
-        if timeout is not None and timeout < 0:
-            raise InvalidRequest("timeout must be >= 0")
+        validate_name(name, "wait_signal")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "wait_signal timeout")
         return SignalOp(name, timeout)
 
     def wait_condition(self, predicate: Callable[[], Any], timeout: float | None = None) -> ConditionOp:
@@ -125,8 +129,8 @@ class Context:
         ``TimeoutError`` on timeout. The predicate must only read workflow state."""
         if not callable(predicate):
             raise InvalidRequest("wait_condition needs a callable predicate")
-        if timeout is not None and timeout < 0:
-            raise InvalidRequest("timeout must be >= 0")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "wait_condition timeout")
         return ConditionOp(predicate, timeout)
 
     def all(self, ops: Iterable[Op]) -> Combinator:
@@ -156,8 +160,8 @@ class Context:
             name = definition.name
         if parent_close not in PARENT_CLOSE:
             raise InvalidRequest(f"parent_close must be one of {PARENT_CLOSE}, not {parent_close!r}")
-        if id is not None and (not isinstance(id, str) or not id):
-            raise InvalidRequest(f"a child workflow id must be a non-empty string, not {id!r}")
+        if id is not None:
+            validate_id(id, "a child workflow id")
         return ChildOp(name, encode_args(args, "child workflow argument"), id, parent_close)
 
     def continue_as_new(self, *args: Any) -> ContinueAsNew:

@@ -1,0 +1,61 @@
+"""Checks of caller input shared by the engine's client calls and the workflow context.
+
+Every id, name and time a caller gives is checked here, before anything is written: a value
+the store cannot key (an empty id, a time that does not fit its timer keys) must be refused
+at the call that carried it, never fail a group commit that other calls share.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Final
+
+from .errors import InvalidRequest
+
+__all__ = ["MAX_ID_BYTES", "MAX_SECONDS", "MAX_INSTANT", "validate_id", "validate_name", "check_seconds", "check_instant"]
+
+MAX_ID_BYTES: Final = 256
+MAX_SECONDS: Final = 100 * 365.25 * 86400.0
+"""The longest duration accepted (a century): timers, timeouts and delays."""
+MAX_INSTANT: Final = 253402300799.0
+"""The latest absolute time accepted (the end of year 9999, UTC), in epoch seconds."""
+
+
+def validate_id(wid: Any, what: str = "a workflow id") -> str:
+    """``wid`` if it is a non-empty string without NUL of at most ``MAX_ID_BYTES`` bytes."""
+    if not isinstance(wid, str) or not wid:
+        raise InvalidRequest(f"{what} must be a non-empty string, not {wid!r}")
+    if "\x00" in wid:
+        raise InvalidRequest(f"{what} must not contain NUL")
+    if len(wid.encode()) > MAX_ID_BYTES:
+        raise InvalidRequest(f"{what} is at most {MAX_ID_BYTES} bytes", limit=MAX_ID_BYTES)
+    return wid
+
+
+def validate_name(name: Any, what: str) -> str:
+    """``name`` (of a signal, update, query) if it is a non-empty string."""
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest(f"{what} needs a non-empty name, not {name!r}")
+    return name
+
+
+def check_seconds(value: Any, what: str) -> float:
+    """``value`` as a float if it is a real number of seconds in ``[0, MAX_SECONDS]``: NaN,
+    infinities, negatives and absurd lengths are refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidRequest(f"{what} must be a number of seconds, not {value!r}")
+    seconds = float(value)
+    if not 0.0 <= seconds <= MAX_SECONDS:  # False for NaN too
+        raise InvalidRequest(f"{what} must be between 0 and {MAX_SECONDS:.0f} seconds, not {value!r}")
+    return seconds
+
+
+def check_instant(value: Any, what: str) -> float:
+    """``value`` as a float if it is a finite epoch time no later than ``MAX_INSTANT``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidRequest(f"{what} must be a time in epoch seconds, not {value!r}")
+    at = float(value)
+    if not math.isfinite(at) or not -MAX_INSTANT <= at <= MAX_INSTANT:
+        raise InvalidRequest(f"{what} must be a finite epoch time before year 10000, not {value!r}")
+    return at

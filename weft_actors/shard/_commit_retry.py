@@ -1,0 +1,103 @@
+"""When a workflow's step could not be committed: back off before driving it again.
+
+A refused step drops its actor, and driving the workflow again replays it from the store and
+re-runs whatever the refused commit would have recorded, activities included. Re-driven on
+every reclaim pass (as it once was), a store within its reserve ran one activity 31 times in
+3 s. So each workflow waits before it is driven again -- one heartbeat after its first
+refusal, doubling per refusal in a row up to ``MAX_BACKOFF`` -- and a step refused for lack
+of room (``StorageFull``) is not driven again at all while the store is still within its
+reserve: it waits, probing the store once per heartbeat (a few microseconds), and goes the
+moment room is back. An activity is then re-run only when its outcome has room to commit,
+never once per refusal.
+
+In memory only: a restart or a takeover drives the workflow at once, as any recovery does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Final
+
+from ..errors import StorageFull, WeftError
+
+if TYPE_CHECKING:
+    from ._engine import Engine
+
+__all__ = ["CommitRetry", "MAX_BACKOFF"]
+
+log = logging.getLogger("weft_actors.shard")
+
+MAX_BACKOFF: Final = 30.0
+"""Seconds between two drives of a workflow whose steps keep being refused, at most."""
+
+
+class CommitRetry:
+    """Per workflow: refusals in a row and the timer of its next drive."""
+
+    __slots__ = ("_engine", "_failures", "_last", "_handles", "_probe")
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._failures: dict[str, int] = {}
+        self._last: dict[str, float] = {}
+        self._handles: dict[str, asyncio.TimerHandle] = {}
+        self._probe: tuple[float, bool] = (-1.0, False)
+
+    def refused(self, wid: str, error: WeftError) -> None:
+        """``wid``'s step was refused with ``error`` (its actor is dropped): drive it again
+        after its backoff, and for ``StorageFull`` only once the store has room."""
+        engine = self._engine
+        loop = engine.committer.loop
+        now = loop.time()
+        if len(self._last) > 4096:  # forget workflows whose last refusal is long past
+            for stale in [w for w, at in self._last.items() if now - at > 2 * MAX_BACKOFF and w not in self._handles]:
+                del self._last[stale]
+                self._failures.pop(stale, None)
+        last = self._last.get(wid)
+        failures = 1 if last is None or now - last > 2 * MAX_BACKOFF else self._failures.get(wid, 0) + 1
+        self._failures[wid] = failures
+        self._last[wid] = now
+        delay = min(engine.heartbeat * 2 ** min(failures - 1, 30), MAX_BACKOFF)
+        log.warning("workflow %s: step refused (%s), %d in a row; driven again in %.2fs", wid, error, failures, delay)
+        self._schedule(wid, delay, isinstance(error, StorageFull))
+
+    def _schedule(self, wid: str, delay: float, needs_room: bool) -> None:
+        old = self._handles.pop(wid, None)
+        if old is not None:
+            old.cancel()
+        self._handles[wid] = self._engine.committer.loop.call_later(delay, self._due, wid, needs_room)
+
+    def _due(self, wid: str, needs_room: bool) -> None:
+        self._handles.pop(wid, None)
+        engine = self._engine
+        if engine.state != "running":
+            return
+        if needs_room and not self._has_room():
+            self._schedule(wid, engine.heartbeat, True)  # wait for room: nothing is re-run
+            return
+        engine.orphans.add(wid)  # the next reclaim pass drives it (checking it is still ours)
+
+    def _has_room(self) -> bool:
+        """Whether the store is out of its reserve; one probe per loop tick at most."""
+        loop = self._engine.committer.loop
+        at, room = self._probe
+        now = loop.time()
+        if now - at > 0.01:
+            try:
+                room = not self._engine.store.within_reserve()
+            except Exception:
+                room = True  # the drive's own commit is the backstop
+            self._probe = (now, room)
+        return room
+
+    @property
+    def waiting(self) -> int:
+        return len(self._handles)
+
+    def clear(self) -> None:
+        for handle in self._handles.values():
+            handle.cancel()
+        self._handles.clear()
+        self._failures.clear()
+        self._last.clear()
