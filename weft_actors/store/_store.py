@@ -290,8 +290,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         started = self.clock.now()  # its own lease, judged as in ``apply``
 
         def txn_fn(txn: lmdb.Transaction) -> dict[str, int | None]:
-            _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
+            record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
             now = self.clock.now()  # others' expiry is judged holding the lock
+            if record["mode"] != "single" and now >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
+                record["expires_at"] = now + record["ttl"]  # carries its heartbeat, as in apply
+                _engines.put_engine(txn, self.dbs, me, record)
             state = TxnState(txn, self.dbs, me, now)
             won: dict[str, int | None] = {}
             marked: set[bytes] = set()
