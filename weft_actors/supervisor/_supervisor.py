@@ -92,6 +92,7 @@ class Supervisor:
         self.slots = [_Slot(i) for i in range(config.shards)]
         self.started = time.time()
         self.restarts = 0
+        self.hung_kills = 0
         self._restart_times: collections.deque[float] = collections.deque()
         self._mp = multiprocessing.get_context("spawn")
         self._stop_reason: str | None = None
@@ -278,6 +279,7 @@ class Supervisor:
             self.routing.set_dead(slot.index)
             self.frontdoor.shard_stalled(slot.index)
             slot.killed = True
+            self.hung_kills += 1
             try:
                 slot.process.kill()
             except OSError as exc:
@@ -391,7 +393,9 @@ class Supervisor:
                 "pid": os.getpid(),
                 "uptime_s": round(time.time() - self.started, 3),
                 "restarts": self.restarts,
+                "hung_kills": self.hung_kills,
                 "shards": len(self.slots),
+                "shards_ready": len(self.routing.live_slots),
                 "frontdoor_requests": self.frontdoor.requests,
                 "frontdoor_errors": self.frontdoor.errors,
             },
