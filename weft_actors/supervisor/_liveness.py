@@ -31,18 +31,20 @@ LOCK_WAIT_GRACE: Final = 2.0
 ours, is killed after one ttl. Past that (a shard stopped while it waited) it is hung too."""
 
 
-def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float, ttl: float) -> str | None:
+def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float, ttl: float, ready_at: float = 0.0) -> str | None:
     """Why a ready shard whose engine record is ``record`` should be killed, or ``None``.
 
     ``waiting_since``: when it began to wait for the write lock (0.0: it does not wait);
-    ``wall``: the time now, as the records keep it. A record the shard no longer owns (not
-    live: another engine took over from it) means it is deposed and should be gone already.
+    ``wall``: the time now, as the records keep it; ``ready_at``: when the shard said it was
+    ready (it has a whole ttl from then to heartbeat, however long its start took). A
+    record that is not live (another engine took over from it) means the shard is deposed
+    and should be gone already.
     """
     if record is None:
         return None  # not registered yet, or pruned: nothing to judge by
     if record["state"] != "live":
         return f"its engine is marked {record['state']}"
-    silent = wall - (record["expires_at"] - record["ttl"])
+    silent = wall - max(record["expires_at"] - record["ttl"], ready_at)
     if silent <= ttl:
         return None
     if waiting_since and wall - waiting_since < LOCK_WAIT_GRACE * ttl:

@@ -39,7 +39,7 @@ EXIT_RESTART_INTENSITY = 3
 
 
 class _Slot:
-    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready", "started_at", "write_wait", "killed")
+    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready", "started_at", "write_wait", "killed", "ready_at")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -56,6 +56,7 @@ class _Slot:
         """Shared with the process: when it began to wait for the store's write lock."""
         self.killed = False
         """Killed as hung, not reaped yet."""
+        self.ready_at = 0.0
 
 
 _IPC_PREFIX = "weft-ipc-"
@@ -235,6 +236,7 @@ class Supervisor:
                 message = control.recv()
                 if message[0] == "ready":
                     slot.engine_id, slot.pid, slot.ready = message[1], message[2], True
+                    slot.ready_at = time.time()
                     self.routing.set_live(slot.index, message[1])
                     log.info("shard %d ready (engine %s, pid %d)", slot.index, message[1], message[2])
                 elif message[0] == "stats":
@@ -272,7 +274,7 @@ class Supervisor:
             if slot.process is None or not slot.ready or slot.killed or slot.engine_id is None:
                 continue
             waiting = slot.write_wait[0] if slot.write_wait is not None else 0.0
-            reason = hung_reason(records.get(slot.engine_id), waiting, wall, self.config.ttl)
+            reason = hung_reason(records.get(slot.engine_id), waiting, wall, self.config.ttl, slot.ready_at)
             if reason is None:
                 continue
             log.error("shard %d (pid %s, engine %s) is hung: %s; killing it", slot.index, slot.pid, slot.engine_id, reason)
