@@ -45,12 +45,18 @@ class RunningSupervisor:
     def __exit__(self, *exc: Any) -> None:
         self.kill()
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 30.0, *, wait_ready: bool = True) -> None:
+        """Start it and wait for its ready line (all shards ready), unless ``wait_ready`` is
+        False (then read it later with ``wait_ready_line``)."""
         # A session of its own: kill() reaches every shard, restarted ones included.
         self.process = subprocess.Popen(
             self.command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env, start_new_session=True
         )
         threading.Thread(target=self._collect_stderr, daemon=True).start()
+        if wait_ready:
+            self.wait_ready_line(timeout)
+
+    def wait_ready_line(self, timeout: float = 30.0) -> None:
         ready: list[str] = []
         reader = threading.Thread(target=lambda: ready.append(self.process.stdout.readline()), daemon=True)  # type: ignore[union-attr]
         reader.start()

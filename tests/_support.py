@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import inspect
+import sys
+import threading
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 
 
 def run(coro: Awaitable[Any]) -> Any:
@@ -22,3 +26,54 @@ async def eventually(predicate: Callable[[], Any], timeout: float = 5.0, interva
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+@contextlib.contextmanager
+def hold_write_lock(env: Any) -> Iterator[Callable[..., None]]:
+    """Hold LMDB ``env``'s write lock from another thread for the block, as a process stalled
+    inside a transaction would. Yields ``wait_blocked(thread)``, which returns once ``thread``
+    waits for that lock (its innermost frame is at one of ``LmdbStore``'s
+    ``begin(write=True)`` calls)."""
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        txn = env.begin(write=True)
+        taken.set()
+        release.wait(30)
+        txn.abort()
+
+    holder = threading.Thread(target=hold, name="write-lock-holder", daemon=True)
+    holder.start()
+    assert taken.wait(10), "could not take the write lock"
+    try:
+        yield _wait_blocked
+    finally:
+        release.set()
+        holder.join(10)
+
+
+def _begin_lines() -> tuple[str, set[tuple[str, int]]]:
+    """The store module's file, and (function, line) of each of its ``begin(write=True)``."""
+    from weft_actors.store import _store
+
+    lines, _ = inspect.getsourcelines(_store)
+    found = set()
+    function = ""
+    for number, line in enumerate(lines, 1):
+        stripped = line.strip()
+        if stripped.startswith("def "):
+            function = stripped[4:].split("(")[0]
+        if "self.env.begin(write=True)" in line:
+            found.add((function, number))
+    return _store.__file__, found
+
+
+def _wait_blocked(thread: threading.Thread, timeout: float = 10.0) -> None:
+    filename, where = _begin_lines()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident)  # type: ignore[arg-type]
+        if frame is not None and frame.f_code.co_filename == filename and (frame.f_code.co_name, frame.f_lineno) in where:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"{thread.name} never blocked on the write lock")

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import time
 
 from weft_actors import activity, workflow
 
 if os.environ.get("WEFT_TEST_CRASH_SHARDS") and multiprocessing.current_process().name.startswith("shard"):
     os._exit(17)  # every shard dies at start-up: exercises the restart intensity
+if os.environ.get("WEFT_TEST_SLOW_SHARDS") and multiprocessing.current_process().name.startswith("shard"):
+    time.sleep(float(os.environ["WEFT_TEST_SLOW_SHARDS"]))  # shards are ready only this much later
 
 
 @activity

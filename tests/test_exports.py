@@ -35,6 +35,7 @@ CODES = {
     "SerializationError": "serialization_error",
     "InvalidRequest": "invalid_request",
     "ServerUnavailable": "server_unavailable",
+    "OutcomeUnknown": "outcome_unknown",
     "OwnershipModeMismatch": "ownership_mode_mismatch",
     "SchemaVersionError": "schema_version",
     "StorageFull": "storage_full",

@@ -147,3 +147,19 @@ def test_failpoints_are_inert_unless_set_and_refuse_a_malformed_spec(tmp_path):
 
 if __name__ == "__main__":
     asyncio.run(_child(sys.argv[1]))
+
+
+def test_a_stop_failpoint_is_armed_once_across_processes(tmp_path):
+    from weft_actors.shard._failpoints import failpoint_from_env
+
+    marker = tmp_path / "once"
+    env = {"WEFT_FAILPOINT": "commit:after-apply:2:stop", "WEFT_FAILPOINT_ONCE": str(marker)}
+    armed = failpoint_from_env(env)
+    assert (armed.point, armed.nth, armed.stop, armed.once) == ("after-apply", 2, True, str(marker))
+    assert failpoint_from_env({"WEFT_FAILPOINT": "commit:before"}).stop is False
+    with pytest.raises(ValueError, match="WEFT_FAILPOINT"):
+        failpoint_from_env({"WEFT_FAILPOINT": "commit:before:1:pause"})
+    marker.write_text("1")  # another process reached it first: this one passes
+    armed.batch()
+    armed.batch()
+    armed.hit("after-apply")

@@ -22,6 +22,7 @@
     ├── SerializationError         serialization_error
     ├── InvalidRequest             invalid_request
     ├── ServerUnavailable          server_unavailable
+    │   └── OutcomeUnknown         outcome_unknown        (a write's shard was lost mid-request)
     ├── OwnershipModeMismatch      ownership_mode_mismatch
     ├── SchemaVersionError         schema_version
     ├── StorageFull                storage_full
@@ -63,6 +64,7 @@ __all__ = [
     "SerializationError",
     "InvalidRequest",
     "ServerUnavailable",
+    "OutcomeUnknown",
     "OwnershipModeMismatch",
     "SchemaVersionError",
     "StorageFull",
@@ -218,6 +220,15 @@ class InvalidRequest(WeftError):
 
 class ServerUnavailable(WeftError):
     code = "server_unavailable"
+
+
+class OutcomeUnknown(ServerUnavailable):
+    """The shard serving this write (``op``) stopped answering or died before it replied: the
+    write may or may not have been applied, and it was not sent again, because applying it
+    twice would be wrong. Find out (``describe``) or retry it idempotently (a fixed ``id`` with
+    ``if_exists="return"``, the same update ``request_id``)."""
+
+    code = "outcome_unknown"
 
 
 class OwnershipModeMismatch(WeftError):

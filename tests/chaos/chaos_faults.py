@@ -122,13 +122,16 @@ class FaultsMixin:
         try:
             time.sleep(seconds)
         finally:
-            os.kill(pid, signal.SIGCONT)
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # the supervisor killed it as hung (silent for a ttl) and reaped it
         self.count("stalls")
         if seconds <= EXPIRY + 0.2:
             return
         self.count("long_stalls")
-        # Its lease expired while it was stopped: at its next heartbeat or commit it finds
-        # itself deposed and exits; the supervisor restarts the slot.
+        # Its lease expired while it was stopped: the supervisor killed it as hung, or at its
+        # next heartbeat or commit it finds itself deposed and exits; the slot restarts.
         deadline = time.monotonic() + 10
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)

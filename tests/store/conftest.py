@@ -4,7 +4,7 @@ Every test in ``tests/store`` talks to a store through its public methods only. 
 comes from ``store_factory``, parametrised over backends: a new backend (PostgreSQL, ...)
 joins the suite by adding a class with the same methods as ``LmdbBackend`` and a name in
 ``BACKENDS``. Backend-specific hooks (``open_small``, ``set_schema_version``, ``get_schema_version``,
-``child_store_source``) may be left out; the tests that need them skip.
+``child_store_source``, ``hold_write_lock``) may be left out; the tests that need them skip.
 
 All time comes from one ``FakeClock`` per test. Its timestamps are ~1.7e9, so compare them
 with ``pytest.approx(x, abs=1e-3)``: approx's default relative tolerance is ~1700 s there.
@@ -20,6 +20,7 @@ from typing import Any
 import lmdb
 import pytest
 
+from _support import hold_write_lock
 from weft_actors.codec import encode, encode_args
 from weft_actors.store import Created, CreateWorkflow, Finish, LmdbStore, StepCommit
 from weft_actors.testing import FakeClock
@@ -78,6 +79,10 @@ class LmdbBackend:
             "from weft_actors.testing import FakeClock\n"
             f"store = LmdbStore({self.location!r}, clock=FakeClock())\n"
         )
+
+    def hold_write_lock(self, store: LmdbStore) -> Any:
+        """Hold ``store``'s write lock from another thread for the block (``_support``)."""
+        return hold_write_lock(store.env)
 
     def close_all(self) -> None:
         for store in self._opened:

@@ -115,7 +115,7 @@ def test_kill_9_of_a_shard_under_load_completes_everything_and_restarts_the_slot
         assert victim not in [shard["pid"] for shard in stats["shards"]]
 
 
-def test_sigstop_past_ttl_is_taken_over_and_the_stalled_shard_exits_after_sigcont(tmp_path):
+def test_sigstop_past_ttl_is_taken_over_and_the_stalled_shard_is_gone(tmp_path):
     with RunningSupervisor(tmp_path / "data", app=APP, args=FAST) as sup, Client(sup.endpoint, timeout=2) as client:
         handles = [client.start("waiter", f"t{i}", id=f"p-{i}") for i in range(10)]
         pids = sup.shard_pids
@@ -132,8 +132,11 @@ def test_sigstop_past_ttl_is_taken_over_and_the_stalled_shard_exits_after_sigcon
             for h in handles:
                 assert h.result(timeout=10)[1] == [1]
         finally:
-            os.kill(stalled, signal.SIGCONT)
-        # It finds itself deposed at its next heartbeat and exits; the supervisor restarts the slot.
+            try:
+                os.kill(stalled, signal.SIGCONT)
+            except ProcessLookupError:
+                pass  # killed as hung already
+        # Killed as hung by the supervisor (or, woken, it finds itself deposed and exits).
         wait_until(lambda: not _alive(stalled), timeout=10)
         for h in handles:
             assert h.describe()["status"] == "completed"

@@ -4,18 +4,25 @@ Blocking sockets in a dedicated thread measured fastest here (zmq releases the G
 waits). It never dies on a request: anything malformed gets a typed error reply and the next
 request is served. Requests go to a shard in batches (``_frames``): each drain of the client
 socket routes its requests into one outbox per shard, flushed as one message each.
+
+A shard that dies or stops answering (``shard_died``, ``shard_stalled``) has what it held sent
+on to another shard when that is safe (reads, and writes that are idempotent by their ids),
+and answered ``OutcomeUnknown`` otherwise: a write is never applied twice. A request that
+finds no shard ready waits (``ready_timeout``) for one instead of failing at once.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
+import time
 from typing import Any, Callable
 
 import zmq
 
-from ..errors import InvalidRequest, ServerUnavailable, WeftError
+from ..errors import InvalidRequest, OutcomeUnknown, ServerUnavailable, WeftError
 from ._frames import bind_internal, decode_batch, drain, encode_batch, send_frames
 from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
 from ._routing import RoutingTable
@@ -34,8 +41,30 @@ def _slot_of(identity: bytes) -> int:
 
 
 RETRYABLE_OPS = frozenset({"result", "query", "describe", "list", "ping"})
-_STOPPING = frozenset({"engine_stopped", "engine_deposed"})
 """Reads that another shard may answer after the first one died holding them."""
+_STOPPING = frozenset({"engine_stopped", "engine_deposed"})
+DEFAULT_READY_TIMEOUT = 5.0
+"""Seconds a request waits for a shard to be ready (at start-up, or while every shard
+restarts) before it fails with ``ServerUnavailable``."""
+
+
+def resendable(op: str, frame: bytes) -> bool:
+    """Whether another shard may be sent this request after the first one was lost holding
+    it, whatever that one did: reads, an update (its ``request_id`` makes a repeat return the
+    recorded answer), and a start or execute with a fixed id and ``if_exists="return"``.
+    Everything else (a signal, cancel, terminate, another start) could be applied twice.
+    Decodes the frame again: called only when a shard is lost, never per request."""
+    if op in RETRYABLE_OPS:
+        return True
+    if op not in ("update", "start", "execute"):
+        return False
+    try:
+        request = decode_request(frame, len(frame))  # it passed the size check on arrival
+    except WeftError:
+        return False
+    if op == "update":
+        return isinstance(request.get("request_id"), str) and bool(request["request_id"])
+    return isinstance(request.get("wid"), str) and request.get("if_exists") == "return"
 
 
 class FrontDoor:
@@ -56,9 +85,11 @@ class FrontDoor:
         curve_secret_key: bytes | None = None,
         curve_public_key: bytes | None = None,
         backend_bind: str | None = None,
+        ready_timeout: float = DEFAULT_READY_TIMEOUT,
     ) -> None:
         """``backend_bind``: where the shards connect (an ``ipc://`` path is cheapest; by
-        default a free loopback TCP port)."""
+        default a free loopback TCP port). ``ready_timeout``: how long a request that finds
+        no shard ready waits for one."""
         self._context = context
         self._backend_bind = backend_bind
         self.endpoint = endpoint
@@ -78,7 +109,16 @@ class FrontDoor:
         """slot -> requests routed to it and not sent yet: (client, frame, id, op, wid). The
         request is in ``_inflight`` too, but under its (client, id) alone: a client that reuses
         an id must not make a re-route lose the other request's op and wid."""
-        self._deaths: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._deaths: queue.SimpleQueue[tuple[int, bool]] = queue.SimpleQueue()
+        self._abandoned: dict[int, set[tuple[bytes, Any]]] = {}
+        """slot -> requests taken from a stalled shard that is still alive: a late reply of
+        its to one of them is dropped (the request was answered or sent on meanwhile)."""
+        self.ready_timeout = ready_timeout
+        self._parked: collections.deque[tuple[float, bytes, bytes, Any, str, str | None]] = collections.deque()
+        """Requests that found no shard ready: (deadline, client, frame, id, op, wid)."""
+        self._parked_retry = 0.0
+        self._deadlines: dict[tuple[bytes, Any], float] = {}
+        """Requests ``_unpark`` just routed -> their deadline, kept should they park again."""
 
     def start(self) -> None:
         self._thread.start()
@@ -91,8 +131,15 @@ class FrontDoor:
         self._thread.join(5)
 
     def shard_died(self, slot: int) -> None:
-        """Thread-safe: the requests that shard held are re-sent (reads) or failed (writes)."""
-        self._deaths.put(slot)
+        """Thread-safe: the requests that shard held are sent on (``resendable``) or answered
+        ``OutcomeUnknown``."""
+        self._deaths.put((slot, True))
+
+    def shard_stalled(self, slot: int) -> None:
+        """Thread-safe: as ``shard_died``, for a shard that stopped answering but may still
+        wake up; whatever it answers late to the requests taken from it is dropped. Take it
+        out of the routing table first, or new requests still go to it."""
+        self._deaths.put((slot, False))
 
     def _sockets(self) -> tuple[zmq.Socket, zmq.Socket]:
         frontend = self._context.socket(zmq.ROUTER)
@@ -128,15 +175,19 @@ class FrontDoor:
         poller.register(backend, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(100))
+                events = dict(poller.poll(20 if self._parked else 100))
                 while not self._deaths.empty():
-                    self._orphaned(frontend, backend, self._deaths.get())
+                    self._orphaned(frontend, backend, *self._deaths.get())
                 if backend in events:
                     self._drain_backend(frontend, backend)
                 if frontend in events:
                     self._drain_frontend(frontend, backend)
+                if self._parked:
+                    self._unpark(frontend, backend)
                 if self._outbox:
                     self._flush(frontend, backend)
+                if self._deadlines:
+                    self._deadlines.clear()
         finally:
             frontend.close(0)
             backend.close(0)
@@ -172,14 +223,36 @@ class FrontDoor:
 
     def _forward(self, frontend: zmq.Socket, backend: zmq.Socket, client: bytes, frame: bytes, request_id: Any, op: str, wid: str | None, exclude: frozenset[int] | set[int] = frozenset()) -> None:
         """Route one request to the first shard that should take it (``exclude``: shards that
-        just failed it or could not be reached); it leaves with that shard's next batch."""
+        just failed it or could not be reached); it leaves with that shard's next batch. With
+        none to take it, it waits for one (``_unpark``)."""
         for slot in self.routing.route(wid):
             if slot in exclude:
                 continue
             self._inflight.setdefault(slot, {})[(client, request_id)] = (frame, op, wid)
             self._outbox.setdefault(slot, []).append((client, frame, request_id, op, wid))
             return
-        self._reply(frontend, client, encode_error(request_id, ServerUnavailable("no shard is available")))
+        deadline = self._deadlines.get((client, request_id)) or time.monotonic() + self.ready_timeout
+        self._parked.append((deadline, client, frame, request_id, op, wid))
+
+    def _unpark(self, frontend: zmq.Socket, backend: zmq.Socket) -> None:
+        """Route the requests waiting for a shard, once one is ready (a few times a second at
+        most while none is); fail those that waited ``ready_timeout``."""
+        now = time.monotonic()
+        if now < self._parked_retry and self._parked[0][0] > now:
+            return
+        self._parked_retry = now + 0.02
+        parked, self._parked = self._parked, collections.deque()
+        ready = bool(self.routing.live_slots)
+        for entry in parked:
+            deadline, client, frame, request_id, op, wid = entry
+            if deadline <= now:
+                error = ServerUnavailable(f"no shard became ready within {self.ready_timeout:g}s", op=op)
+                self._reply(frontend, client, encode_error(request_id, error))
+            elif ready:
+                self._deadlines[(client, request_id)] = deadline  # until the flush that follows
+                self._forward(frontend, backend, client, frame, request_id, op, wid)
+            else:
+                self._parked.append(entry)
 
     def _flush(self, frontend: zmq.Socket, backend: zmq.Socket) -> None:
         """Send each shard its batch. A shard that cannot take one (not connected yet or any
@@ -200,14 +273,21 @@ class FrontDoor:
                         held.pop((client, request_id), None)
                         self._forward(frontend, backend, client, frame, request_id, op, wid, exclude=unreachable)
 
-    def _orphaned(self, frontend: zmq.Socket, backend: zmq.Socket, slot: int) -> None:
+    def _orphaned(self, frontend: zmq.Socket, backend: zmq.Socket, slot: int, dead: bool) -> None:
+        """The shard at ``slot`` died (``dead``) or stopped answering: what it held is sent on
+        when that is safe, else answered ``OutcomeUnknown``."""
         held = self._inflight.pop(slot, {})
+        if dead:
+            self._abandoned.pop(slot, None)  # its process is gone: no late replies
+        elif held:
+            self._abandoned.setdefault(slot, set()).update(held)
         for (client, request_id), (frame, op, wid) in held.items():
-            if op in RETRYABLE_OPS:
+            if resendable(op, frame):
                 self._forward(frontend, backend, client, frame, request_id, op, wid, exclude={slot})
             else:
-                error = ServerUnavailable(
-                    f"the shard serving this {op} died; it may or may not have been applied",
+                what = "died" if dead else "stopped answering"
+                error = OutcomeUnknown(
+                    f"the shard serving this {op} {what}; it may or may not have been applied",
                     op=op,
                 )
                 self._reply(frontend, client, encode_error(request_id, error))
@@ -226,15 +306,18 @@ class FrontDoor:
                 continue
             slot = _slot_of(identity)
             held = self._inflight.get(slot)
+            abandoned = self._abandoned.get(slot)
             for index in range(0, len(items) - 3, 4):
                 client, reply, request_id, code = items[index : index + 4]
-                if held:
-                    request = held.pop((client, request_id), None)
-                    if request is not None and code in _STOPPING and request[1] in RETRYABLE_OPS:
-                        # The shard is going away (drain or deposition): another one answers.
-                        frame, op, wid = request
-                        self._forward(frontend, backend, client, frame, request_id, op, wid, exclude={slot})
-                        continue
+                request = held.pop((client, request_id), None) if held else None
+                if request is None and abandoned and (client, request_id) in abandoned:
+                    abandoned.discard((client, request_id))  # answered or sent on already
+                    continue
+                if request is not None and code in _STOPPING and resendable(request[1], request[0]):
+                    # The shard is going away (drain or deposition): another one answers.
+                    frame, op, wid = request
+                    self._forward(frontend, backend, client, frame, request_id, op, wid, exclude={slot})
+                    continue
                 self._reply(frontend, client, reply)
 
     @staticmethod

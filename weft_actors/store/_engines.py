@@ -1,9 +1,17 @@
 """The engine registry: one record per engine, heartbeated, never a write per claim.
 
 A record is ``{slot, pid, state, heartbeat, ttl, expires_at, started, cursor, mode,
-incarnation, ended}``. ``state`` is ``live``, ``stopped`` (released gracefully) or ``dead``
-(death confirmed). An engine in ``single`` mode never heartbeats: its ``expires_at`` is
-infinite and only a confirmed death (or its own release) ends it.
+incarnation, ended}``. ``state`` is ``live``, ``stopped`` (released gracefully), ``dead``
+(death confirmed) or ``expired`` (another engine acted on its expiry). An engine in ``single``
+mode never heartbeats: its ``expires_at`` is infinite and only a confirmed death (or its own
+release) ends it.
+
+An engine judges its own lease by the time it read *before* it waited for the write lock
+(``check_live``): a process blocked behind another one's stalled transaction has not stalled
+itself, and must not depose itself for it. That is sound because every transaction that acts
+on another engine's expiry (a takeover of its claims, a feed prune past its cursor) first
+marks that engine ``expired`` (``mark_expired``): an engine whose stale time still passes
+finds the mark, and commits nothing, once anyone has acted on its expiry.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ __all__ = [
     "put_engine",
     "refuse_second_single",
     "live_records",
+    "mark_expired",
     "prune_engines",
 ]
 
@@ -51,7 +60,11 @@ def check_live(
     txn: lmdb.Transaction, dbs: Databases, engine_id: str, now: float, incarnation: str | None = None
 ) -> dict[str, Any]:
     """Raise ``EngineDeposed`` unless ``engine_id``'s record is live and still the one this
-    process registered (``incarnation``): a deposed engine commits nothing."""
+    process registered (``incarnation``): a deposed engine commits nothing.
+
+    The engine's own transactions pass the time read before they waited for the write lock:
+    any state but ``live`` is refused whatever ``now`` says, so a stale ``now`` can only pass
+    while nobody has acted on the engine's expiry (see the module docstring)."""
     record = engine_record(txn, dbs, engine_key(engine_id))
     if record is None:
         raise EngineDeposed(f"engine {engine_id} is not registered", engine_id=engine_id)
@@ -62,6 +75,22 @@ def check_live(
     if incarnation is not None and record.get("incarnation") != incarnation:
         raise EngineDeposed(f"engine {engine_id} was registered again by another process", engine_id=engine_id)
     return record
+
+
+def mark_expired(txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes, now: float) -> bool:
+    """In a transaction about to act on ``engine_raw``'s expiry: mark a ``live`` record that
+    has expired at ``now`` as ``expired``. True if that engine can never commit again (its
+    record is gone, not live, or now marked), False if it is live after all (it renewed its
+    lease since the caller read it)."""
+    record = engine_record(txn, dbs, engine_raw)
+    if record is None or record["state"] != "live":
+        return True
+    if not is_expired(record, now):
+        return False
+    record["state"] = "expired"
+    record["ended"] = now
+    put_engine(txn, dbs, engine_raw, record)
+    return True
 
 
 def refuse_second_single(txn: lmdb.Transaction, dbs: Databases, engine_id: str, now: float) -> None:

@@ -78,6 +78,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.before_commit: Callable[[], None] | None = None
         """Called inside ``apply``'s transaction once every intent is applied, just before the
         commit: the crash-test failpoint ``commit:after-apply`` (``None`` otherwise)."""
+        self.write_wait: Any = None
+        """A shared slot (``write_wait[0]``, e.g. a ``multiprocessing.RawArray("d", 1)``) where
+        this process publishes when it began to wait for the write lock (0.0 while it does
+        not wait): its supervisor tells a shard blocked behind another's stalled transaction
+        from a hung one by it. ``None``: nothing is published."""
 
     def close(self) -> None:
         for fd in self._locks.values():
@@ -126,12 +131,19 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
 
     def _apply_once(self, engine_id: str, intents: list[Any]) -> list[Any]:
         results: list[Any] = []
+        # This engine's own lease is judged by the time before it waited for the write lock:
+        # a wait behind another process's stalled transaction is no stall of its own. A stale
+        # time cannot pass once anyone acted on its expiry (they mark it; see ``_engines``).
+        started = self.clock.now()
+        wait = self.write_wait
+        if wait is not None:
+            wait[0] = started
         try:
             with self.env.begin(write=True) as txn:
-                # The time is read once this process holds the write lock: a stall between
-                # reading the clock and committing must not let a stale "now" pass the check.
-                now = self.clock.now()
-                record = _engines.check_live(txn, self.dbs, engine_id, now, self._incarnations.get(engine_id))
+                if wait is not None:
+                    wait[0] = 0.0
+                record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
+                now = self.clock.now()  # for the records and the lease: read holding the lock
                 full = self._reserve.check(txn)
                 if full is not None and all(type(intent) in GROWTH for intent in intents):
                     raise full  # nothing to commit, not even the lease extension below
@@ -170,8 +182,13 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         return results
 
     def _write(self, fn: Any) -> Any:
+        wait = self.write_wait
+        if wait is not None:
+            wait[0] = self.clock.now()
         try:
             with self.env.begin(write=True) as txn:
+                if wait is not None:
+                    wait[0] = 0.0
                 return fn(txn)
         except lmdb.MapFullError as exc:
             raise StorageFull(f"store is full: {exc}") from exc
@@ -252,11 +269,14 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
 
     def heartbeat(self, engine_id: str, feed_cursor: int | None = None) -> dict[str, Any]:
         """Extend this engine's lease; ``EngineDeposed`` if it is dead, expired, gone or
-        registered again by someone else. One write, whatever the number of claims."""
+        registered again by someone else. One write, whatever the number of claims. The lease
+        is judged by the time before the wait for the write lock, and extended from the time
+        after it (see ``_engines``)."""
+        started = self.clock.now()
 
         def txn_fn(txn: lmdb.Transaction) -> dict[str, Any]:
+            record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
             now = self.clock.now()
-            record = _engines.check_live(txn, self.dbs, engine_id, now, self._incarnations.get(engine_id))
             if record["mode"] != "single":
                 record["expires_at"] = now + record["ttl"]
             if feed_cursor is not None:
@@ -286,13 +306,14 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         live engine reclaims its running workflows at once. A no-op for an engine that is no
         longer this instance's live registration (dead, expired, or registered again): a
         deposed engine commits nothing, and its claims are reclaimable anyway."""
+        started = self.clock.now()  # its own lease, judged as in ``apply``
 
         def txn_fn(txn: lmdb.Transaction) -> int:
             raw = engine_key(engine_id)
             record = _engines.engine_record(txn, self.dbs, raw)
             mine = self._incarnations.get(engine_id)
             now = self.clock.now()
-            if record is None or not _engines.is_live(record, now) or (mine is not None and record.get("incarnation") != mine):
+            if record is None or not _engines.is_live(record, started) or (mine is not None and record.get("incarnation") != mine):
                 return 0
             moved = release_claims(TxnState(txn, self.dbs, raw, now))
             record["state"] = "stopped"
@@ -310,16 +331,25 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         """CAS each ``(wid, holder bytes read)`` to this engine; epoch + 1 for every winner.
 
         A candidate whose holder changed since it was read, or whose workflow is no longer
-        running, is lost (``None``). One transaction for the whole list.
+        running, is lost (``None``). One transaction for the whole list. An engine taken from
+        that has expired is marked ``expired`` here (``_engines.mark_expired``), so it commits
+        nothing more however stale the time it judges its own lease by; one still live (it
+        renewed since the candidates were read) only loses that workflow: its writes for it
+        are fenced out by the new epoch.
         """
         me = engine_key(engine_id)
+        started = self.clock.now()  # its own lease, judged as in ``apply``
 
         def txn_fn(txn: lmdb.Transaction) -> dict[str, int | None]:
-            now = self.clock.now()
-            _engines.check_live(txn, self.dbs, engine_id, now, self._incarnations.get(engine_id))
+            mine = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
+            now = self.clock.now()  # others' expiry is judged holding the lock
+            if mine["mode"] != "single" and now >= mine["expires_at"] - mine["ttl"] + mine["heartbeat"]:
+                mine["expires_at"] = now + mine["ttl"]  # carries its heartbeat, as in apply
+                _engines.put_engine(txn, self.dbs, me, mine)
             state = TxnState(txn, self.dbs, me, now)
             won: dict[str, int | None] = {}
             stalls: dict[bytes, dict[str, Any] | None] = {}  # lost engine -> its stall note
+            marked: set[bytes] = set()
             for wid, expected in candidates:
                 wid_raw = wid.encode()
                 holder = txn.get(wid_raw, db=self.dbs.claim_holder)
@@ -334,6 +364,10 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                         stalls[lost_engine] = read_stall_note(stall_note_path(self.path, lost_engine.hex()))
                     note_lost_owner(state, wid, record, stalls[lost_engine])
                 old_engine = NO_ENGINE if holder is None else holder[:16]
+                if holder is not None and old_engine not in marked:
+                    marked.add(old_engine)
+                    if old_engine != me:
+                        _engines.mark_expired(txn, self.dbs, old_engine, now)
                 txn.delete(by_engine_key(old_engine, wid), db=self.dbs.by_engine)
                 epoch = next_epoch(state, wid_raw)
                 txn.put(wid_raw, holder_value(me, epoch, now), db=self.dbs.claim_holder)

@@ -43,6 +43,7 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     parser.add_argument("--payload-limit", type=int, default=1 << 20, help="bytes per argument/signal/update payload (default 1 MiB)")
     parser.add_argument("--retention", type=float, default=7 * 86400.0, help="seconds a finished workflow keeps its history (default 7 days)")
     parser.add_argument("--drain-timeout", type=float, default=10.0, help="seconds shards get to drain on SIGTERM before they are killed")
+    parser.add_argument("--ready-timeout", type=float, default=5.0, help="seconds a request waits for a shard to be ready (at start, or while every shard restarts) before it fails (default 5)")
     parser.add_argument("--restart-limit", type=int, default=5, help="restarts allowed per --restart-window")
     parser.add_argument("--restart-window", type=float, default=30.0)
     limits = parser.add_argument_group("limits per shard (LimitExceeded beyond them; activities queue instead)")
@@ -56,6 +57,8 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     args = parser.parse_args(argv)
     if args.shards < 1:
         parser.error("--shards must be at least 1")
+    if args.ready_timeout < 0:
+        parser.error("--ready-timeout must not be negative")
     try:
         validate_timing(args.heartbeat, args.ttl)
     except ValueError as exc:
@@ -91,6 +94,7 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         payload_limit=args.payload_limit,
         retention=args.retention,
         drain_timeout=args.drain_timeout,
+        ready_timeout=args.ready_timeout,
     )
 
 

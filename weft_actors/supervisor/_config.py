@@ -28,6 +28,9 @@ class SupervisorConfig:
     restart_limit: int = 5
     restart_window: float = 30.0
     drain_timeout: float = 10.0
+    ready_timeout: float = 5.0
+    """Seconds a request that finds no shard ready (start-up, every shard restarting) waits
+    for one before it fails with ``ServerUnavailable``."""
     payload_limit: int = 1 << 20
     routing: str = "owner"
     retention: float = 7 * 86400.0

@@ -31,13 +31,14 @@ log = logging.getLogger("weft_actors.supervisor")
 EXIT_DEPOSED = 4
 
 
-def shard_main(config: ShardConfig, control: Connection) -> None:
-    """Entry point of a spawned shard process."""
+def shard_main(config: ShardConfig, control: Connection, write_wait: Any = None) -> None:
+    """Entry point of a spawned shard process. ``write_wait``: shared memory where the store
+    publishes when it waits for the write lock, for the supervisor to tell hung from blocked."""
     configure_logging(config.log_level, config.log_json, f"shard-{config.slot}")
     try:
         import uvloop
 
-        code = uvloop.run(ShardServer(config, control).serve())
+        code = uvloop.run(ShardServer(config, control, write_wait).serve())
     except Exception:
         log.exception("shard %d crashed", config.slot)
         code = 1
@@ -49,9 +50,10 @@ def load_app(name: str) -> Any:
 
 
 class ShardServer:
-    def __init__(self, config: ShardConfig, control: Connection) -> None:
+    def __init__(self, config: ShardConfig, control: Connection, write_wait: Any = None) -> None:
         self.config = config
         self.control = control
+        self.write_wait = write_wait
         self.engine: Engine
         self.ops: ShardOps
         self._stopping = False
@@ -86,6 +88,7 @@ class ShardServer:
             on_done_interest=self._done_interest if config.hints else None,
         )
         await self.engine.open()
+        self.engine.store.write_wait = self.write_wait
         self.ops = ShardOps(self.engine)
         self.dealer = self.context.socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.IDENTITY, shard_identity(config.slot))

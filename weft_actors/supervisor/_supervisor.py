@@ -1,7 +1,8 @@
 """The supervisor: spawns shard processes, watches them, restarts the dead, drains on signal.
 
-It owns the client front door and the hint proxy, and opens the store itself only to mark a
-reaped shard's engine dead at once (its process has exited, so it can never write again).
+It owns the client front door and the hint proxy, and opens the store itself to mark a reaped
+shard's engine dead at once (its process has exited, so it can never write again) and to see
+which shards stopped heartbeating: a hung shard is killed and restarted (``_liveness``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import Any
 
 import zmq
 
-from ..bus import FrontDoor, HintProxy, RoutingTable, encode_hint, publisher
-from ..errors import WeftError
+from ..bus import FrontDoor, HintProxy, RoutingTable
 from ..store import LmdbStore
 from ._config import ShardConfig, SupervisorConfig
 from ._curve import server_keys, start_authenticator
+from ._liveness import DeathRecorder, hung_reason
 from ._metrics import MetricsServer
 from ._shard_process import shard_main
 
@@ -38,7 +39,7 @@ EXIT_RESTART_INTENSITY = 3
 
 
 class _Slot:
-    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready", "started_at")
+    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready", "started_at", "write_wait", "killed", "ready_at")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -51,6 +52,11 @@ class _Slot:
         self.stats: dict[str, Any] = {}
         self.ready = False
         self.started_at = 0.0
+        self.write_wait: Any = None
+        """Shared with the process: when it began to wait for the store's write lock."""
+        self.killed = False
+        """Killed as hung, not reaped yet."""
+        self.ready_at = 0.0
 
 
 _IPC_PREFIX = "weft-ipc-"
@@ -87,10 +93,12 @@ class Supervisor:
         self.slots = [_Slot(i) for i in range(config.shards)]
         self.started = time.time()
         self.restarts = 0
+        self.hung_kills = 0
         self._restart_times: collections.deque[float] = collections.deque()
         self._mp = multiprocessing.get_context("spawn")
         self._stop_reason: str | None = None
         self._live_cache: tuple[float, frozenset[str]] | None = None
+        self._next_hung_check = 0.0
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
 
@@ -116,7 +124,8 @@ class Supervisor:
         ipc = None if self._ipc_dir is None else f"ipc://{self._ipc_dir}"
         self.hints = HintProxy(self.context, None if ipc is None else (f"{ipc}/hints-in", f"{ipc}/hints-out"))
         self.hints.start()
-        self.hint_out = publisher(self.context, self.hints.publish_endpoint)
+        self.deaths = DeathRecorder(self.store, self.context, self.hints.publish_endpoint)
+        self.deaths.start()
         self.routing = RoutingTable(self._owner_of, live=self._live_engines, by_owner=config.routing == "owner")
         self.frontdoor = FrontDoor(
             self.context,
@@ -127,6 +136,7 @@ class Supervisor:
             curve_secret_key=curve[0] if curve else None,
             curve_public_key=curve[1] if curve else None,
             backend_bind=None if ipc is None else f"{ipc}/shards",
+            ready_timeout=config.ready_timeout,
         )
         try:
             self.frontdoor.start()
@@ -177,10 +187,12 @@ class Supervisor:
             quarantine_after=config.quarantine_after,
             stall_threshold=config.stall_threshold,
         )
-        process = self._mp.Process(target=shard_main, args=(shard, child), name=f"shard-{slot.index}")
+        write_wait = self._mp.RawArray("d", 1)
+        process = self._mp.Process(target=shard_main, args=(shard, child, write_wait), name=f"shard-{slot.index}")
         process.start()
         child.close()
         slot.process, slot.control, slot.ready = process, parent, False
+        slot.write_wait, slot.killed = write_wait, False
         slot.engine_id = None
         slot.pid = process.pid
         slot.started_at = time.monotonic()
@@ -200,9 +212,10 @@ class Supervisor:
             now = time.monotonic()
             pending = [s.next_start for s in self.slots if s.process is None]
             timeout = max(0.0, min(pending) - now) if pending else 1.0
-            for ready in wait(waitables, timeout=min(timeout, 1.0)):
+            for ready in wait(waitables, timeout=min(timeout, self.config.heartbeat / 4)):
                 if ready == self._wake_r:
                     os.read(self._wake_r, 64)
+            self._kill_hung()
             for slot in self.slots:
                 if slot.process is not None:
                     self._read_control(slot)
@@ -225,6 +238,7 @@ class Supervisor:
                 message = control.recv()
                 if message[0] == "ready":
                     slot.engine_id, slot.pid, slot.ready = message[1], message[2], True
+                    slot.ready_at = time.time()
                     self.routing.set_live(slot.index, message[1])
                     log.info("shard %d ready (engine %s, pid %d)", slot.index, message[1], message[2])
                 elif message[0] == "stats":
@@ -244,20 +258,47 @@ class Supervisor:
         stats["_at"] = now
         slot.stats = stats
 
+    def _kill_hung(self) -> None:
+        """Kill (SIGKILL) each ready shard that stopped heartbeating (``hung_reason``), a few
+        times per heartbeat: its requests go to other shards at once, and its reaping marks
+        it dead and restarts it like any crash (it counts toward the restart intensity)."""
+        now = time.monotonic()
+        if now < self._next_hung_check:
+            return
+        self._next_hung_check = now + self.config.heartbeat / 4
+        try:
+            records = self.store.engines()
+        except Exception as exc:  # a read; the store may be briefly unreadable
+            log.warning("cannot read the engine records: %s", exc)
+            return
+        wall = time.time()
+        for slot in self.slots:
+            if slot.process is None or not slot.ready or slot.killed or slot.engine_id is None:
+                continue
+            waiting = slot.write_wait[0] if slot.write_wait is not None else 0.0
+            reason = hung_reason(records.get(slot.engine_id), waiting, wall, self.config.ttl, slot.ready_at)
+            if reason is None:
+                continue
+            log.error("shard %d (pid %s, engine %s) is hung: %s; killing it", slot.index, slot.pid, slot.engine_id, reason)
+            self.routing.set_dead(slot.index)
+            self.frontdoor.shard_stalled(slot.index)
+            slot.killed = True
+            self.hung_kills += 1
+            try:
+                slot.process.kill()
+            except OSError as exc:
+                log.warning("could not kill shard %d: %s", slot.index, exc)
+
     def _reap(self, slot: _Slot) -> bool:
         """Confirmed death: mark the engine dead, hint, restart with backoff. False when the
         restart intensity is exceeded."""
         process = slot.process
         process.join(0)
-        log.warning("shard %d (pid %s) exited with code %s", slot.index, slot.pid, process.exitcode)
+        log.warning("shard %d (pid %s) exited with code %s%s", slot.index, slot.pid, process.exitcode, " (killed as hung)" if slot.killed else "")
         self.routing.set_dead(slot.index)
         self.frontdoor.shard_died(slot.index)
         if slot.engine_id is not None:
-            try:
-                self.store.mark_engine_dead(slot.engine_id)
-                self.hint_out.send(encode_hint("engine-dead", slot.engine_id), zmq.NOBLOCK)
-            except (WeftError, zmq.ZMQError) as exc:
-                log.warning("could not mark engine %s dead: %s", slot.engine_id, exc)
+            self.deaths.record(slot.engine_id)  # never waits here: the lock may be held
         try:
             self.store.env.reader_check()
         except Exception:
@@ -265,6 +306,7 @@ class Supervisor:
         if slot.control is not None:
             slot.control.close()
         slot.process, slot.control, slot.ready, slot.stats = None, None, False, {}
+        slot.write_wait, slot.killed = None, False
         now = time.monotonic()
         self._restart_times.append(now)
         while self._restart_times and self._restart_times[0] < now - self.config.restart_window:
@@ -304,17 +346,14 @@ class Supervisor:
                 process.kill()
                 process.join(5)
                 if slot.engine_id is not None:
-                    try:
-                        self.store.mark_engine_dead(slot.engine_id)
-                    except WeftError:
-                        pass
+                    self.deaths.record(slot.engine_id)
 
     def _close(self) -> None:
         if getattr(self, "metrics", None) is not None:
             self.metrics.stop()
         self.frontdoor.stop()
+        self.deaths.stop()
         self.hints.stop()
-        self.hint_out.close(0)
         if self.authenticator is not None:
             self.authenticator.stop()
         self.context.destroy(linger=0)
@@ -353,11 +392,14 @@ class Supervisor:
             entry["engine_id"] = slot.engine_id
             shards.append(entry)
         return {
+            "ready": bool(self.routing.live_slots),
             "supervisor": {
                 "pid": os.getpid(),
                 "uptime_s": round(time.time() - self.started, 3),
                 "restarts": self.restarts,
+                "hung_kills": self.hung_kills,
                 "shards": len(self.slots),
+                "shards_ready": len(self.routing.live_slots),
                 "frontdoor_requests": self.frontdoor.requests,
                 "frontdoor_errors": self.frontdoor.errors,
             },

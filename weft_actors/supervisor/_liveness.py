@@ -1,0 +1,90 @@
+"""Which shards are hung, and recording deaths without the watch loop ever waiting on a lock.
+
+A shard is hung when its engine renewed nothing for a whole ttl (``hung_reason``): the
+supervisor then kills it (SIGKILL) and restarts it through the normal path, which also frees
+the store's write lock if it stalled holding it. A shard that only waits for that lock is not
+hung: each shard publishes when it began to wait (``LmdbStore.write_wait``, shared memory),
+and such a shard is left alone for ``LOCK_WAIT_GRACE`` ttls, time enough for the holder to be
+killed. The store writes that follow a death go through ``DeathRecorder``'s own thread:
+marking an engine dead takes the write lock, and the loop that must kill a stalled holder can
+never wait for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Any, Final
+
+import zmq
+
+from ..bus import encode_hint, publisher
+from ..errors import WeftError
+
+__all__ = ["DeathRecorder", "hung_reason", "LOCK_WAIT_GRACE"]
+
+log = logging.getLogger("weft_actors.supervisor")
+
+LOCK_WAIT_GRACE: Final = 2.0
+"""Ttls a silent shard waiting for the write lock is spared: the holder, if it is one of
+ours, is killed after one ttl. Past that (a shard stopped while it waited) it is hung too."""
+
+
+def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float, ttl: float, ready_at: float = 0.0) -> str | None:
+    """Why a ready shard whose engine record is ``record`` should be killed, or ``None``.
+
+    ``waiting_since``: when it began to wait for the write lock (0.0: it does not wait);
+    ``wall``: the time now, as the records keep it; ``ready_at``: when the shard said it was
+    ready (it has a whole ttl from then to heartbeat, however long its start took). A
+    record that is not live (another engine took over from it) means the shard is deposed
+    and should be gone already.
+    """
+    if record is None:
+        return None  # not registered yet, or pruned: nothing to judge by
+    if record["state"] != "live":
+        return f"its engine is marked {record['state']}"
+    silent = wall - max(record["expires_at"] - record["ttl"], ready_at)
+    if silent <= ttl:
+        return None
+    if waiting_since and wall - waiting_since < LOCK_WAIT_GRACE * ttl:
+        return None  # blocked behind another process's transaction, not hung itself
+    return f"it has not heartbeated for {silent:.1f} s (ttl {ttl:g} s)"
+
+
+class DeathRecorder:
+    """Marks reaped shards' engines dead and publishes the hint, in a thread of its own (the
+    PUB socket lives and dies there). ``record`` never blocks."""
+
+    def __init__(self, store: Any, context: zmq.Context, hint_endpoint: str) -> None:
+        self._store = store
+        self._context = context
+        self._endpoint = hint_endpoint
+        self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="weft-deaths", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def record(self, engine_id: str) -> None:
+        self._queue.put(engine_id)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Record what is queued, then stop (waits ``timeout`` at most: the lock may be held)."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        sock = publisher(self._context, self._endpoint)
+        try:
+            while True:
+                engine_id = self._queue.get()
+                if engine_id is None:
+                    return
+                try:
+                    self._store.mark_engine_dead(engine_id)
+                    sock.send(encode_hint("engine-dead", engine_id), zmq.NOBLOCK)
+                except (WeftError, zmq.ZMQError) as exc:
+                    log.warning("could not mark engine %s dead: %s", engine_id, exc)
+        finally:
+            sock.close(0)
