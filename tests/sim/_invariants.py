@@ -8,6 +8,7 @@ of an engine whose record was not live must not advance the store's transaction 
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 from weft_actors.codec import decode, decode_args, unpack_record
@@ -26,6 +27,8 @@ class Checker:
         self.world = world
         self.epochs: dict[bytes, int] = {}
         self.reported: set[str] = set()
+        self.finished: dict[tuple[bytes, str], tuple[Any, ...]] = {}
+        """(workflow, run) -> how it ended: a finished run never changes."""
 
     def _report(self, what: str) -> None:
         if what not in self.reported:  # a broken state is reported once, not on every commit
@@ -46,6 +49,14 @@ class Checker:
                 epochs[key] = epoch
             if seen < len(epochs):
                 self._report("a claim epoch was deleted")
+            finished = self.finished
+            for key, value in txn.cursor(db=dbs.workflows):
+                record = unpack_record(value)
+                if record["status"] in TERMINAL:
+                    ending = (record["status"], record.get("result"), record.get("error"))
+                    before = finished.setdefault((key, record["run_id"]), ending)
+                    if before != ending:
+                        self._report(f"finished run {record['run_id'][-8:]} of {key.decode()} changed from {before[0]} to {ending[0]}")
             for problem in check_environment(txn, dbs, self.world.clock.now(), FEED_RETENTION):
                 self._report(f"store: {problem}")
 
@@ -77,6 +88,10 @@ class Checker:
         for wid in sorted(ledger.started):
             if wid not in records:
                 self._report(f"acknowledged start of {wid} is not durable")
+        for wid, run_id in ledger.terminated:
+            record = records.get(wid)
+            if record is not None and record["run_id"] == run_id and record["status"] != "terminated":
+                self._report(f"acknowledged terminate of {wid} is not durable: it is {record['status']}")
         self._check_waiters(ledger, records)
         self._check_signals(ledger, records)
         self._check_updates(ledger, records)
@@ -106,12 +121,21 @@ class Checker:
             for _, message in observer.load_inbox(wid):
                 if message.get("kind") == "signal" and message.get("payload") is not None:
                     pending.add(decode(message["payload"], "signal"))
-            lost = ledger.acked.get(wid, set()) - set(got) - pending
+            chain = {record["run_id"]}
+            for previous in reversed(record.get("previous_runs") or ()):
+                if previous.get("status") != "continued":
+                    break
+                chain.add(previous["run_id"])
+            acked = {token for token, run_id in ledger.acked.get(wid, {}).items() if run_id in chain}
+            lost = acked - set(got) - pending
             if lost:
                 self._report(f"{wid} lost acknowledged signals {sorted(lost)} (got {sorted(got)}, pending {sorted(pending)})")
 
     def _check_updates(self, ledger: Ledger, records: dict[str, Any]) -> None:
-        answered: dict[str, dict[int, str]] = {}
+        """Each request id is answered one way; within a run every applied update moved the
+        count (an answer seen twice means one was applied twice); a completed collector's
+        count covers every answer of its run and no more than was asked for."""
+        answered: dict[tuple[str, str], dict[int, str]] = {}
         attempted: dict[str, int] = {}
         for (wid, rid), entry in sorted(ledger.updates.items()):
             final = {outcome for outcome in entry["outcomes"] if outcome not in TRANSIENT}
@@ -121,14 +145,14 @@ class Checker:
                 attempted[wid] = attempted.get(wid, 0) + entry["by"]
             for outcome in final:
                 if outcome.startswith("ok "):
-                    value = int(outcome[3:])
-                    other = answered.setdefault(wid, {}).get(value)
-                    if other is not None and other != rid:
-                        self._report(f"updates {other} and {rid} of {wid} both answered {value}: one applied twice")
-                    answered[wid][value] = rid
-        for wid, values in sorted(answered.items()):
+                    run_id, value = ast.literal_eval(outcome[3:])
+                    seen = answered.setdefault((wid, run_id), {})
+                    if seen.get(value, rid) != rid:
+                        self._report(f"updates {seen[value]} and {rid} of {wid} both answered {value}: one applied twice")
+                    seen[value] = rid
+        for (wid, run_id), values in sorted(answered.items()):
             record = records.get(wid)
-            if record is None or record["status"] != "completed":
+            if record is None or record["status"] != "completed" or record["run_id"] != run_id:
                 continue
             count = decode(record["result"], "result")["count"]
             if count < max(values) or count > attempted.get(wid, 0):

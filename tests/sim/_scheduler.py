@@ -35,12 +35,18 @@ __all__ = ["Config", "Outcome", "run_seed", "config_for", "ALL_FEATURES", "CI_EX
 
 ALL_FEATURES = frozenset(
     {
-        "update", "cancel", "terminate", "delayed", "timeout", "collector", "parent", "racer", "looper",
+        "update", "cancel", "terminate", "delayed", "timeout", "collector", "parent", "racer", "looper", "relay",
+        "bad-input", "start-new-collector",
         "stall", "kill", "die-before", "die-after-apply", "die-after-commit", "fail-commit", "refuse-intent",
         "clock-jump", "store-full", "hint-faults", "slow-turn",
     }
 )
-CI_EXCLUDED: frozenset[str] = frozenset()
+CI_EXCLUDED: frozenset[str] = frozenset(
+    {
+        "bad-input",  # F1 (issue 14 items 3 and 4): a bad intent fails its whole group commit
+        "start-new-collector",  # F2 (issue 14 item 13): start_new hands on the old run's inbox and request ids
+    }
+)
 """Features left out of the CI budget until the fix of a finding (FINDINGS.md) is merged."""
 
 WORKLOAD_SECONDS = 20.0

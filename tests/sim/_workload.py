@@ -13,14 +13,14 @@ from typing import Any
 
 from weft_actors.errors import WeftError
 
-from sim_app import collector, looper, parent, racer, steps
+from sim_app import collector, looper, parent, racer, relay, steps
 
 __all__ = ["Ledger", "Workload", "TRANSIENT"]
 
 TRANSIENT = frozenset({"engine_deposed", "engine_stopped", "storage_full", "storage_error", "fenced_out", "limit_exceeded", "timeout"})
 """Outcomes that say nothing about the workflow: the engine asked could not answer."""
 
-TYPES = {"steps": steps, "collector": collector, "parent": parent, "racer": racer, "looper": looper}
+TYPES = {"steps": steps, "collector": collector, "parent": parent, "racer": racer, "looper": looper, "relay": relay}
 
 
 @dataclass
@@ -30,15 +30,20 @@ class Ledger:
     types: dict[str, str] = field(default_factory=dict)
     started: set[str] = field(default_factory=set)
     sent: dict[str, set[str]] = field(default_factory=dict)
-    acked: dict[str, set[str]] = field(default_factory=dict)
+    acked: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    """workflow -> acknowledged token -> the run current at the acknowledgement."""
     updates: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     waiters: list[tuple[Any, str, Any]] = field(default_factory=list)
     """(node, wid, task) of every ``result()`` call."""
     tokens: int = 0
+    terminated: list[tuple[str, str]] = field(default_factory=list)
+    """(workflow, run) of every acknowledged terminate."""
 
 
 def outcome_of(exc: BaseException) -> str:
     if isinstance(exc, WeftError):
+        if exc.code == "storage_error" and "simulated" not in str(exc):
+            return f"UNEXPECTED storage_error: {exc}"  # no storage fault was injected
         return exc.code
     if isinstance(exc, TimeoutError):
         return "timeout"
@@ -78,6 +83,8 @@ class Workload:
             return (policy, [self._plan() for _ in range(rng.randint(1, 2))], rng.choice([-1.0, 0.3, 2.0]))
         if kind == "racer":
             return ([rng.choice([0.0, 0.2, 1.0, 4.0]) for _ in range(rng.randint(1, 3))], rng.choice([0.5, 3.0]))
+        if kind == "relay":
+            return (rng.randint(0, 3), [["a", rng.choice([0.0, 0.1, 0.3])]])
         return (rng.randint(0, 3), rng.choice([0.1, 0.5, 1.0]))
 
     def _wid(self) -> str:
@@ -109,15 +116,18 @@ class Workload:
             wid = self._known()
             return f"cancel {wid}", lambda engine: engine.cancel(wid)
         if roll < 0.95 and "terminate" in self.features:
-            wid = self._known()
-            return f"terminate {wid}", lambda engine: engine.terminate(wid, "sim")
+            return self._terminate()
+        if roll < 0.97 and "bad-input" in self.features:
+            return self._bad_input()
         return self._signal_with_start()
 
     def _start(self) -> tuple[str, Any]:
         rng = self.rng
         wid = self._wid()
         kind = wid.split("-")[0]
-        choices = ["error", "return"] if kind == "collector" else ["error", "return", "start_new"]
+        choices = ["error", "return", "start_new"]
+        if kind == "collector" and "start-new-collector" not in self.features:
+            choices.remove("start_new")
         if_exists = rng.choice(choices)
         options: dict[str, Any] = {"id": wid, "if_exists": if_exists}
         if "delayed" in self.features and rng.random() < 0.15:
@@ -134,11 +144,41 @@ class Workload:
 
         return f"start {wid} {if_exists} {sorted(options)}", call
 
+    def _terminate(self) -> tuple[str, Any]:
+        wid = self._known()
+
+        async def call(engine: Any) -> None:
+            await engine.terminate(wid, "sim")
+            record = engine.store.get_workflow(wid)
+            self.ledger.terminated.append((wid, record["run_id"]))
+            if record["status"] != "terminated":
+                self.world.violation(f"terminate of {wid} acknowledged, but it is {record['status']}")
+
+        return f"terminate {wid}", call
+
+    def _bad_input(self) -> tuple[str, Any]:
+        """Calls that must be refused alone, at the edge (``InvalidRequest``), whatever else
+        is in their group commit."""
+        which = self.rng.choice(["signal", "update", "cancel", "start_at"])
+        if which == "signal":
+            return "bad signal to ''", lambda engine: engine.signal("", "s", "x")
+        if which == "update":
+            return "bad update to ''", lambda engine: engine.update("", "bump", 1, request_id="bad")
+        if which == "cancel":
+            return "bad cancel of ''", lambda engine: engine.cancel("")
+        return "bad start_at 1e300", lambda engine: engine.start(steps, "bad", [], id="bad-start", start_at=1e300)
+
     def _token(self, wid: str) -> str:
         self.ledger.tokens += 1
         token = f"t{self.ledger.tokens}"
         self.ledger.sent.setdefault(wid, set()).add(token)
         return token
+
+    def _acked(self, engine: Any, wid: str, token: str) -> None:
+        """Note the run that was current when the signal was acknowledged: a later
+        ``start_new`` run does not inherit what an earlier one left."""
+        record = engine.store.get_workflow(wid)
+        self.ledger.acked.setdefault(wid, {})[token] = None if record is None else record["run_id"]
 
     def _signal(self) -> tuple[str, Any]:
         wid = self._known("collector") if self.rng.random() < 0.8 else self._known()
@@ -149,7 +189,7 @@ class Workload:
         async def call(engine: Any) -> None:
             await engine.signal(wid, "s", token)
             if token != "stop":
-                self.ledger.acked.setdefault(wid, set()).add(token)
+                self._acked(engine, wid, token)
 
         return f"signal {wid} {token}", call
 
@@ -187,7 +227,7 @@ class Workload:
 
         async def call(engine: Any) -> None:
             await engine.signal_with_start(collector, *args, signal="s", payload=token, id=wid, if_exists="return")
-            self.ledger.acked.setdefault(wid, set()).add(token)
+            self._acked(engine, wid, token)
             self.ledger.started.add(wid)
 
         return f"signal_with_start {wid} {token}", call

@@ -54,9 +54,9 @@ async def collector(ctx, got: list[str], count: int, runs: int, patience: float)
     three tokens in a run it continues as new (at most twice), carrying what it has."""
     state = {"count": count}
 
-    def bump(by: int) -> int:
+    def bump(by: int) -> list[Any]:
         state["count"] += by
-        return state["count"]
+        return [ctx.run_id, state["count"]]
 
     def check(by: int) -> None:
         if by < 1:
@@ -109,4 +109,14 @@ async def looper(ctx, left: int, nap: float) -> int:
     return 0
 
 
-APP = [steps, collector, parent, racer, looper]
+@workflow
+async def relay(ctx, left: int, plan: list[Any]) -> int:
+    """Races a child against a signal, then continues as new: the child's end and the
+    parent's continue-as-new may land in one group commit."""
+    await ctx.race([ctx.child(steps, f"k{left}", plan), ctx.wait_signal("s")])
+    if left > 0:
+        return ctx.continue_as_new(left - 1, plan)
+    return left
+
+
+APP = [steps, collector, parent, racer, looper, relay]
