@@ -84,7 +84,7 @@ class Workload:
         if kind == "racer":
             return ([rng.choice([0.0, 0.2, 1.0, 4.0]) for _ in range(rng.randint(1, 3))], rng.choice([0.5, 3.0]))
         if kind == "relay":
-            return (rng.randint(0, 3), [["a", rng.choice([0.0, 0.1, 0.3])]])
+            return (rng.randint(0, 3), [["a", rng.choice([0.0, 0.0, 0.1, 0.3])]])
         return (rng.randint(0, 3), rng.choice([0.1, 0.5, 1.0]))
 
     def _wid(self) -> str:
@@ -181,7 +181,8 @@ class Workload:
         self.ledger.acked.setdefault(wid, {})[token] = None if record is None else record["run_id"]
 
     def _signal(self) -> tuple[str, Any]:
-        wid = self._known("collector") if self.rng.random() < 0.8 else self._known()
+        roll = self.rng.random()
+        wid = self._known("collector") if roll < 0.6 else self._known("relay") if roll < 0.85 else self._known()
         if wid is None:
             return self._start()
         token = "stop" if self.rng.random() < 0.05 else self._token(wid)
