@@ -38,7 +38,7 @@ ALL_FEATURES = frozenset(
         "update", "cancel", "terminate", "delayed", "timeout", "collector", "parent", "racer", "looper", "relay",
         "bad-input", "start-new-collector",
         "stall", "kill", "die-before", "die-after-apply", "die-after-commit", "fail-commit", "refuse-intent",
-        "clock-jump", "store-full", "hint-faults", "slow-turn",
+        "clock-jump", "mark-dead", "store-full", "hint-faults", "slow-turn",
     }
 )
 CI_EXCLUDED: frozenset[str] = frozenset(
@@ -147,7 +147,7 @@ class Run:
             self.world.start_node()
         for _ in range(self.config.calls):
             self.at(start + rng.uniform(0.01, WORKLOAD_SECONDS), "call", self._call)
-        kinds = sorted(kind for kind in ("stall", "kill", "die-before", "die-after-apply", "die-after-commit", "fail-commit", "refuse-intent", "clock-jump") if kind in self.config.features)
+        kinds = sorted(kind for kind in ("stall", "kill", "die-before", "die-after-apply", "die-after-commit", "fail-commit", "refuse-intent", "clock-jump", "mark-dead") if kind in self.config.features)
         for _ in range(self.config.faults if kinds else 0):
             kind = rng.choice(kinds)
             self.at(start + rng.uniform(0.2, WORKLOAD_SECONDS), kind, lambda kind=kind: self._fault(kind))
@@ -184,6 +184,12 @@ class Run:
             world.stall(node, rng.choice([0.3, self.config.ttl, self.config.ttl + 2 * self.config.heartbeat + 0.1, 3 * self.config.ttl + 2.0]))
         elif kind == "kill":
             world.kill(node, confirm=rng.random() < self.config.confirm_death)
+        elif kind == "mark-dead":
+            # The supervisor judged it dead (hung) and marks it so before its kill lands: the
+            # engine runs on for a while, and must commit nothing more.
+            world.note(f"{node.name} marked dead while running")
+            world.confirm_dead(node)
+            self.at(self.now() + rng.uniform(0.0, 1.0), "kill", lambda: world.kill(node, confirm=False))
         elif kind == "refuse-intent":
             node.refuse_at = node.intents_applied + rng.randint(1, 4)
             world.refusing[bytes.fromhex(node.engine_id)] = node
