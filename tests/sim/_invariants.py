@@ -75,6 +75,12 @@ class Checker:
         observer = world.observer
         self.after_commit()
         records = self.records()
+        with observer.env.begin() as txn:
+            for key, value in txn.cursor(db=observer.dbs.ops):
+                op = unpack_record(value)
+                if "ok" in op and "err" in op:
+                    wid = key[2 : 2 + int.from_bytes(key[:2], "big")].decode()
+                    self._report(f"an op of {wid} has two outcomes: ok and {op['err'].get('kind')} (t={op.get('t')})")
         for wid, record in sorted(records.items()):
             if record["status"] not in TERMINAL:
                 holder = observer.get_holder(wid)
