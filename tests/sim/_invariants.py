@@ -1,0 +1,170 @@
+"""The simulation's invariants: after every commit (the store checker, epochs only grow) and at
+the end of a run (every workflow ended, every waiting caller answered, signals and updates
+exactly once).
+
+The commit-time check that a deposed engine commits nothing is in ``World.run_node``: a step
+of an engine whose record was not live must not advance the store's transaction id.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from weft_actors.codec import decode, decode_args, unpack_record
+from weft_actors.store import TERMINAL
+from weft_actors.store._check import check_environment
+
+from _workload import TRANSIENT, Ledger
+
+__all__ = ["Checker"]
+
+FEED_RETENTION = 3600.0
+
+
+class Checker:
+    def __init__(self, world: Any) -> None:
+        self.world = world
+        self.epochs: dict[bytes, int] = {}
+        self.reported: set[str] = set()
+        self.finished: dict[tuple[bytes, str], tuple[Any, ...]] = {}
+        """(workflow, run) -> how it ended: a finished run never changes."""
+
+    def _report(self, what: str) -> None:
+        if what not in self.reported:  # a broken state is reported once, not on every commit
+            self.reported.add(what)
+            self.world.violation(what)
+
+    def after_commit(self) -> None:
+        observer = self.world.observer
+        dbs = observer.dbs
+        with observer.env.begin() as txn:
+            epochs = self.epochs
+            seen = 0
+            for key, value in txn.cursor(db=dbs.claim_epoch):
+                seen += 1
+                epoch = int.from_bytes(value, "big")
+                if epoch < epochs.get(key, 0):
+                    self._report(f"epoch of {key.decode()} went back from {epochs[key]} to {epoch}")
+                epochs[key] = epoch
+            if seen < len(epochs):
+                self._report("a claim epoch was deleted")
+            finished = self.finished
+            for key, value in txn.cursor(db=dbs.workflows):
+                record = unpack_record(value)
+                if record["status"] in TERMINAL:
+                    ending = (record["status"], record.get("result"), record.get("error"))
+                    before = finished.setdefault((key, record["run_id"]), ending)
+                    if before != ending:
+                        self._report(f"finished run {record['run_id'][-8:]} of {key.decode()} changed from {before[0]} to {ending[0]}")
+            for problem in check_environment(txn, dbs, self.world.clock.now(), FEED_RETENTION):
+                self._report(f"store: {problem}")
+
+    # -- at the end -----------------------------------------------------------------------
+
+    def records(self) -> dict[str, dict[str, Any]]:
+        observer = self.world.observer
+        with observer.env.begin() as txn:
+            return {key.decode(): unpack_record(value) for key, value in txn.cursor(db=observer.dbs.workflows)}
+
+    def unfinished(self) -> list[str]:
+        return sorted(wid for wid, record in self.records().items() if record["status"] not in TERMINAL)
+
+    def final(self, ledger: Ledger) -> None:
+        world = self.world
+        observer = world.observer
+        self.after_commit()
+        records = self.records()
+        with observer.env.begin() as txn:
+            for key, value in txn.cursor(db=observer.dbs.ops):
+                op = unpack_record(value)
+                if "ok" in op and "err" in op:
+                    wid = key[2 : 2 + int.from_bytes(key[:2], "big")].decode()
+                    self._report(f"an op of {wid} has two outcomes: ok and {op['err'].get('kind')} (t={op.get('t')})")
+        for wid, record in sorted(records.items()):
+            if record["status"] not in TERMINAL:
+                holder = observer.get_holder(wid)
+                where = "no holder"
+                if holder is not None:
+                    owner = next((node for node in world.nodes if node.engine_id == holder[0]), None)
+                    state = "unknown engine" if owner is None else f"{owner.name} {owner.status}/{owner.engine.state}"
+                    hosted = owner is not None and (wid in owner.engine.actors or wid in owner.engine.eviction.evicted or wid in owner.engine.orphans)
+                    where = f"held by {state} at epoch {holder[1]}, {'with' if hosted else 'WITHOUT'} an actor there"
+                self._report(f"workflow {wid} never ended: {record['status']}, {where}")
+        for wid in sorted(ledger.started):
+            if wid not in records:
+                self._report(f"acknowledged start of {wid} is not durable")
+        for wid, run_id in ledger.terminated:
+            record = records.get(wid)
+            if record is not None and record["run_id"] == run_id and record["status"] != "terminated":
+                self._report(f"acknowledged terminate of {wid} is not durable: it is {record['status']}")
+        self._check_waiters(ledger, records)
+        self._check_signals(ledger, records)
+        self._check_updates(ledger, records)
+
+    def _check_waiters(self, ledger: Ledger, records: dict[str, Any]) -> None:
+        for node, wid, task in ledger.waiters:
+            if node.status != "up" or node.engine.state != "running":
+                continue
+            record = records.get(wid)
+            if record is not None and record["status"] in TERMINAL and not task.done():
+                self._report(f"a result() caller of {wid} on {node.name} never got it ({record['status']})")
+
+    def _check_signals(self, ledger: Ledger, records: dict[str, Any]) -> None:
+        observer = self.world.observer
+        for wid, sent in sorted(ledger.sent.items()):
+            record = records.get(wid)
+            if record is None or record["status"] != "completed" or record.get("type") != "collector":
+                continue
+            result = decode(record["result"], "result")
+            got = result["got"]
+            if len(got) != len(set(got)):
+                self._report(f"{wid} consumed a signal twice: {sorted(got)}")
+            invented = set(got) - sent
+            if invented:
+                self._report(f"{wid} consumed signals nobody sent: {sorted(invented)}")
+            pending = set()
+            for _, message in observer.load_inbox(wid):
+                if message.get("kind") == "signal" and message.get("payload") is not None:
+                    pending.add(decode(message["payload"], "signal"))
+            chain = {record["run_id"]}
+            for previous in reversed(record.get("previous_runs") or ()):
+                if previous.get("status") != "continued":
+                    break
+                chain.add(previous["run_id"])
+            acked = {token for token, run_id in ledger.acked.get(wid, {}).items() if run_id in chain}
+            lost = acked - set(got) - pending
+            if lost:
+                self._report(f"{wid} lost acknowledged signals {sorted(lost)} (got {sorted(got)}, pending {sorted(pending)})")
+
+    def _check_updates(self, ledger: Ledger, records: dict[str, Any]) -> None:
+        """Each request id is answered one way; within a run every applied update moved the
+        count (an answer seen twice means one was applied twice); a completed collector's
+        count covers every answer of its run and no more than was asked for."""
+        answered: dict[tuple[str, str], dict[int, str]] = {}
+        attempted: dict[str, int] = {}
+        for (wid, rid), entry in sorted(ledger.updates.items()):
+            # "not found": the request was never recorded, so a retry after the start may apply it.
+            final = {outcome for outcome in entry["outcomes"] if outcome not in TRANSIENT and outcome != "workflow_not_found"}
+            if len(final) > 1:
+                self._report(f"update {rid} of {wid} answered more than one way: {sorted(final)}")
+            if entry["by"] >= 1:
+                attempted[wid] = attempted.get(wid, 0) + entry["by"]
+            for outcome in final:
+                if outcome.startswith("ok "):
+                    run_id, value = ast.literal_eval(outcome[3:])
+                    seen = answered.setdefault((wid, run_id), {})
+                    if seen.get(value, rid) != rid:
+                        self._report(f"updates {seen[value]} and {rid} of {wid} both answered {value}: one applied twice")
+                    seen[value] = rid
+        for (wid, run_id), values in sorted(answered.items()):
+            record = records.get(wid)
+            if record is None or record["status"] != "completed" or record["run_id"] != run_id:
+                continue
+            count = decode(record["result"], "result")["count"]
+            if count < max(values) or count > attempted.get(wid, 0):
+                self._report(f"{wid} ended with count {count}; answers {sorted(values)}, at most {attempted.get(wid, 0)} applied")
+
+
+def args_of(record: dict[str, Any]) -> tuple[Any, ...]:
+    return decode_args(record["args"])
