@@ -40,7 +40,9 @@ def _result(client: Client, wid: str, timeout: float) -> object:
 
 
 def _quarantine(sup: RunningSupervisor, client: Client, flag: str) -> str:
-    handle = client.start("poisoned", flag, STALL, id="poison")
+    # Its first attempt blocks the loop before the start's reply leaves: only a start that is
+    # safe to send again (a fixed id, if_exists="return") is re-sent to another shard.
+    handle = client.start("poisoned", flag, STALL, id="poison", if_exists="return")
     wait_until(lambda: _status(client, handle.id) == "quarantined", timeout=40, what="quarantined", interval=0.2)
     return handle.id
 

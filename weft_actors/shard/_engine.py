@@ -95,7 +95,9 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     while running it (they died or lost their lease) without committing any progress is not
     driven again but parked as ``quarantined`` (``lift_quarantine`` puts it back). With
     ``background``, a watchdog thread logs a WARNING naming the workflow and activity that
-    keeps the loop from turning for more than ``stall_threshold`` seconds (default 1).
+    keeps the loop from turning for more than ``stall_threshold`` seconds (default the lesser
+    of 1 s and ttl / 3: it must name the culprit, and leave its stall note, well before the
+    lease runs out and the supervisor kills the stalled shard).
     """
 
     def __init__(
@@ -127,7 +129,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         max_inbox: int = 10_000,
         max_inflight_activities: int = 1000,
         quarantine_after: int = 3,
-        stall_threshold: float = 1.0,
+        stall_threshold: float | None = None,
     ) -> None:
         validate_timing(heartbeat, ttl)
         if ownership not in OWNERSHIP_MODES:
@@ -174,6 +176,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.max_inflight_activities = max_inflight_activities
         if isinstance(quarantine_after, bool) or not isinstance(quarantine_after, int) or quarantine_after < 1:
             raise ValueError("quarantine_after must be an integer >= 1")
+        if stall_threshold is None:
+            stall_threshold = min(1.0, ttl / 3)
         if not stall_threshold > 0:
             raise ValueError("stall_threshold must be > 0")
         self.quarantine_after = quarantine_after

@@ -53,7 +53,7 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     limits.add_argument("--max-inflight-activities", type=int, default=1000, help="activity attempts running at once; more wait in FIFO order")
     poison = parser.add_argument_group("poison workflows")
     poison.add_argument("--quarantine-after", type=int, default=3, metavar="N", help="park a workflow after N owners in a row were lost running it without progress (default 3)")
-    poison.add_argument("--stall-threshold", type=float, default=1.0, metavar="S", help="log a loop stall (with the workflow and activity blocking it) after S seconds (default 1)")
+    poison.add_argument("--stall-threshold", type=float, default=None, metavar="S", help="log a loop stall (with the workflow and activity blocking it) after S seconds (default: the lesser of 1 and ttl/3)")
     args = parser.parse_args(argv)
     if args.shards < 1:
         parser.error("--shards must be at least 1")
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         parser.error(str(exc))
     if min(args.max_live_actors, args.max_inbox, args.max_inflight_activities) < 1:
         parser.error("--max-live-actors, --max-inbox and --max-inflight-activities must be at least 1")
-    if args.quarantine_after < 1 or not args.stall_threshold > 0:
+    if args.quarantine_after < 1 or (args.stall_threshold is not None and not args.stall_threshold > 0):
         parser.error("--quarantine-after must be at least 1 and --stall-threshold > 0")
     if args.max_active_workflows is not None and args.max_active_workflows <= args.max_live_actors:
         parser.error("--max-active-workflows must exceed --max-live-actors (parked actors are evicted down to it)")

@@ -39,7 +39,7 @@ class SupervisorConfig:
     max_inbox: int = 10_000
     max_inflight_activities: int = 1000
     quarantine_after: int = 3
-    stall_threshold: float = 1.0
+    stall_threshold: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +62,7 @@ class ShardConfig:
     max_inbox: int = 10_000
     max_inflight_activities: int = 1000
     quarantine_after: int = 3
-    stall_threshold: float = 1.0
+    stall_threshold: float | None = None
 
 
 class _JsonFormatter(logging.Formatter):
