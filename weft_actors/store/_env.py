@@ -145,6 +145,9 @@ def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb
         raise StorageError(f"cannot open store at {path}: {exc}", path=path) from exc
     try:
         dbs = Databases(env)
+    except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as exc:
+        env.close()
+        raise StorageError(f"store at {path} is corrupted: {exc}", path=path) from exc
     except lmdb.Error as exc:  # read-only, and a keyspace of a newer version is missing
         env.close()
         raise SchemaVersionError(
@@ -159,7 +162,11 @@ def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb
             if not readonly:
                 txn.put(b"schema", str(SCHEMA_VERSION).encode(), db=dbs.meta)
         else:
-            version = int(stored)
+            try:
+                version = int(stored)
+            except ValueError:
+                env.close()
+                raise StorageError(f"store at {path} is corrupted: unreadable schema version {bytes(stored)!r}", path=path) from None
             if version > SCHEMA_VERSION:
                 env.close()
                 raise SchemaVersionError(
