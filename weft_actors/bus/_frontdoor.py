@@ -4,6 +4,10 @@ Blocking sockets in a dedicated thread measured fastest here (zmq releases the G
 waits). It never dies on a request: anything malformed gets a typed error reply and the next
 request is served. Requests go to a shard in batches (``_frames``): each drain of the client
 socket routes its requests into one outbox per shard, flushed as one message each.
+
+Clients use DEALER sockets (one frame per request); a REQ socket's envelope (an empty
+delimiter frame before the request) is accepted too and its reply gets the delimiter back.
+With a ``KeyRing`` (CURVE) each request is checked against the client's key (``_access``).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Any, Callable
 import zmq
 
 from ..errors import InvalidRequest, ServerUnavailable, WeftError
+from ._access import KeyRing, drain_with_users
 from ._frames import bind_internal, decode_batch, drain, encode_batch, send_frames
 from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
 from ._routing import RoutingTable
@@ -56,9 +61,11 @@ class FrontDoor:
         curve_secret_key: bytes | None = None,
         curve_public_key: bytes | None = None,
         backend_bind: str | None = None,
+        keys: KeyRing | None = None,
     ) -> None:
         """``backend_bind``: where the shards connect (an ``ipc://`` path is cheapest; by
-        default a free loopback TCP port)."""
+        default a free loopback TCP port). ``keys``: the authorised CURVE keys, checked on
+        every request (with CURVE only)."""
         self._context = context
         self._backend_bind = backend_bind
         self.endpoint = endpoint
@@ -79,6 +86,9 @@ class FrontDoor:
         request is in ``_inflight`` too, but under its (client, id) alone: a client that reuses
         an id must not make a re-route lose the other request's op and wid."""
         self._deaths: queue.SimpleQueue[int] = queue.SimpleQueue()
+        self._keys = keys if self._curve is not None else None
+        self._enveloped: dict[bytes, int] = {}
+        """REQ clients -> their requests awaiting a reply, which must carry the delimiter."""
 
     def start(self) -> None:
         self._thread.start()
@@ -129,6 +139,8 @@ class FrontDoor:
         try:
             while not self._stop.is_set():
                 events = dict(poller.poll(100))
+                if self._keys is not None:
+                    self._keys.poll()
                 while not self._deaths.empty():
                     self._orphaned(frontend, backend, self._deaths.get())
                 if backend in events:
@@ -142,19 +154,23 @@ class FrontDoor:
             backend.close(0)
 
     def _drain_frontend(self, frontend: zmq.Socket, backend: zmq.Socket) -> None:
-        for frames in drain(frontend):
+        messages = ((frames, None) for frames in drain(frontend)) if self._keys is None else drain_with_users(frontend)
+        for frames, user in messages:
             self.requests += 1
+            if len(frames) == 3 and not frames[1]:  # a REQ socket's envelope
+                self._enveloped[frames[0]] = self._enveloped.get(frames[0], 0) + 1
+                frames = [frames[0], frames[2]]
             if len(frames) != 2:
                 self._reply(frontend, frames[0], encode_error(None, InvalidRequest("a request is exactly one frame")))
                 continue
             client, frame = frames
             try:
-                self._route(frontend, backend, client, frame)
+                self._route(frontend, backend, client, frame, user)
             except Exception:
                 log.exception("front door failed on a request")
                 self._reply(frontend, client, encode_error(None, WeftError("internal front door error")))
 
-    def _route(self, frontend: zmq.Socket, backend: zmq.Socket, client: bytes, frame: bytes) -> None:
+    def _route(self, frontend: zmq.Socket, backend: zmq.Socket, client: bytes, frame: bytes, user: str | None = None) -> None:
         try:
             request = decode_request(frame, self._max_frame)
         except WeftError as error:
@@ -162,6 +178,12 @@ class FrontDoor:
             self._reply(frontend, client, encode_error(getattr(error, "request_id", None), error))
             return
         op = request["op"]
+        if self._keys is not None:
+            denied = self._keys.denied(user, op)
+            if denied is not None:
+                self.errors += 1
+                self._reply(frontend, client, encode_error(request["id"], denied))
+                return
         if op == "ping":
             self._reply(frontend, client, encode_reply(request["id"], "pong"))
             return
@@ -237,9 +259,17 @@ class FrontDoor:
                         continue
                 self._reply(frontend, client, reply)
 
-    @staticmethod
-    def _reply(frontend: zmq.Socket, client: bytes, reply: bytes) -> None:
+    def _reply(self, frontend: zmq.Socket, client: bytes, reply: bytes) -> None:
+        enveloped = self._enveloped
+        if enveloped and client in enveloped:
+            if enveloped[client] == 1:
+                del enveloped[client]
+            else:
+                enveloped[client] -= 1
+            parts = [client, b"", reply]
+        else:
+            parts = [client, reply]
         try:
-            send_frames(frontend, [client, reply])
+            send_frames(frontend, parts)
         except zmq.ZMQError:
             log.debug("client went away before its reply")

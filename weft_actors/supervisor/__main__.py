@@ -31,7 +31,16 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--log-json", action="store_true")
     parser.add_argument("--curve-secret-key", help="server secret key file (enables CURVE)")
-    parser.add_argument("--curve-authorized-keys", help="directory of authorized client public keys")
+    parser.add_argument("--curve-authorized-keys", help="directory of authorized client public keys (full access)")
+    parser.add_argument(
+        "--curve-readonly-keys",
+        help="directory of client public keys that may only read (result, query, describe, list, stats)",
+    )
+    parser.add_argument(
+        "--insecure-bind",
+        action="store_true",
+        help="allow a non-loopback --bind without CURVE (any client that connects has full access)",
+    )
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     parser.add_argument("--no-hints", action="store_true", help="disable the hint bus (polling only)")
     parser.add_argument(
@@ -51,6 +60,8 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     limits.add_argument("--max-inbox", type=int, default=10_000, help="signals and updates pending per workflow")
     limits.add_argument("--max-inflight-activities", type=int, default=1000, help="activity attempts running at once; more wait in FIFO order")
     args = parser.parse_args(argv)
+    if args.curve_readonly_keys and not args.curve_secret_key:
+        parser.error("--curve-readonly-keys needs --curve-secret-key")
     if args.shards < 1:
         parser.error("--shards must be at least 1")
     try:
@@ -72,6 +83,8 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         log_json=args.log_json,
         curve_secret_key=args.curve_secret_key,
         curve_authorized_keys=args.curve_authorized_keys,
+        curve_readonly_keys=args.curve_readonly_keys,
+        insecure_bind=args.insecure_bind,
         metrics_port=args.metrics_port,
         hints=not args.no_hints,
         restart_limit=args.restart_limit,
