@@ -30,7 +30,8 @@
     ├── FencedOut                  fenced_out             (a write lost its claim)
     ├── EngineDeposed              engine_deposed         (the engine's own record is dead)
     ├── EngineStopped              engine_stopped         (pending calls when an engine stops)
-    └── LimitExceeded              limit_exceeded
+    ├── LimitExceeded              limit_exceeded
+    └── PermissionDenied           permission_denied      (a read-only or revoked client key)
 
 Every class carries its context as attributes and builds ``str()`` from them.
 ``to_wire``/``from_wire`` convert through one code -> class registry so that a
@@ -73,6 +74,7 @@ __all__ = [
     "EngineDeposed",
     "EngineStopped",
     "LimitExceeded",
+    "PermissionDenied",
     "error_class",
     "to_wire",
     "from_wire",
@@ -263,6 +265,13 @@ class EngineStopped(WeftError):
 
 class LimitExceeded(WeftError):
     code = "limit_exceeded"
+
+
+class PermissionDenied(WeftError):
+    """The client's CURVE key may not make this call: it is in the read-only key set and the
+    call changes something, or it was removed from the authorised keys since it connected."""
+
+    code = "permission_denied"
 
 
 def error_class(code: str) -> type[WeftError]:

@@ -3,6 +3,7 @@ marker, and confirming a peer's death through its lock."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -375,8 +376,13 @@ def test_process_gone_is_true_after_this_instance_releases_the_engine(kit):
     assert store.process_gone(eid) is True
 
 
-def test_process_gone_is_true_for_an_engine_never_registered(kit):
-    assert kit.store.process_gone(uuid.uuid4().hex) is True
+def test_process_gone_is_false_without_a_lock_file(kit, store_factory):
+    """No lock file proves nothing (it may have been deleted under a live engine): death is
+    then confirmed by the supervisor's reaping or by expiry, never by its absence."""
+    assert kit.store.process_gone(uuid.uuid4().hex) is False
+    eid = kit.engine(store_factory())
+    os.unlink(os.path.join(kit.store.path, "engines", eid + ".lock"))
+    assert kit.store.process_gone(eid) is False
 
 
 def test_single_store_restarts_once_its_predecessors_process_is_gone(kit, backend_hook):

@@ -1,5 +1,6 @@
 """The bus: wire protocol, front door, hint pub/sub, and the clients."""
 
+from ._access import READ_OPS, KeyRing
 from ._async_client import AsyncClient, AsyncClientHandle
 from ._client import DEFAULT_ENDPOINT, Client, ClientHandle
 from ._curve import load_key
@@ -18,6 +19,8 @@ from ._protocol import (
 from ._routing import RoutingTable
 
 __all__ = [
+    "KeyRing",
+    "READ_OPS",
     "AsyncClient",
     "AsyncClientHandle",
     "Client",

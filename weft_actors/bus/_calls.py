@@ -16,12 +16,13 @@ import msgpack
 
 from .._checks import check_instant, check_seconds, validate_id, validate_name
 from ..codec import decode, encode, encode_args
-from ..errors import InvalidRequest, UnknownWorkflowType, from_wire
+from ..errors import InvalidRequest, PayloadTooLarge, UnknownWorkflowType, from_wire
 from ._protocol import VERSION
 
 __all__ = [
     "Call",
     "MAX_RESULT_WAIT",
+    "MAX_REQUEST_BYTES",
     "IF_EXISTS",
     "start_call",
     "execute_call",
@@ -43,6 +44,12 @@ __all__ = [
 
 MAX_RESULT_WAIT: Final = 30.0
 """Longest a single ``result`` request asks the server to hold it; longer waits loop."""
+
+MAX_REQUEST_BYTES: Final = 64 << 20
+"""The largest request a client sends: the front door drops the connection of a message above
+its wire ceiling (64 MiB) without a reply, so a bigger one is refused here, at once, rather
+than timing out. (Below it, a request over the server's payload limit gets its
+``PayloadTooLarge`` reply.)"""
 
 IF_EXISTS: Final = ("error", "return", "start_new")
 
@@ -211,7 +218,14 @@ def ping_call() -> Call:
 def frame(request_id: str, call: Call) -> bytes:
     """The request frame. Built here rather than with ``encode_request(request_id, op, **fields)``
     because ``update`` has a field named ``request_id`` that would collide with that parameter."""
-    return msgpack.packb({**call.fields, "v": VERSION, "id": request_id, "op": call.op}, use_bin_type=True)
+    data = msgpack.packb({**call.fields, "v": VERSION, "id": request_id, "op": call.op}, use_bin_type=True)
+    if len(data) > MAX_REQUEST_BYTES:
+        raise PayloadTooLarge(
+            f"{call.op} request of {len(data)} bytes exceeds the largest a client sends ({MAX_REQUEST_BYTES})",
+            size=len(data),
+            limit=MAX_REQUEST_BYTES,
+        )
+    return data
 
 
 def unwrap(call: Call, reply: dict[str, Any]) -> Any:

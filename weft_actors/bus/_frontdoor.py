@@ -9,6 +9,10 @@ A shard that dies or stops answering (``shard_died``, ``shard_stalled``) has wha
 on to another shard when that is safe (reads, and writes that are idempotent by their ids),
 and answered ``OutcomeUnknown`` otherwise: a write is never applied twice. A request that
 finds no shard ready waits (``ready_timeout``) for one instead of failing at once.
+
+Clients use DEALER sockets (one frame per request); a REQ socket's envelope (an empty
+delimiter frame before the request) is accepted too and its reply gets the delimiter back.
+With a ``KeyRing`` (CURVE) each request is checked against the client's key (``_access``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, Callable
 import zmq
 
 from ..errors import InvalidRequest, OutcomeUnknown, ServerUnavailable, WeftError
+from ._access import KeyRing, drain_with_users
 from ._frames import bind_internal, decode_batch, drain, encode_batch, send_frames
 from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
 from ._routing import RoutingTable
@@ -86,10 +91,12 @@ class FrontDoor:
         curve_public_key: bytes | None = None,
         backend_bind: str | None = None,
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
+        keys: KeyRing | None = None,
     ) -> None:
         """``backend_bind``: where the shards connect (an ``ipc://`` path is cheapest; by
         default a free loopback TCP port). ``ready_timeout``: how long a request that finds
-        no shard ready waits for one."""
+        no shard ready waits for one. ``keys``: the authorised CURVE keys, checked on every
+        request (with CURVE only)."""
         self._context = context
         self._backend_bind = backend_bind
         self.endpoint = endpoint
@@ -119,6 +126,9 @@ class FrontDoor:
         self._parked_retry = 0.0
         self._deadlines: dict[tuple[bytes, Any], float] = {}
         """Requests ``_unpark`` just routed -> their deadline, kept should they park again."""
+        self._keys = keys if self._curve is not None else None
+        self._enveloped: dict[bytes, int] = {}
+        """REQ clients -> their requests awaiting a reply, which must carry the delimiter."""
 
     def start(self) -> None:
         self._thread.start()
@@ -176,6 +186,8 @@ class FrontDoor:
         try:
             while not self._stop.is_set():
                 events = dict(poller.poll(20 if self._parked else 100))
+                if self._keys is not None:
+                    self._keys.poll()
                 while not self._deaths.empty():
                     self._orphaned(frontend, backend, *self._deaths.get())
                 if backend in events:
@@ -193,19 +205,23 @@ class FrontDoor:
             backend.close(0)
 
     def _drain_frontend(self, frontend: zmq.Socket, backend: zmq.Socket) -> None:
-        for frames in drain(frontend):
+        messages = ((frames, None) for frames in drain(frontend)) if self._keys is None else drain_with_users(frontend)
+        for frames, user in messages:
             self.requests += 1
+            if len(frames) == 3 and not frames[1]:  # a REQ socket's envelope
+                self._enveloped[frames[0]] = self._enveloped.get(frames[0], 0) + 1
+                frames = [frames[0], frames[2]]
             if len(frames) != 2:
                 self._reply(frontend, frames[0], encode_error(None, InvalidRequest("a request is exactly one frame")))
                 continue
             client, frame = frames
             try:
-                self._route(frontend, backend, client, frame)
+                self._route(frontend, backend, client, frame, user)
             except Exception:
                 log.exception("front door failed on a request")
                 self._reply(frontend, client, encode_error(None, WeftError("internal front door error")))
 
-    def _route(self, frontend: zmq.Socket, backend: zmq.Socket, client: bytes, frame: bytes) -> None:
+    def _route(self, frontend: zmq.Socket, backend: zmq.Socket, client: bytes, frame: bytes, user: str | None = None) -> None:
         try:
             request = decode_request(frame, self._max_frame)
         except WeftError as error:
@@ -213,6 +229,12 @@ class FrontDoor:
             self._reply(frontend, client, encode_error(getattr(error, "request_id", None), error))
             return
         op = request["op"]
+        if self._keys is not None:
+            denied = self._keys.denied(user, op)
+            if denied is not None:
+                self.errors += 1
+                self._reply(frontend, client, encode_error(request["id"], denied))
+                return
         if op == "ping":
             self._reply(frontend, client, encode_reply(request["id"], "pong"))
             return
@@ -320,9 +342,17 @@ class FrontDoor:
                     continue
                 self._reply(frontend, client, reply)
 
-    @staticmethod
-    def _reply(frontend: zmq.Socket, client: bytes, reply: bytes) -> None:
+    def _reply(self, frontend: zmq.Socket, client: bytes, reply: bytes) -> None:
+        enveloped = self._enveloped
+        if enveloped and client in enveloped:
+            if enveloped[client] == 1:
+                del enveloped[client]
+            else:
+                enveloped[client] -= 1
+            parts = [client, b"", reply]
+        else:
+            parts = [client, reply]
         try:
-            send_frames(frontend, [client, reply])
+            send_frames(frontend, parts)
         except zmq.ZMQError:
             log.debug("client went away before its reply")

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from ..errors import EngineDeposed, StorageFull, WeftError
+from ..errors import EngineDeposed, StorageError, StorageFull, WeftError
 from ._reclaim import Reclaimer
 
 if TYPE_CHECKING:
@@ -100,6 +100,12 @@ class Maintenance:
     def run_pass(self, heartbeat: bool = True) -> None:
         engine = self.engine
         started = time.perf_counter()
+        try:
+            engine.store.verify_lock_file()
+        except StorageError as exc:  # lock.mdb deleted or replaced: writing on would corrupt
+            engine.depose(str(exc))
+            return
+        engine.store.restore_lock_files()
         try:
             if heartbeat:
                 self._beat()

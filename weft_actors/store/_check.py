@@ -18,19 +18,24 @@ One read transaction, one pass per keyspace. What it checks and why:
 - an update still ``pending`` in a running workflow has its inbox message still pending (else
   it was consumed without an answer, and its caller would wait for ever);
 - no feed entry is older than the feed retention (plus slack) on a store with no live engine.
+
+A corrupted store must not crash the checker: every key and record is decoded through
+``_Reader``, which reports what it cannot read (``unreadable_record``: keyspace and key;
+``unreadable_keyspace``: LMDB itself failed part-way) and leaves it out of the checks; a check
+that still fails on what it did read is reported as ``check_failed`` and the others go on.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import Counter, defaultdict
-from typing import Any, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import lmdb
 
 from ..codec import unpack_record
 from ._env import Databases
-from ._keys import NO_ENGINE, TERMINAL, expiring_key, split_holder, split_timer_key, unpack_u64, visibility_key, visibility_value
+from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, expiring_key, split_holder, split_timer_key, unpack_u64, visibility_key, visibility_value
 
 __all__ = ["Problem", "check_environment", "check_store"]
 
@@ -47,6 +52,8 @@ class Problem(NamedTuple):
 
 def _split_op_key(key: bytes) -> tuple[str, str, int]:
     (length,) = struct.unpack_from(">H", key)
+    if len(key) != 22 + length:
+        raise ValueError(f"an op key of {len(key)} bytes for a workflow id of {length}")
     wid = key[2 : 2 + length].decode()
     run = key[2 + length : 18 + length].hex()
     (seq,) = struct.unpack_from(">I", key, 18 + length)
@@ -55,27 +62,158 @@ def _split_op_key(key: bytes) -> tuple[str, str, int]:
 
 def _split_inbox_key(key: bytes) -> tuple[str, int]:
     (length,) = struct.unpack_from(">H", key)
-    return key[2 : 2 + length].decode(), unpack_u64(key[2 + length :])[0]
+    return key[2 : 2 + length].decode(), _u64(key[2 + length :])
+
+
+def _split_request_key(key: bytes) -> tuple[str, str]:
+    (length,) = struct.unpack_from(">H", key)
+    if len(key) < 2 + length:
+        raise ValueError("key shorter than its workflow id")
+    return key[2 : 2 + length].decode(), key[2 + length :].decode(errors="replace")
+
+
+def _split_by_engine_key(key: bytes) -> tuple[bytes, str]:
+    if len(key) < 17:
+        raise ValueError("key shorter than an engine id and a workflow id")
+    return bytes(key[:16]), key[16:].decode()
+
+
+def _u64(value: bytes) -> int:
+    if len(value) != 8:
+        raise ValueError(f"{len(value)} bytes where a 64-bit number belongs")
+    return unpack_u64(value)[0]
+
+
+def _feed_stamp(value: bytes) -> int:
+    if len(value) < 8:
+        raise ValueError(f"a feed entry of {len(value)} bytes")
+    return unpack_u64(value[:8])[0]
+
+
+def _holder(value: bytes) -> tuple[str, int, float]:
+    if len(value) != 32:
+        raise ValueError(f"{len(value)} bytes where a 32-byte holder belongs")
+    return split_holder(value)
+
+
+def _guess_wid(key: bytes) -> str | None:
+    """The workflow id at the start of a length-prefixed key, when it can be read at all."""
+    try:
+        (length,) = struct.unpack_from(">H", key)
+        return key[2 : 2 + length].decode() if len(key) >= 2 + length else None
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+def _record_of(fields: dict[str, type | tuple[type, ...]]) -> Callable[[bytes], dict[str, Any]]:
+    """A decoder that also insists on the fields (and their types) the checks rely on."""
+
+    def decode(value: bytes) -> dict[str, Any]:
+        record = unpack_record(value)
+        if type(record) is not dict:
+            raise ValueError(f"a {type(record).__name__}, not a record")
+        for name, kind in fields.items():
+            if name not in record:
+                raise ValueError(f"field {name!r} is missing")
+            if not isinstance(record[name], kind):
+                raise ValueError(f"field {name!r} is a {type(record[name]).__name__}")
+        return record
+
+    return decode
+
+
+_NUMBER = (int, float)
+_WORKFLOW = _record_of({"status": str, "type": str, "run_id": (str, bytes), "updated": _NUMBER})
+_ENGINE = _record_of({"state": str, "expires_at": _NUMBER, "heartbeat": _NUMBER})
+_PLAIN = _record_of({})
+
+
+class _Reader:
+    """Walks keyspaces in one transaction; what cannot be read becomes a problem, not a crash."""
+
+    def __init__(self, txn: lmdb.Transaction, dbs: Databases) -> None:
+        self.txn = txn
+        self.dbs = dbs
+        self.problems: list[Problem] = []
+        self.pending_inbox: dict[str, set[int]] | None = None
+
+    def raw(self, name: str, values: bool = True) -> Iterator[tuple[bytes, bytes]]:
+        """Every ``(key, value)`` of keyspace ``name`` (value ``b""`` without ``values``)."""
+        try:
+            cursor = self.txn.cursor(db=getattr(self.dbs, name))
+            if values:
+                for key, value in cursor:
+                    yield key, value
+            else:
+                for key in cursor.iternext(values=False):
+                    yield key, b""
+        except lmdb.Error as exc:
+            self.problems.append(Problem("unreadable_keyspace", None, f"{name}: LMDB failed while reading it ({exc}); the rest of it was not checked"))
+
+    def entries(
+        self,
+        name: str,
+        key: Callable[[bytes], Any] | None = None,
+        value: Callable[[bytes], Any] | None = None,
+        wid: Callable[[bytes], str | None] = _guess_wid,
+        values: bool = True,
+    ) -> Iterator[tuple[Any, Any]]:
+        """``(decoded key, decoded value)`` of each entry both decoders accept; the others
+        are reported with their keyspace and key."""
+        for raw_key, raw_value in self.raw(name, values):
+            try:
+                decoded_key = raw_key if key is None else key(raw_key)
+                decoded_value = raw_value if value is None else value(raw_value)
+            except Exception as exc:
+                self.problems.append(
+                    Problem("unreadable_record", wid(raw_key), f"{name} key {bytes(raw_key)!r}: {type(exc).__name__}: {exc}")
+                )
+                continue
+            yield decoded_key, decoded_value
+
+
+def _workflow_id(key: bytes) -> str:
+    return key.decode()
+
+
+def _readable_key(key: bytes) -> str | None:
+    try:
+        return key.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _valid_workflow(value: bytes) -> dict[str, Any]:
+    record = _WORKFLOW(value)
+    if record["status"] not in STATUS_CODES:
+        raise ValueError(f"unknown status {record['status']!r}")
+    return record
 
 
 def check_environment(txn: lmdb.Transaction, dbs: Databases, now: float, feed_retention: float) -> list[Problem]:
+    reader = _Reader(txn, dbs)
+    records = dict(reader.entries("workflows", _workflow_id, _valid_workflow, wid=_readable_key))
     problems: list[Problem] = []
-    records = {key.decode(): unpack_record(value) for key, value in txn.cursor(db=dbs.workflows)}
-    problems += _check_ops_and_inbox(txn, dbs)
-    problems += _check_claims(txn, dbs, records)
-    problems += _check_visibility(txn, dbs, records)
-    problems += _check_timers_and_requests(txn, dbs, records)
-    problems += _check_feed(txn, dbs, now, feed_retention)
-    return problems
+    checks: list[tuple[Callable[..., list[Problem]], tuple[Any, ...]]] = [
+        (_check_ops_and_inbox, (reader,)),
+        (_check_claims, (reader, records)),
+        (_check_visibility, (reader, records)),
+        (_check_timers_and_requests, (reader, records)),
+        (_check_feed, (reader, now, feed_retention)),
+    ]
+    for check, args in checks:
+        try:
+            problems += check(*args)
+        except Exception as exc:  # a corruption no decoder foresaw: report it, check the rest
+            problems.append(Problem("check_failed", None, f"{check.__name__.lstrip('_')}: {type(exc).__name__}: {exc}"))
+    return reader.problems + problems
 
 
-def _check_ops_and_inbox(txn: lmdb.Transaction, dbs: Databases) -> list[Problem]:
+def _check_ops_and_inbox(reader: _Reader) -> list[Problem]:
     problems: list[Problem] = []
     ordinals: dict[tuple[str, str], Counter[int]] = defaultdict(Counter)
     consumed: dict[str, Counter[int]] = defaultdict(Counter)
-    for key, value in txn.cursor(db=dbs.ops):
-        wid, run, seq = _split_op_key(key)
-        record = unpack_record(value)
+    for (wid, run, seq), record in reader.entries("ops", _split_op_key, _PLAIN):
         if "t" in record:
             ordinals[(wid, run)][record["t"]] += 1
             if "ok" not in record and "err" not in record:
@@ -86,10 +224,7 @@ def _check_ops_and_inbox(txn: lmdb.Transaction, dbs: Databases) -> list[Problem]
         for t, count in counts.items():
             if count > 1:
                 problems.append(Problem("duplicate_outcome", wid, f"run {run}: {count} outcomes delivered at t={t}"))
-    pending: dict[str, set[int]] = defaultdict(set)
-    for key in txn.cursor(db=dbs.inbox).iternext(values=False):
-        wid, seq = _split_inbox_key(key)
-        pending[wid].add(seq)
+    pending = _pending_inbox(reader)
     for wid, counts in consumed.items():
         for seq, count in counts.items():
             if count > 1:
@@ -99,14 +234,14 @@ def _check_ops_and_inbox(txn: lmdb.Transaction, dbs: Databases) -> list[Problem]
     return problems
 
 
-def _check_claims(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
+def _check_claims(reader: _Reader, records: dict[str, dict[str, Any]]) -> list[Problem]:
     problems: list[Problem] = []
-    epochs = {key.decode(): unpack_u64(value)[0] for key, value in txn.cursor(db=dbs.claim_epoch)}
-    holders = {key.decode(): value for key, value in txn.cursor(db=dbs.claim_holder)}
+    epochs = dict(reader.entries("claim_epoch", _workflow_id, _u64, wid=_readable_key))
+    holders = dict(reader.entries("claim_holder", _workflow_id, _holder_entry, wid=_readable_key))
     indexed: dict[str, bytes] = {}
     ownerless: set[str] = set()
-    for key in txn.cursor(db=dbs.by_engine).iternext(values=False):
-        engine_raw, wid = key[:16], key[16:].decode()
+    by_engine = reader.entries("by_engine", _split_by_engine_key, wid=lambda key: _readable_key(key[16:]), values=False)
+    for (engine_raw, wid), _ in by_engine:
         if engine_raw == NO_ENGINE:
             ownerless.add(wid)
         elif wid in indexed:
@@ -116,9 +251,8 @@ def _check_claims(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict
     for wid, epoch in epochs.items():
         if epoch < 1:
             problems.append(Problem("epoch_not_positive", wid, f"claim_epoch is {epoch}"))
-    engines = {bytes(key) for key in txn.cursor(db=dbs.engines).iternext(values=False)}
-    for wid, holder in holders.items():
-        engine_id, epoch, _ = split_holder(holder)
+    engines = {bytes(key) for key, _ in reader.raw("engines", values=False)}
+    for wid, (holder, (engine_id, epoch, _)) in holders.items():
         record = records.get(wid)
         if holder[:16] not in engines:
             problems.append(Problem("holder_engine_unknown", wid, f"held by {engine_id}, which is not in the engine registry"))
@@ -131,8 +265,8 @@ def _check_claims(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict
         if indexed.get(wid) != holder[:16]:
             problems.append(Problem("by_engine_missing", wid, f"holder {engine_id} has no by_engine entry"))
     for wid, engine_raw in indexed.items():
-        holder = holders.get(wid)
-        if holder is None or holder[:16] != engine_raw:
+        held = holders.get(wid)
+        if held is None or held[0][:16] != engine_raw:
             problems.append(Problem("by_engine_stale", wid, f"indexed under {engine_raw.hex()} without that holder"))
     for wid, record in records.items():
         if record["status"] == "running" and wid not in holders and wid not in ownerless:
@@ -144,11 +278,15 @@ def _check_claims(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict
     return problems
 
 
-def _check_visibility(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
+def _holder_entry(value: bytes) -> tuple[bytes, tuple[str, int, float]]:
+    return bytes(value), _holder(value)
+
+
+def _check_visibility(reader: _Reader, records: dict[str, dict[str, Any]]) -> list[Problem]:
     problems: list[Problem] = []
-    entries = dict(txn.cursor(db=dbs.visibility))
+    entries = {bytes(key): bytes(value) for key, value in reader.raw("visibility")}
     expected = set()
-    expiring = set(txn.cursor(db=dbs.expiring).iternext(values=False))
+    expiring = {bytes(key) for key, _ in reader.raw("expiring", values=False)}
     expected_expiring = set()
     for wid, record in records.items():
         key = visibility_key(record["status"], record["type"], wid)
@@ -167,49 +305,56 @@ def _check_visibility(txn: lmdb.Transaction, dbs: Databases, records: dict[str, 
     return problems
 
 
-def _check_timers_and_requests(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
+def _timer_wid(key: bytes) -> str | None:
+    try:
+        return key[12:].decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _pending_inbox(reader: _Reader) -> dict[str, set[int]]:
+    """Pending inbox sequence numbers per workflow (read once: two checks use them)."""
+    if reader.pending_inbox is None:
+        pending: dict[str, set[int]] = defaultdict(set)
+        for (wid, seq), _ in reader.entries("inbox", _split_inbox_key, values=False):
+            pending[wid].add(seq)
+        reader.pending_inbox = pending
+    return reader.pending_inbox
+
+
+def _check_timers_and_requests(reader: _Reader, records: dict[str, dict[str, Any]]) -> list[Problem]:
     problems: list[Problem] = []
-    for key, value in txn.cursor(db=dbs.timers):
-        fire_at, seq, wid = split_timer_key(key)
+    for (fire_at, seq, wid), timer in reader.entries("timers", split_timer_key, _PLAIN, wid=_timer_wid):
         record = records.get(wid)
-        timer = unpack_record(value)
         if record is None or record["status"] in TERMINAL:
             status = "missing" if record is None else record["status"]
             problems.append(Problem("timer_stale", wid, f"{timer.get('kind')} timer #{seq} at {fire_at:.3f} of a workflow that is {status}"))
         elif timer.get("run_id") not in (None, record["run_id"]):
             problems.append(Problem("timer_stale", wid, f"{timer.get('kind')} timer #{seq} of run {timer.get('run_id')}, not the current run"))
-    pending: dict[str, set[int]] = defaultdict(set)
-    for key in txn.cursor(db=dbs.inbox).iternext(values=False):
-        wid, seq = _split_inbox_key(key)
-        pending[wid].add(seq)
-    for key, value in txn.cursor(db=dbs.requests):
-        (length,) = struct.unpack_from(">H", key)
-        wid = key[2 : 2 + length].decode()
-        entry = unpack_record(value)
+    pending = _pending_inbox(reader)
+    for (wid, request_id), entry in reader.entries("requests", _split_request_key, _PLAIN):
         record = records.get(wid)
         if record is None or record["status"] in TERMINAL or entry.get("state") != "pending":
             continue
         if entry.get("inbox") not in pending.get(wid, ()):
-            request_id = key[2 + length :].decode(errors="replace")
             problems.append(Problem("request_unanswered", wid, f"update {request_id!r} is pending, but its inbox message #{entry.get('inbox')} is gone"))
     return problems
 
 
-def _check_feed(txn: lmdb.Transaction, dbs: Databases, now: float, feed_retention: float) -> list[Problem]:
+def _check_feed(reader: _Reader, now: float, feed_retention: float) -> list[Problem]:
     live = False
-    for _, value in txn.cursor(db=dbs.engines):
-        record = unpack_record(value)
-        if record.get("state") == "live" and record["expires_at"] + 2 * record["heartbeat"] >= now:
+    for _, record in reader.entries("engines", value=_ENGINE, wid=lambda key: None):
+        if record["state"] == "live" and record["expires_at"] + 2 * record["heartbeat"] >= now:
             live = True
     if live:
         return []  # a running engine prunes on its own schedule
     problems = []
-    cursor = txn.cursor(db=dbs.feed)
-    if cursor.first():
-        age = now - unpack_u64(cursor.value())[0] / 1000.0
+    for _, stamp in reader.entries("feed", value=_feed_stamp, wid=lambda key: None):
+        age = now - stamp / 1000.0
         # Slack: pruning runs on an interval, and entries above a lagging cursor must stay.
         if age > 2 * feed_retention + 3600:
             problems.append(Problem("feed_beyond_retention", None, f"oldest feed entry is {age:.0f} s old"))
+        break  # the oldest entry only
     return problems
 
 

@@ -11,7 +11,7 @@ import lmdb
 from ..errors import OwnershipModeMismatch, SchemaVersionError, StorageError
 from ._migrate import upgrade
 
-__all__ = ["SCHEMA_VERSION", "DATABASES", "open_environment", "Databases"]
+__all__ = ["SCHEMA_VERSION", "DATABASES", "open_environment", "Databases", "lock_file_replaced"]
 
 log = logging.getLogger("weft_actors.store")
 
@@ -60,8 +60,43 @@ class Databases:
 
 
 _OPEN: dict[str, list] = {}
-"""path -> [env, dbs, users]: LMDB allows one environment per path per process, so stores
-(several engines in one process, as in tests) share it."""
+"""path -> [env, dbs, users, lock file identity]: LMDB allows one environment per path per
+process, so stores (several engines in one process, as in tests) share it."""
+
+LOCK_FILE: Final = "lock.mdb"
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def lock_file_replaced(path: str) -> StorageError | None:
+    """The error to stop writing with if ``lock.mdb`` is no longer the file this process's
+    environment opened (deleted, or deleted and recreated by a process opening the store).
+
+    LMDB keeps its write mutex and reader table in that file: a process that opens the store
+    after it was deleted creates a new one and takes a different mutex, so two processes would
+    write at once and corrupt the store. One ``stat``; callers run it off the commit path.
+    """
+    path = os.path.realpath(path)
+    shared = _OPEN.get(path)
+    if shared is None or shared[3] is None:
+        return None
+    lock_path = os.path.join(path, LOCK_FILE)
+    now = _identity(lock_path)
+    if now == shared[3]:
+        return None
+    what = "was deleted" if now is None else "was replaced by another file"
+    return StorageError(
+        f"{lock_path} {what} while this process had the store open: it holds LMDB's write "
+        f"lock, and a process opening the store now would write beside this one and corrupt "
+        f"it; this process stops writing. Stop every process using {path} and start them again",
+        path=lock_path,
+    )
 
 
 def open_environment(
@@ -78,7 +113,7 @@ def open_environment(
         shared[2] += 1
         return shared[0], shared[1]
     env, dbs = _open(path, map_size=map_size, sync=sync, readonly=readonly)
-    _OPEN[path] = [env, dbs, 1]
+    _OPEN[path] = [env, dbs, 1, None if readonly else _identity(os.path.join(path, LOCK_FILE))]
     return env, dbs
 
 
@@ -110,6 +145,9 @@ def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb
         raise StorageError(f"cannot open store at {path}: {exc}", path=path) from exc
     try:
         dbs = Databases(env)
+    except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as exc:
+        env.close()
+        raise StorageError(f"store at {path} is corrupted: {exc}", path=path) from exc
     except lmdb.Error as exc:  # read-only, and a keyspace of a newer version is missing
         env.close()
         raise SchemaVersionError(
@@ -124,7 +162,11 @@ def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb
             if not readonly:
                 txn.put(b"schema", str(SCHEMA_VERSION).encode(), db=dbs.meta)
         else:
-            version = int(stored)
+            try:
+                version = int(stored)
+            except ValueError:
+                env.close()
+                raise StorageError(f"store at {path} is corrupted: unreadable schema version {bytes(stored)!r}", path=path) from None
             if version > SCHEMA_VERSION:
                 env.close()
                 raise SchemaVersionError(

@@ -19,7 +19,7 @@ from ._quarantine import QUARANTINED, note_lost_owner, read_stall_note, stall_no
 from ._feed import feed_head, read_feed
 from ._upkeep import UpkeepMixin
 from ._messages import RequestsMixin
-from ._env import DEFAULT_MAP_SIZE, check_ownership_mode, close_environment, open_environment
+from ._env import DEFAULT_MAP_SIZE, check_ownership_mode, close_environment, lock_file_replaced, open_environment
 from ._reserve import GROWTH, StorageReserve
 from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, by_engine_key, engine_key, holder_value, split_holder
 
@@ -75,6 +75,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self._incarnations: dict[str, str] = {}
         """engine id -> the incarnation this instance registered: a record re-registered by
         someone else is no longer ours, and every commit checks that."""
+        self._lock_lost: StorageError | None = None
+        """Set once ``lock.mdb`` is found replaced: from then on nothing is written."""
         self.before_commit: Callable[[], None] | None = None
         """Called inside ``apply``'s transaction once every intent is applied, just before the
         commit: the crash-test failpoint ``commit:after-apply`` (``None`` otherwise)."""
@@ -109,6 +111,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         transaction per intent would make this cheaper to recover from but costs ~20 % of
         the hot path, so the recovery is the rare path instead.
         """
+        if self._lock_lost is not None:
+            return [self._lock_lost] * len(intents)
         try:
             return self._apply_once(engine_id, intents)
         except _ApplierCrashed as crash:
@@ -181,7 +185,22 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.writes += len(intents)
         return results
 
+    def verify_lock_file(self) -> None:
+        """Raise ``StorageError`` (naming the file) if ``lock.mdb`` was deleted or replaced
+        since this process opened the store; from then on this instance commits nothing.
+
+        Every non-batch write runs it, and the engine's maintenance pass (each heartbeat and
+        hint), so the commit path itself pays only one attribute test.
+        """
+        if self._lock_lost is None:
+            self._lock_lost = lock_file_replaced(self.path)
+            if self._lock_lost is not None:
+                log.error("%s", self._lock_lost)
+        if self._lock_lost is not None:
+            raise self._lock_lost
+
     def _write(self, fn: Any) -> Any:
+        self.verify_lock_file()
         wait = self.write_wait
         if wait is not None:
             wait[0] = self.clock.now()
@@ -395,15 +414,41 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
             return
         self._locks[engine_id] = fd
 
+    def restore_lock_files(self) -> None:
+        """Recreate the lock file of each engine this instance holds if it was deleted or
+        replaced: without it peers cannot confirm this engine's death (they only wait for its
+        lease to expire). Cheap (one ``stat`` per engine); the maintenance pass runs it."""
+        for engine_id, fd in list(self._locks.items()):
+            path = self._lock_path(engine_id)
+            try:
+                held = os.fstat(fd)
+                current = os.stat(path)
+                if (held.st_dev, held.st_ino) == (current.st_dev, current.st_ino):
+                    continue
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+            log.warning("engine %s: its lock file %s was deleted or replaced; recreating it", engine_id, path)
+            del self._locks[engine_id]
+            self._lock_engine_file(engine_id)
+            if engine_id in self._locks:
+                os.close(fd)
+            else:
+                self._locks[engine_id] = fd  # someone else holds the new file: keep ours
+
     def process_gone(self, engine_id: str) -> bool:
-        """True when the process that registered ``engine_id`` has surely exited."""
+        """True when the process that registered ``engine_id`` has surely exited: its lock
+        file exists and is free. A missing lock file proves nothing (it may have been deleted
+        under a live engine): confirmed death then comes from the supervisor's reaping or
+        from the lease's expiry."""
         if engine_id in self._locks:
             return False
         path = self._lock_path(engine_id)
         try:
             fd = os.open(path, os.O_RDWR)
         except FileNotFoundError:
-            return True
+            return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

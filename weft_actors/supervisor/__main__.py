@@ -31,7 +31,16 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--log-json", action="store_true")
     parser.add_argument("--curve-secret-key", help="server secret key file (enables CURVE)")
-    parser.add_argument("--curve-authorized-keys", help="directory of authorized client public keys")
+    parser.add_argument("--curve-authorized-keys", help="directory of authorized client public keys (full access)")
+    parser.add_argument(
+        "--curve-readonly-keys",
+        help="directory of client public keys that may only read (result, query, describe, list, stats)",
+    )
+    parser.add_argument(
+        "--insecure-bind",
+        action="store_true",
+        help="allow a non-loopback --bind without CURVE (any client that connects has full access)",
+    )
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
     parser.add_argument("--no-hints", action="store_true", help="disable the hint bus (polling only)")
     parser.add_argument(
@@ -55,6 +64,8 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     poison.add_argument("--quarantine-after", type=int, default=3, metavar="N", help="park a workflow after N owners in a row were lost running it without progress (default 3)")
     poison.add_argument("--stall-threshold", type=float, default=None, metavar="S", help="log a loop stall (with the workflow and activity blocking it) after S seconds (default: the lesser of 1 and ttl/3)")
     args = parser.parse_args(argv)
+    if args.curve_readonly_keys and not args.curve_secret_key:
+        parser.error("--curve-readonly-keys needs --curve-secret-key")
     if args.shards < 1:
         parser.error("--shards must be at least 1")
     if args.ready_timeout < 0:
@@ -80,6 +91,8 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         log_json=args.log_json,
         curve_secret_key=args.curve_secret_key,
         curve_authorized_keys=args.curve_authorized_keys,
+        curve_readonly_keys=args.curve_readonly_keys,
+        insecure_bind=args.insecure_bind,
         metrics_port=args.metrics_port,
         hints=not args.no_hints,
         restart_limit=args.restart_limit,

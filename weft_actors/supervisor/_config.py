@@ -23,6 +23,8 @@ class SupervisorConfig:
     log_json: bool = False
     curve_secret_key: str | None = None
     curve_authorized_keys: str | None = None
+    curve_readonly_keys: str | None = None
+    insecure_bind: bool = False
     metrics_port: int | None = None
     hints: bool = True
     restart_limit: int = 5

@@ -24,7 +24,7 @@ import zmq
 from ..bus import FrontDoor, HintProxy, RoutingTable
 from ..store import LmdbStore
 from ._config import ShardConfig, SupervisorConfig
-from ._curve import server_keys, start_authenticator
+from ._curve import check_bind, server_keys, start_authenticator
 from ._liveness import DeathRecorder, hung_reason
 from ._metrics import MetricsServer
 from ._shard_process import shard_main
@@ -106,13 +106,17 @@ class Supervisor:
 
     def run(self) -> int:
         config = self.config
+        check_bind(config.bind, bool(config.curve_secret_key), config.insecure_bind)
         self.store = LmdbStore(config.data_dir)
         self.context = zmq.Context()
         self.authenticator = None
+        self.keys = None
         curve = None
         if config.curve_secret_key:
             curve = server_keys(config.curve_secret_key)
-            self.authenticator = start_authenticator(self.context, config.curve_authorized_keys)
+            self.authenticator, self.keys = start_authenticator(
+                self.context, config.curve_authorized_keys, config.curve_readonly_keys
+            )
         # The front door's shard side and the hint bus stay on this machine: unix sockets in a
         # private directory cost the kernel less per message than loopback TCP.
         _remove_stale_ipc_dirs()
@@ -137,6 +141,7 @@ class Supervisor:
             curve_public_key=curve[1] if curve else None,
             backend_bind=None if ipc is None else f"{ipc}/shards",
             ready_timeout=config.ready_timeout,
+            keys=self.keys,
         )
         try:
             self.frontdoor.start()
@@ -162,6 +167,9 @@ class Supervisor:
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
+        keys = self.keys
+        if keys is not None:  # revoking a key takes effect now (the front door also polls)
+            signal.signal(signal.SIGHUP, lambda signum, frame: keys.reload())
 
     def _spawn(self, slot: _Slot) -> None:
         config = self.config
