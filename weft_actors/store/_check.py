@@ -58,7 +58,7 @@ def _split_inbox_key(key: bytes) -> tuple[str, int]:
     return key[2 : 2 + length].decode(), unpack_u64(key[2 + length :])[0]
 
 
-def check_environment(txn: lmdb.Transaction, dbs: Databases, now: float, feed_retention: float) -> list[Problem]:
+def check_environment(txn: lmdb.Transaction[bytes], dbs: Databases, now: float, feed_retention: float) -> list[Problem]:
     problems: list[Problem] = []
     records = {key.decode(): unpack_record(value) for key, value in txn.cursor(db=dbs.workflows)}
     problems += _check_ops_and_inbox(txn, dbs)
@@ -69,7 +69,7 @@ def check_environment(txn: lmdb.Transaction, dbs: Databases, now: float, feed_re
     return problems
 
 
-def _check_ops_and_inbox(txn: lmdb.Transaction, dbs: Databases) -> list[Problem]:
+def _check_ops_and_inbox(txn: lmdb.Transaction[bytes], dbs: Databases) -> list[Problem]:
     problems: list[Problem] = []
     ordinals: dict[tuple[str, str], Counter[int]] = defaultdict(Counter)
     consumed: dict[str, Counter[int]] = defaultdict(Counter)
@@ -99,7 +99,7 @@ def _check_ops_and_inbox(txn: lmdb.Transaction, dbs: Databases) -> list[Problem]
     return problems
 
 
-def _check_claims(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
+def _check_claims(txn: lmdb.Transaction[bytes], dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
     problems: list[Problem] = []
     epochs = {key.decode(): unpack_u64(value)[0] for key, value in txn.cursor(db=dbs.claim_epoch)}
     holders = {key.decode(): value for key, value in txn.cursor(db=dbs.claim_holder)}
@@ -131,8 +131,8 @@ def _check_claims(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict
         if indexed.get(wid) != holder[:16]:
             problems.append(Problem("by_engine_missing", wid, f"holder {engine_id} has no by_engine entry"))
     for wid, engine_raw in indexed.items():
-        holder = holders.get(wid)
-        if holder is None or holder[:16] != engine_raw:
+        held = holders.get(wid)
+        if held is None or held[:16] != engine_raw:
             problems.append(Problem("by_engine_stale", wid, f"indexed under {engine_raw.hex()} without that holder"))
     for wid, record in records.items():
         if record["status"] == "running" and wid not in holders and wid not in ownerless:
@@ -144,7 +144,7 @@ def _check_claims(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict
     return problems
 
 
-def _check_visibility(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
+def _check_visibility(txn: lmdb.Transaction[bytes], dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
     problems: list[Problem] = []
     entries = dict(txn.cursor(db=dbs.visibility))
     expected = set()
@@ -167,7 +167,7 @@ def _check_visibility(txn: lmdb.Transaction, dbs: Databases, records: dict[str, 
     return problems
 
 
-def _check_timers_and_requests(txn: lmdb.Transaction, dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
+def _check_timers_and_requests(txn: lmdb.Transaction[bytes], dbs: Databases, records: dict[str, dict[str, Any]]) -> list[Problem]:
     problems: list[Problem] = []
     for key, value in txn.cursor(db=dbs.timers):
         fire_at, seq, wid = split_timer_key(key)
@@ -195,7 +195,7 @@ def _check_timers_and_requests(txn: lmdb.Transaction, dbs: Databases, records: d
     return problems
 
 
-def _check_feed(txn: lmdb.Transaction, dbs: Databases, now: float, feed_retention: float) -> list[Problem]:
+def _check_feed(txn: lmdb.Transaction[bytes], dbs: Databases, now: float, feed_retention: float) -> list[Problem]:
     live = False
     for _, value in txn.cursor(db=dbs.engines):
         record = unpack_record(value)

@@ -172,7 +172,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         except WeftError as exc:
             return [exc] * len(intents)
         except lmdb.MapFullError as exc:
-            error = StorageFull(f"store is full (map size {self.env.info()['map_size']} bytes): {exc}")
+            error: WeftError = StorageFull(f"store is full (map size {self.env.info()['map_size']} bytes): {exc}")
             return [error] * len(intents)
         except lmdb.Error as exc:
             error = StorageError(f"commit failed: {exc}")
@@ -215,7 +215,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         incarnation = os.urandom(8).hex()
         raw = engine_key(engine_id)
 
-        def txn_fn(txn: lmdb.Transaction) -> None:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> None:
             now = self.clock.now()
             check_ownership_mode(txn, self.dbs, mode)
             if mode == "single":
@@ -274,7 +274,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         after it (see ``_engines``)."""
         started = self.clock.now()
 
-        def txn_fn(txn: lmdb.Transaction) -> dict[str, Any]:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> dict[str, Any]:
             record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
             now = self.clock.now()
             if record["mode"] != "single":
@@ -289,7 +289,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
     def mark_engine_dead(self, engine_id: str) -> bool:
         """Confirmed death: the engine's claims become reclaimable at once. Idempotent."""
 
-        def txn_fn(txn: lmdb.Transaction) -> bool:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> bool:
             raw = engine_key(engine_id)
             record = _engines.engine_record(txn, self.dbs, raw)
             if record is None or record["state"] == "dead":
@@ -308,7 +308,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         deposed engine commits nothing, and its claims are reclaimable anyway."""
         started = self.clock.now()  # its own lease, judged as in ``apply``
 
-        def txn_fn(txn: lmdb.Transaction) -> int:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> int:
             raw = engine_key(engine_id)
             record = _engines.engine_record(txn, self.dbs, raw)
             mine = self._incarnations.get(engine_id)
@@ -340,7 +340,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         me = engine_key(engine_id)
         started = self.clock.now()  # its own lease, judged as in ``apply``
 
-        def txn_fn(txn: lmdb.Transaction) -> dict[str, int | None]:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> dict[str, int | None]:
             mine = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
             now = self.clock.now()  # others' expiry is judged holding the lock
             if mine["mode"] != "single" and now >= mine["expires_at"] - mine["ttl"] + mine["heartbeat"]:
@@ -418,7 +418,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
 
     # -- reads ----------------------------------------------------------------------------
 
-    def read(self) -> lmdb.Transaction:
+    def read(self) -> lmdb.Transaction[bytes]:
         return self.env.begin()
 
     def within_reserve(self) -> bool:

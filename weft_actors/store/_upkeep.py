@@ -77,7 +77,7 @@ class UpkeepMixin:
         engine never writes it). Returns how many entries were deleted.
         """
 
-        def txn_fn(txn: lmdb.Transaction) -> int:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> int:
             now = self.clock.now()
             live = _engines.live_records(txn, self.dbs, now)
             cursors = [own_cursor if eid == engine_id else int(r.get("cursor") or 0) for eid, r in live.items()]
@@ -96,7 +96,7 @@ class UpkeepMixin:
         transaction). Records, results, listing entries and claim epochs stay. With
         ``engine_id``, a deposed engine changes nothing. ``more`` says another call has work."""
 
-        def txn_fn(txn: lmdb.Transaction) -> PruneResult:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> PruneResult:
             now = self.clock.now()
             if engine_id is not None and engine_id not in _engines.live_records(txn, self.dbs, now):
                 return PruneResult(0, 0, False)
@@ -108,7 +108,7 @@ class UpkeepMixin:
         """Delete registry records of engines that ended more than ``keep`` seconds ago and
         hold no claim, and their lock files. Returns the ids deleted."""
 
-        def txn_fn(txn: lmdb.Transaction) -> list[str]:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> list[str]:
             return _engines.prune_engines(txn, self.dbs, self.clock.now(), keep)
 
         gone = self._write(txn_fn)
