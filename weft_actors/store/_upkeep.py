@@ -3,7 +3,6 @@ of the feed, of the registry and of finished workflows' history, so none grows f
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from ..codec import unpack_record
@@ -17,6 +16,7 @@ if TYPE_CHECKING:
 
     from .._clock import Clock
     from ._env import Databases
+    from ._ownership import Ownership
 
 __all__ = ["UpkeepMixin"]
 
@@ -28,11 +28,9 @@ class UpkeepMixin:
     dbs: Databases
     clock: Clock
     _incarnations: dict[str, str]
+    _ownership: Ownership
 
     def _write(self, fn: Any) -> Any:  # provided by LmdbStore
-        raise NotImplementedError
-
-    def _lock_path(self, engine_id: str) -> str:  # provided by LmdbStore
         raise NotImplementedError
 
     def check_engine(self, engine_id: str) -> dict[str, Any]:
@@ -113,11 +111,7 @@ class UpkeepMixin:
 
         gone = self._write(txn_fn)
         for engine_id in gone:
-            for path in (self._lock_path(engine_id), self._lock_path(engine_id)[: -len(".lock")] + ".stall"):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+            self._ownership.remove_files(engine_id)
         return gone
 
     def engine(self, engine_id: str) -> dict[str, Any] | None:
