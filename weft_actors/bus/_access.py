@@ -126,7 +126,8 @@ def drain_with_users(sock: zmq.Socket, limit: int = 10_000) -> Iterator[tuple[li
         except zmq.Again:
             return
         try:
-            user = parts[-1].get("User-Id")
+            found = parts[-1].get("User-Id")
         except zmq.ZMQError:
-            user = None
+            found = None
+        user = found if isinstance(found, str) else None
         yield [part.bytes for part in parts], user

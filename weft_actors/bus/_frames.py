@@ -35,7 +35,7 @@ _POLLIN = int(zmq.POLLIN)
 def readable(sock: zmq.Socket) -> bool:
     """Whether a message waits: what to drain by after the socket's (edge-triggered) file
     descriptor fired."""
-    return bool(sock.getsockopt(_EVENTS) & _POLLIN)
+    return bool(sock.getsockopt(_EVENTS) & _POLLIN)  # type: ignore[operator]  # EVENTS is an int (pyzmq types options int | bytes); cast() costs a call per message
 
 
 # The compiled methods under pyzmq's Python ``Socket`` wrappers (which only add options we

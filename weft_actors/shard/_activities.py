@@ -189,7 +189,7 @@ class ActivityRunner:
         finally:
             self._draining = False
 
-    def _run_suspended(self, definition: ActivityDefinition, coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None]:
+    def _run_suspended(self, definition: ActivityDefinition, coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], object]:
         """Go on with an async attempt that suspended (yielding ``first``) under a Task."""
         context = contextvars.copy_context()
         context.run(current_activity.set, info)

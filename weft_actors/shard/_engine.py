@@ -14,7 +14,7 @@ import gc
 import logging
 import os
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .._clock import Clock, SystemClock
 from ..codec import encode
@@ -28,7 +28,7 @@ from ..errors import (
     WeftError,
 )
 from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, stall_note_path
-from ..workflow import WorkflowDefinition, collect_workflows, workflow_definition
+from ..workflow import Op, WorkflowDefinition, collect_workflows, workflow_definition
 from ._activities import ActivityRunner
 from ._actor import Actor
 from ._commit_retry import CommitRetry
@@ -51,6 +51,7 @@ __all__ = ["Engine"]
 log = logging.getLogger("weft_actors.shard")
 
 CommitHint = Callable[[str, str], None]
+DoneInterest = Callable[[str, bool], None]
 
 
 GEN0_THRESHOLD = 500_000
@@ -119,7 +120,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         background: bool = True,
         probe_peers: bool = True,
         on_commit_hint: CommitHint | None = None,
-        on_done_interest: CommitHint | None = None,
+        on_done_interest: DoneInterest | None = None,
         feed_retention: float = 3600.0,
         engine_retention: float = 3600.0,
         prune_interval: float = 60.0,
@@ -211,7 +212,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         background tasks the replay of what it takes goes on after ``open`` returns, in
         bounded slices of loop time (``_driving``); without, it is done before."""
         loop = asyncio.get_running_loop()
-        kwargs = {} if self._map_size is None else {"map_size": self._map_size}
+        kwargs: dict[str, Any] = {} if self._map_size is None else {"map_size": self._map_size}
         self.store = LmdbStore(self.data_dir, clock=self.clock, sync=self._sync, max_inbox=self.max_inbox, **kwargs)
         try:
             self.store.register_engine(
@@ -557,7 +558,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     def stats(self) -> dict[str, Any]:
         """Counters of this engine (once opened), readable in-process; workflow ids are never
         labels. ``commits_total``/``writes_total`` count committed transactions and intents."""
-        parked = sum(1 for actor in self.actors.values() if not actor.busy and actor.cmd is not None and actor.cmd.op.kind != "activity")  # type: ignore[union-attr]
+        parked = sum(1 for actor in self.actors.values() if not actor.busy and actor.cmd is not None and cast(Op, actor.cmd.op).kind != "activity")
         return {
             "engine_id": self.engine_id,
             "pid": os.getpid(),

@@ -131,7 +131,7 @@ _PLAIN = _record_of({})
 class _Reader:
     """Walks keyspaces in one transaction; what cannot be read becomes a problem, not a crash."""
 
-    def __init__(self, txn: lmdb.Transaction, dbs: Databases) -> None:
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: Databases) -> None:
         self.txn = txn
         self.dbs = dbs
         self.problems: list[Problem] = []
@@ -190,7 +190,7 @@ def _valid_workflow(value: bytes) -> dict[str, Any]:
     return record
 
 
-def check_environment(txn: lmdb.Transaction, dbs: Databases, now: float, feed_retention: float) -> list[Problem]:
+def check_environment(txn: lmdb.Transaction[bytes], dbs: Databases, now: float, feed_retention: float) -> list[Problem]:
     reader = _Reader(txn, dbs)
     records = dict(reader.entries("workflows", _workflow_id, _valid_workflow, wid=_readable_key))
     problems: list[Problem] = []

@@ -190,7 +190,7 @@ def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb
     return env, dbs
 
 
-def check_ownership_mode(txn: lmdb.Transaction, dbs: Databases, mode: str) -> None:
+def check_ownership_mode(txn: lmdb.Transaction[bytes], dbs: Databases, mode: str) -> None:
     """Write the ownership-mode marker if absent; refuse a different one."""
     stored = txn.get(b"ownership-mode", db=dbs.meta)
     if stored is None:

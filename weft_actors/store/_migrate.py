@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 __all__ = ["upgrade"]
 
 
-def rebuild_indexes(txn: lmdb.Transaction, dbs: Databases) -> int:
+def rebuild_indexes(txn: lmdb.Transaction[bytes], dbs: Databases) -> int:
     """Rewrite the visibility and ``expiring`` indexes from the records; returns their count."""
     txn.drop(dbs.visibility, delete=False)
     txn.drop(dbs.expiring, delete=False)
@@ -35,7 +35,7 @@ def rebuild_indexes(txn: lmdb.Transaction, dbs: Databases) -> int:
     return count
 
 
-def upgrade(txn: lmdb.Transaction, dbs: Databases, version: int) -> None:
+def upgrade(txn: lmdb.Transaction[bytes], dbs: Databases, version: int) -> None:
     """Bring a store of schema ``version`` to the current one (the caller writes the number)."""
     if version < 2:
         rebuild_indexes(txn, dbs)

@@ -3,7 +3,6 @@ of the feed, of the registry and of finished workflows' history, so none grows f
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from ..codec import unpack_record
@@ -17,6 +16,7 @@ if TYPE_CHECKING:
 
     from .._clock import Clock
     from ._env import Databases
+    from ._ownership import Ownership
 
 __all__ = ["UpkeepMixin"]
 
@@ -28,11 +28,9 @@ class UpkeepMixin:
     dbs: Databases
     clock: Clock
     _incarnations: dict[str, str]
+    _ownership: Ownership
 
     def _write(self, fn: Any) -> Any:  # provided by LmdbStore
-        raise NotImplementedError
-
-    def _lock_path(self, engine_id: str) -> str:  # provided by LmdbStore
         raise NotImplementedError
 
     def check_engine(self, engine_id: str) -> dict[str, Any]:
@@ -77,7 +75,7 @@ class UpkeepMixin:
         engine never writes it). Returns how many entries were deleted.
         """
 
-        def txn_fn(txn: lmdb.Transaction) -> int:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> int:
             now = self.clock.now()
             live = _engines.live_records(txn, self.dbs, now)
             cursors = [own_cursor if eid == engine_id else int(r.get("cursor") or 0) for eid, r in live.items()]
@@ -96,7 +94,7 @@ class UpkeepMixin:
         transaction). Records, results, listing entries and claim epochs stay. With
         ``engine_id``, a deposed engine changes nothing. ``more`` says another call has work."""
 
-        def txn_fn(txn: lmdb.Transaction) -> PruneResult:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> PruneResult:
             now = self.clock.now()
             if engine_id is not None and engine_id not in _engines.live_records(txn, self.dbs, now):
                 return PruneResult(0, 0, False)
@@ -108,16 +106,12 @@ class UpkeepMixin:
         """Delete registry records of engines that ended more than ``keep`` seconds ago and
         hold no claim, and their lock files. Returns the ids deleted."""
 
-        def txn_fn(txn: lmdb.Transaction) -> list[str]:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> list[str]:
             return _engines.prune_engines(txn, self.dbs, self.clock.now(), keep)
 
         gone = self._write(txn_fn)
         for engine_id in gone:
-            for path in (self._lock_path(engine_id), self._lock_path(engine_id)[: -len(".lock")] + ".stall"):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+            self._ownership.remove_files(engine_id)
         return gone
 
     def engine(self, engine_id: str) -> dict[str, Any] | None:

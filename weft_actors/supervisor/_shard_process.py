@@ -96,10 +96,10 @@ class ShardServer:
         self.dealer.setsockopt(zmq.SNDHWM, 100_000)
         self.dealer.setsockopt(zmq.RCVHWM, 100_000)
         self.dealer.connect(config.backend)
-        loop.add_reader(self.dealer.getsockopt(zmq.FD), self._schedule_drain)
+        loop.add_reader(self.dealer.fileno(), self._schedule_drain)
         if config.hints:
             self.hints_in = subscriber(self.context, config.hints_subscribe)
-            loop.add_reader(self.hints_in.getsockopt(zmq.FD), self._drain_hints)
+            loop.add_reader(self.hints_in.fileno(), self._drain_hints)
         loop.add_reader(self.control.fileno(), self._on_control)
         self.control.send(("ready", self.engine.engine_id, os.getpid()))
         watcher = loop.create_task(self._watch())
@@ -242,7 +242,7 @@ class ShardServer:
         for sock in (self.dealer, getattr(self, "hints_in", None)):
             if sock is not None:
                 try:
-                    loop.remove_reader(sock.getsockopt(zmq.FD))
+                    loop.remove_reader(sock.fileno())
                 except Exception:
                     pass
         try:

@@ -357,8 +357,9 @@ class Supervisor:
                     self.deaths.record(slot.engine_id)
 
     def _close(self) -> None:
-        if getattr(self, "metrics", None) is not None:
-            self.metrics.stop()
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None:
+            metrics.stop()
         self.frontdoor.stop()
         self.deaths.stop()
         self.hints.stop()
@@ -395,7 +396,7 @@ class Supervisor:
     def stats(self) -> dict[str, Any]:
         shards = []
         for slot in self.slots:
-            entry = {"slot": slot.index, "pid": slot.pid, "alive": slot.process is not None and slot.ready, "restarts": slot.restarts}
+            entry: dict[str, Any] = {"slot": slot.index, "pid": slot.pid, "alive": slot.process is not None and slot.ready, "restarts": slot.restarts}
             entry.update((key, value) for key, value in slot.stats.items() if not key.startswith("_"))
             entry["engine_id"] = slot.engine_id
             shards.append(entry)
