@@ -120,7 +120,7 @@ class FaultsMixin:
                 self._hung(rng.choice(pids))
             elif kind in ("lock_stall", "takeover"):
                 # Alone: no poison meanwhile, whose lost owners would blur "no other shard removed".
-                if not self.exclusive.acquire(timeout=20 if index in forced else 0):
+                if not self.exclusive.acquire(timeout=20 if index in forced else 8):
                     if index in forced:
                         forced[index + 1] = kind
                     continue

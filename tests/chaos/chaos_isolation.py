@@ -169,7 +169,8 @@ class IsolationMixin:
                 self.sup.start()
 
     def _scan_exits(self) -> None:
-        """Every shard exit the supervisor logged, by code: only kills and depositions."""
+        """Every shard exit the supervisor logged, by code (only kills and depositions), and
+        every shard it killed as hung (what its ``hung_kills`` counts, over all its lives)."""
         for line in self.sup.stderr_lines:
             exited = EXIT_LINE.search(line)
             if exited is not None:
@@ -177,6 +178,8 @@ class IsolationMixin:
                 self.summary.shard_exits[code] += 1
                 if code not in EXPECTED_EXITS:
                     self.violation(f"a shard exited by itself: {line.strip()}")
+            elif "is hung" in line:
+                self.summary.supervisor_hung_kills += 1
             elif "restart intensity exceeded" in line:
                 self.violation(f"supervisor: {line.strip()}")
 
@@ -196,7 +199,7 @@ class IsolationMixin:
             finally:
                 self.exclusive.release()
             k += 1
-            gap = (3.0, 12.0)
+            gap = (5.0, 15.0)
 
     def _status(self, client: Client, wid: str) -> str:
         return self.call(f"describe {wid}", lambda: client.get_handle(wid).describe())["status"]
@@ -296,6 +299,7 @@ class IsolationMixin:
             time.sleep(0.02)
         stalled = int(marker.read_text())
         self.count("lock_stalls")
+        self.log(f"lock stall: shard {stalled} stopped holding the write lock")
         others = {pid for pid in self._track_shards() if pid != stalled}
         if self._wait_gone(stalled, "lock stall") is None:
             return True
@@ -351,7 +355,7 @@ class IsolationMixin:
             time.sleep(0.05)
         took = time.monotonic() - killed
         self._note_max("takeover_max_s", took)
-        self.log(f"large takeover: {held[victim]} workflows (built in {killed - built:.1f} s) taken over in {took:.2f} s")
+        self.log(f"large takeover: {held[victim]} of {size} workflows (built in {killed - built:.1f} s) taken over in {took:.2f} s")
         time.sleep(2 * TTL)
         stalls = [float(m.group(1)) for line in self._log_since(mark) if (m := STALL_LINE.search(line))]
         self._note_max("takeover_max_loop_stall_s", max(stalls, default=0.0))

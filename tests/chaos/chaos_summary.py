@@ -39,6 +39,9 @@ class Summary:
     user_exits: int = 0
     hung_faults: int = 0
     hung_kills: int = 0
+    """Stopped shards (hung, lock stalls) the harness saw the supervisor kill."""
+    supervisor_hung_kills: int = 0
+    """Every shard the supervisor killed as hung (its log): poisons' and stalls' owners too."""
     hung_kill_max_s: float = 0.0
     lock_stalls: int = 0
     large_takeovers: int = 0
@@ -62,8 +65,9 @@ class Summary:
             f"maybe-applied-duplicates={self.duplicates} epoch-samples={self.epoch_samples} "
             f"checker-runs={self.checker_runs} "
             f"poisons={self.poisons} (quarantined {self.quarantined}, lifted {self.quarantine_lifted}, terminated {self.quarantine_terminated}) "
-            f"user-exits={self.user_exits} hung={self.hung_faults} (killed {self.hung_kills}, slowest {self.hung_kill_max_s:.2f}s) "
-            f"lock-stalls={self.lock_stalls} large-takeovers={self.large_takeovers} "
+            f"user-exits={self.user_exits} hung={self.hung_faults} lock-stalls={self.lock_stalls} "
+            f"(killed {self.hung_kills}, slowest {self.hung_kill_max_s:.2f}s; supervisor hung kills {self.supervisor_hung_kills}) "
+            f"large-takeovers={self.large_takeovers} "
             f"(workflows {self.takeover_workflows}, slowest {self.takeover_max_s:.2f}s, loop stall {self.takeover_max_loop_stall_s:.2f}s) "
             f"shard-exits={dict(sorted(self.shard_exits.items()))} supervisor-exits={self.supervisor_exits} "
             f"violations={len(self.violations)} elapsed={self.elapsed:.1f}s"
