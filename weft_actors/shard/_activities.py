@@ -41,11 +41,16 @@ class Finished(NamedTuple):
 def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo) -> Generator[Any, Any, Any]:
     """Continue a coroutine that already yielded ``first`` under a Task. ``SystemExit`` and
     ``KeyboardInterrupt`` from the activity become ``UserCodeExit``: a Task re-raises those two
-    out of the event loop, which would end the process instead of the attempt."""
+    out of the event loop, which would end the process instead of the attempt. Being closed
+    (a Task collected unfinished) closes the activity and re-raises ``GeneratorExit``, never
+    throws it in: the collector may have closed the activity's coroutine already."""
     yielded = first
     while True:
         try:
             sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
         except BaseException as exc:  # cancellation and throws go to the activity
             try:
                 yielded = coro.throw(exc)
