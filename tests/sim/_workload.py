@@ -50,6 +50,15 @@ def outcome_of(exc: BaseException) -> str:
     return f"UNEXPECTED {type(exc).__name__}: {exc}"
 
 
+def _current_run(engine: Any, wid: str) -> str | None:
+    """The run of ``wid`` current now (None if unknown): the run a call was answered in."""
+    try:
+        record = engine.store.get_workflow(wid)
+    except Exception:  # the engine's store is gone (killed): unknown
+        return None
+    return None if record is None else record["run_id"]
+
+
 class Workload:
     def __init__(self, world: Any, rng: random.Random) -> None:
         self.world = world
@@ -204,7 +213,7 @@ class Workload:
             rid = rng.choice(mine)
         else:
             rid = f"u{len(self.ledger.updates)}"
-            self.ledger.updates[(wid, rid)] = {"by": rng.choice([0, 1, 1, 2, 3]), "outcomes": []}
+            self.ledger.updates[(wid, rid)] = {"by": rng.choice([0, 1, 1, 2, 3]), "outcomes": [], "runs": []}
         entry = self.ledger.updates[(wid, rid)]
 
         async def call(engine: Any) -> Any:
@@ -252,7 +261,9 @@ class Workload:
                 world.violation(f"{description} on {node.name}: {outcome}")
             if description.startswith("update "):
                 _, wid, rid = description.split()[:3]
-                ledger.updates[(wid, rid)]["outcomes"].append(outcome)
+                entry = ledger.updates[(wid, rid)]
+                entry["outcomes"].append(outcome)
+                entry["runs"].append(_current_run(node.engine, wid))
             return outcome
 
         world.note(f"{node.name} -> {description}")
