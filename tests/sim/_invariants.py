@@ -168,8 +168,8 @@ class Checker:
                             self._report(f"update {rid} of {wid} answered more than one way in one run: {sorted({outcome, other})}")
             if entry["by"] >= 1:
                 # Each distinct answer is one application; a call with no answer (a transient
-                # outcome) may have made one more that nobody saw.
-                unseen = sum(1 for outcome in entry["outcomes"] if outcome in TRANSIENT)
+                # outcome, or its caller gone with its engine) may have made one nobody saw.
+                unseen = entry.get("issued", 0) - sum(1 for outcome in entry["outcomes"] if outcome not in TRANSIENT)
                 attempted[wid] = attempted.get(wid, 0) + entry["by"] * max(1, len(applied) + unseen)
         for (wid, run_id), values in sorted(answered.items()):
             record = records.get(wid)

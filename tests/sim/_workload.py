@@ -270,6 +270,10 @@ class Workload:
             return outcome
 
         world.note(f"{node.name} -> {description}")
+        if description.startswith("update "):
+            _, wid, rid = description.split()[:3]
+            entry = ledger.updates[(wid, rid)]
+            entry["issued"] = entry.get("issued", 0) + 1
         task = node.loop.create_task(client())
         if description.startswith("result "):
             ledger.waiters.append((node, description.split()[1], task))
