@@ -33,6 +33,9 @@ EXIT_DEPOSED = 4
 DRAIN_REQUESTS = 2000
 """Requests taken from the front door per loop turn; the rest wait for the next turn, so a
 backlog never makes one turn long enough to miss a heartbeat."""
+REPLY_BATCH_BYTES = 4 << 20
+"""A batch of replies leaves once it holds this much, not only at the end of the turn: the
+front door then never holds one huge message of large results at once."""
 
 
 def shard_main(config: ShardConfig, control: Connection, write_wait: Any = None) -> None:
@@ -67,6 +70,7 @@ class ShardServer:
         self._replies: list[Any] = []
         """Replies of this loop turn not sent yet, flat: client, reply, request id, error code."""
         self.requests_overloaded = 0
+        self._reply_bytes = 0
 
     async def serve(self) -> int:
         config = self.config
@@ -124,7 +128,7 @@ class ShardServer:
             asyncio.get_running_loop().call_soon(self._drain_requests)
 
     def _drain_requests(self) -> None:
-        """Take every queued request; zmq's FD is edge-triggered, so drain until EVENTS is clear."""
+        """Take the queued requests, at most ``DRAIN_REQUESTS`` a turn; zmq's FD is edge-triggered, so drain until EVENTS is clear."""
         self._drain_scheduled = False
         dealer = self.dealer
         if dealer.closed:
@@ -191,9 +195,13 @@ class ShardServer:
         if not replies:
             asyncio.get_running_loop().call_soon(self._flush_replies)
         replies += (client, reply, request_id, code)
+        self._reply_bytes += len(reply)
+        if self._reply_bytes >= REPLY_BATCH_BYTES:
+            self._flush_replies()
 
     def _flush_replies(self) -> None:
         replies, self._replies = self._replies, []
+        self._reply_bytes = 0
         if not replies or self.dealer.closed:
             return
         try:
