@@ -6,13 +6,16 @@ its end, and no shard is removed."""
 from __future__ import annotations
 
 import asyncio
-import threading
+import os
+import signal
 
 import pytest
+import zmq
 
 from _processes import RunningSupervisor, wait_until
 from _support import eventually, run
 from weft_actors import AsyncClient, Client, Engine, activity, workflow
+from weft_actors.bus import decode_reply, encode_request
 from weft_actors.errors import Overloaded
 
 GATES: dict[str, asyncio.Event] = {}
@@ -103,34 +106,29 @@ def test_behind_the_supervisor_a_burst_is_partly_refused_and_every_accepted_star
 
 @pytest.mark.timeout(60)
 def test_the_front_door_refuses_requests_for_a_shard_that_holds_max_queued_requests(tmp_path):
-    args = ("--max-queued-requests", "4")
+    args = ("--max-queued-requests", "4", "--ttl", "10", "--heartbeat", "1")
     with RunningSupervisor(tmp_path / "data", shards=1, app="test_overload", args=args) as sup, Client(sup.endpoint, timeout=20) as client:
-        handle = client.start("napping", 60, id="long")
-        waiting: list[BaseException | None] = []
-
-        def wait_result() -> None:
-            try:
-                handle.result(timeout=3)
-            except BaseException as exc:  # TimeoutError: it never ends
-                waiting.append(exc)
-
-        threads = [threading.Thread(target=wait_result) for _ in range(4)]  # 4 long polls held
-        for thread in threads:
-            thread.start()
+        client.start("napping", 60, id="long")
+        pid = client.stats()["shards"][0]["pid"]
+        context = zmq.Context()
+        sock = context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(sup.endpoint)
+        os.kill(pid, signal.SIGSTOP)  # it answers nothing: what is sent to it stays held
         try:
-            refused = wait_until(lambda: _refused(client), timeout=5)
-            assert refused.code == "overloaded" and refused.limit == "max_queued_requests"
+            for i in range(4):
+                sock.send(encode_request(i, "describe", wid="long"))
+            wait_until(lambda: client.stats()["supervisor"]["frontdoor_requests"] >= 7, timeout=5)
+            with pytest.raises(Overloaded, match="max_queued_requests") as info:
+                client.get_handle("long").describe()
+            assert info.value.code == "overloaded" and info.value.limit == "max_queued_requests"
             assert client.ping() == "pong"  # the front door answers its own ops
-            assert client.stats()["supervisor"]["frontdoor_overloaded_total"] >= 1
+            assert client.stats()["supervisor"]["frontdoor_overloaded_total"] == 1
         finally:
-            for thread in threads:
-                thread.join(10)
+            os.kill(pid, signal.SIGCONT)
+        for _ in range(4):
+            assert sock.poll(10_000) and decode_reply(sock.recv())["ok"] is not None
+        sock.close(0)
+        context.term()
+        assert client.get_handle("long").describe()["status"] == "running"
         assert client.start("napping", 0, id="after").result(timeout=10) == "woke"
-
-
-def _refused(client: Client) -> Overloaded | None:
-    try:
-        client.get_handle("long").describe()
-    except Overloaded as exc:
-        return exc
-    return None

@@ -15,8 +15,9 @@ delimiter frame before the request) is accepted too and its reply gets the delim
 With a ``KeyRing`` (CURVE) each request is checked against the client's key (``_access``).
 
 Bounds (``bounds()`` counts what they refused): a shard holding ``max_shard_requests``
-requests gets no more; a new request goes to the next shard in line, or is refused at once
-with ``Overloaded``. A client's replies queue in zmq up to ``CLIENT_HWM`` messages, then here
+requests, or ``max_shard_starts`` starts not answered yet, gets no more (of them); a new one
+goes to the next shard in line, or is refused at once with ``Overloaded``. The second bound
+keeps the latency of accepted starts short: starts queue no deeper than that per shard. A client's replies queue in zmq up to ``CLIENT_HWM`` messages, then here
 up to ``client_budget`` bytes, and beyond that are dropped: a client that never reads cannot
 grow the supervisor. A message of more parts than a request has is cut on arrival.
 """
@@ -56,6 +57,8 @@ RETRYABLE_OPS = frozenset({"result", "query", "describe", "list", "ping"})
 _STOPPING = frozenset({"engine_stopped", "engine_deposed"})
 DEFAULT_READY_TIMEOUT = 5.0
 DEFAULT_MAX_SHARD_REQUESTS = 20_000
+DEFAULT_MAX_SHARD_STARTS = 1000
+_STARTS = frozenset({"start", "signal_with_start", "execute"})
 DEFAULT_CLIENT_BUDGET = 16 << 20
 """Bytes of replies held here for one client whose zmq queue is full."""
 CLIENT_HWM = 64
@@ -106,6 +109,7 @@ class FrontDoor:
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
         keys: KeyRing | None = None,
         max_shard_requests: int = DEFAULT_MAX_SHARD_REQUESTS,
+        max_shard_starts: int = DEFAULT_MAX_SHARD_STARTS,
         client_budget: int = DEFAULT_CLIENT_BUDGET,
     ) -> None:
         """``backend_bind``: where the shards connect (an ``ipc://`` path is cheapest; by
@@ -145,6 +149,9 @@ class FrontDoor:
         self._enveloped: dict[bytes, int] = {}
         """REQ clients -> their requests awaiting a reply, which must carry the delimiter."""
         self.max_shard_requests = max_shard_requests
+        self.max_shard_starts = max_shard_starts
+        self._starts: dict[int, int] = {}
+        """slot -> the starts it holds (in ``_inflight``) not answered yet."""
         self.client_budget = client_budget
         self._held: dict[bytes, collections.deque[list[bytes]]] = {}
         """Clients whose zmq queue was full -> their replies waiting here, in order."""
@@ -290,25 +297,25 @@ class FrontDoor:
         from a lost shard, which may have applied it) skips shards holding
         ``max_shard_requests``, and with every ready shard that full is refused ``Overloaded``."""
         full = False
+        start = op in _STARTS
         for slot in self.routing.route(wid):
             if slot in exclude:
                 continue
             held = self._inflight.get(slot)
             if held is None:
                 held = self._inflight[slot] = {}
-            elif fresh and len(held) >= self.max_shard_requests:
+            elif fresh and (len(held) >= self.max_shard_requests or (start and self._starts.get(slot, 0) >= self.max_shard_starts)):
                 full = True
                 continue
+            if start:
+                self._starts[slot] = self._starts.get(slot, 0) + 1
             held[(client, request_id)] = (frame, op, wid)
             self._outbox.setdefault(slot, []).append((client, frame, request_id, op, wid))
             return
         if full:
             self.refused_overloaded += 1
-            error = Overloaded(
-                f"every shard holds {self.max_shard_requests} requests (max_queued_requests): retry later, with backoff",
-                limit="max_queued_requests",
-                value=self.max_shard_requests,
-            )
+            limit, value = ("max_queued_starts", self.max_shard_starts) if start else ("max_queued_requests", self.max_shard_requests)
+            error = Overloaded(f"every ready shard holds {value} {'starts' if start else 'requests'} ({limit}): retry later, with backoff", limit=limit, value=value)
             self._reply(frontend, client, encode_error(request_id, error))
             return
         deadline = self._deadlines.get((client, request_id)) or time.monotonic() + self.ready_timeout
@@ -350,13 +357,15 @@ class FrontDoor:
                     unreachable.add(slot)
                     held = self._inflight.get(slot, {})
                     for client, frame, request_id, op, wid in entries:
-                        held.pop((client, request_id), None)
+                        if held.pop((client, request_id), None) is not None and op in _STARTS:
+                            self._starts[slot] -= 1
                         self._forward(frontend, backend, client, frame, request_id, op, wid, exclude=unreachable)
 
     def _orphaned(self, frontend: zmq.Socket, backend: zmq.Socket, slot: int, dead: bool) -> None:
         """The shard at ``slot`` died (``dead``) or stopped answering: what it held is sent on
         when that is safe, else answered ``OutcomeUnknown``."""
         held = self._inflight.pop(slot, {})
+        self._starts.pop(slot, None)
         if dead:
             self._abandoned.pop(slot, None)  # its process is gone: no late replies
         elif held:
@@ -390,6 +399,8 @@ class FrontDoor:
             for index in range(0, len(items) - 3, 4):
                 client, reply, request_id, code = items[index : index + 4]
                 request = held.pop((client, request_id), None) if held else None
+                if request is not None and request[1] in _STARTS:
+                    self._starts[slot] -= 1
                 if request is None and abandoned and (client, request_id) in abandoned:
                     abandoned.discard((client, request_id))  # answered or sent on already
                     continue

@@ -46,6 +46,8 @@ class SupervisorConfig:
     max_queued_requests: int = 20_000
     """Requests one shard may hold (sent it and not answered) before the front door refuses
     more for it with ``Overloaded``; the shard bounds its own the same way."""
+    max_queued_starts: int = 1000
+    """Starts one shard may hold unanswered before the front door refuses more for it."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -143,6 +143,7 @@ class Supervisor:
             ready_timeout=config.ready_timeout,
             keys=self.keys,
             max_shard_requests=config.max_queued_requests,
+            max_shard_starts=config.max_queued_starts,
         )
         try:
             self.frontdoor.start()
