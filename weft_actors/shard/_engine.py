@@ -92,7 +92,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     ``max_inflight_activities`` (default 1,000) caps the activity attempts running at once:
     beyond it attempts wait in a FIFO queue (backpressure, never a failure).
 
-    Admission: ``max_running`` (default 10,000) bounds the workflows in flight, that is
+    Admission: ``max_running`` (default None: no bound, an embedding caller paces its own
+    calls; the supervisor's shards use 10,000) bounds the workflows in flight, that is
     running rather than parked, measured as the activity attempts running and queued plus
     the writes waiting for this turn's commit. A client start (or signal-with-start) that
     finds that many is refused at once with ``Overloaded``, writing nothing, so that accepted
@@ -136,7 +137,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         max_active_workflows: int | None = None,
         max_inbox: int = 10_000,
         max_inflight_activities: int = 1000,
-        max_running: int = 10_000,
+        max_running: int | None = None,
         quarantine_after: int = 3,
         stall_threshold: float | None = None,
     ) -> None:
@@ -179,7 +180,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
                 f"max_active_workflows ({self.max_active_workflows}) must exceed max_live_actors "
                 f"({max_live_actors}): parked actors are evicted down to the latter to admit starts"
             )
-        if max_inbox < 1 or max_inflight_activities < 1 or max_running < 1:
+        if max_inbox < 1 or max_inflight_activities < 1 or (max_running is not None and max_running < 1):
             raise ValueError("max_inbox, max_inflight_activities and max_running must be >= 1")
         self.max_running = max_running
         self.starts_overloaded = 0
@@ -461,8 +462,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         """Refuse a new workflow: ``Overloaded`` when ``max_running`` workflows are in flight,
         ``LimitExceeded`` when ``max_active_workflows`` actors are in memory and an eviction
         pass frees no room (all of them are busy)."""
-        running = self.in_flight()
-        if running >= self.max_running:
+        if self.max_running is not None and (running := self.in_flight()) >= self.max_running:
             self.starts_overloaded += 1
             raise Overloaded(
                 f"engine {self.engine_id} has {running} workflows in flight, its limit "
