@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
 
 from ..codec import encode
-from ..errors import SerializationError, WeftError
+from ..errors import PayloadTooLarge, SerializationError, WeftError
 from ..store import CancelOther, Finish, StepCommit, TimerRef
 from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, cancelled_record, error_record
 from ._activities import Finished
@@ -395,8 +395,12 @@ class Actor(InboxMixin, EndingMixin):
         if error is None:
             try:
                 payload = encode(value, "activity result")
-            except SerializationError as exc:
+                if len(payload) > self.engine.payload_limit:
+                    limit = self.engine.payload_limit
+                    raise PayloadTooLarge(f"result of activity {op.name!r} is {len(payload)} bytes; the limit is {limit}", size=len(payload), limit=limit)
+            except (SerializationError, PayloadTooLarge) as exc:
                 error = exc
+                payload = None  # not kept while the failure commits
             else:
                 del self.ops[seq]
                 if self.timers:
@@ -416,7 +420,7 @@ class Actor(InboxMixin, EndingMixin):
         retryable = (
             attempts < retry.max_attempts
             and retry.retryable(error)
-            and not isinstance(error, SerializationError)
+            and not isinstance(error, (SerializationError, PayloadTooLarge))
             and (op.schedule_to_close is None or now + delay < first_at + op.schedule_to_close)
         )
         failure = error_record(error, "activity")
@@ -443,7 +447,7 @@ class Actor(InboxMixin, EndingMixin):
         self.ahead = []
         outcome = run.outcome
         if outcome is not None and (outcome.kind == "complete" or outcome.kind == "fail") and len(commands) == 1 and not self.ops and not self.attempts:
-            self.finish = finish = _finish_of(outcome)
+            self.finish = finish = _finish_of(outcome, self.engine.payload_limit)
             self._commit(ops=ops, finish=finish)
             return
         self.held = commands

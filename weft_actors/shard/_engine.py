@@ -23,6 +23,7 @@ from ..errors import (
     EngineStopped,
     InvalidRequest,
     LimitExceeded,
+    Overloaded,
     PayloadTooLarge,
     UnknownWorkflowType,
     WeftError,
@@ -92,6 +93,14 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     ``max_inflight_activities`` (default 1,000) caps the activity attempts running at once:
     beyond it attempts wait in a FIFO queue (backpressure, never a failure).
 
+    Admission: ``max_running`` (default None: no bound, an embedding caller paces its own
+    calls; the supervisor's shards use 10,000) bounds the workflows in flight, that is
+    running rather than parked, measured as the activity attempts running and queued plus
+    the writes waiting for this turn's commit. A client start (or signal-with-start) that
+    finds that many is refused at once with ``Overloaded``, writing nothing, so that accepted
+    work keeps a bounded latency instead of every start queueing without end. The same
+    starts as for ``max_active_workflows`` are never refused.
+
     Poison workflows: a workflow whose last ``quarantine_after`` (default 3) owners were lost
     while running it (they died or lost their lease) without committing any progress is not
     driven again but parked as ``quarantined`` (``lift_quarantine`` puts it back). With
@@ -129,6 +138,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         max_active_workflows: int | None = None,
         max_inbox: int = 10_000,
         max_inflight_activities: int = 1000,
+        max_running: int | None = None,
         quarantine_after: int = 3,
         stall_threshold: float | None = None,
     ) -> None:
@@ -171,8 +181,10 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
                 f"max_active_workflows ({self.max_active_workflows}) must exceed max_live_actors "
                 f"({max_live_actors}): parked actors are evicted down to the latter to admit starts"
             )
-        if max_inbox < 1 or max_inflight_activities < 1:
-            raise ValueError("max_inbox and max_inflight_activities must be >= 1")
+        if max_inbox < 1 or max_inflight_activities < 1 or (max_running is not None and max_running < 1):
+            raise ValueError("max_inbox, max_inflight_activities and max_running must be >= 1")
+        self.max_running = max_running
+        self.starts_overloaded = 0
         self.max_inbox = max_inbox
         self.max_inflight_activities = max_inflight_activities
         if isinstance(quarantine_after, bool) or not isinstance(quarantine_after, int) or quarantine_after < 1:
@@ -441,9 +453,24 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.committer.submit(intent, created)
         return wid
 
+    def in_flight(self) -> int:
+        """The workflows running now, not parked: each of them waits for an activity attempt
+        (running or queued) or for this turn's commit. Cheap: three lengths."""
+        activities = self.activities
+        return activities.inflight + activities.queued + self.committer.pending
+
     def admit(self) -> None:
-        """Refuse a new workflow (``LimitExceeded``) when ``max_active_workflows`` actors are
-        in memory and an eviction pass frees no room: all of them are busy."""
+        """Refuse a new workflow: ``Overloaded`` when ``max_running`` workflows are in flight,
+        ``LimitExceeded`` when ``max_active_workflows`` actors are in memory and an eviction
+        pass frees no room (all of them are busy)."""
+        if self.max_running is not None and (running := self.in_flight()) >= self.max_running:
+            self.starts_overloaded += 1
+            raise Overloaded(
+                f"engine {self.engine_id} has {running} workflows in flight, its limit "
+                f"(max_running={self.max_running}): retry later, with backoff",
+                limit="max_running",
+                value=self.max_running,
+            )
         if len(self.actors) >= self.max_active_workflows:
             self.eviction.run()
             if len(self.actors) >= self.max_active_workflows:
@@ -574,6 +601,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "activities_started": self.activities_started,
             "activities_inflight": self.activities.inflight,
             "activities_queued": self.activities.queued,
+            "workflows_in_flight": self.in_flight(),
+            "starts_overloaded_total": self.starts_overloaded,
             "quarantined_workflows": self.store.count_quarantined() if self.state == "running" else 0,  # a stopped engine's store is closed
             "loop_stalls_total": 0 if self.watchdog is None else self.watchdog.stalls,
             "feed_cursor": self.maintenance.feed_cursor,

@@ -142,6 +142,8 @@ class Supervisor:
             backend_bind=None if ipc is None else f"{ipc}/shards",
             ready_timeout=config.ready_timeout,
             keys=self.keys,
+            max_shard_requests=config.max_queued_requests,
+            max_shard_starts=config.max_queued_starts,
         )
         try:
             self.frontdoor.start()
@@ -194,6 +196,8 @@ class Supervisor:
             max_inflight_activities=config.max_inflight_activities,
             quarantine_after=config.quarantine_after,
             stall_threshold=config.stall_threshold,
+            max_running=config.max_running,
+            max_queued_requests=config.max_queued_requests,
         )
         write_wait = self._mp.RawArray("d", 1)
         process = self._mp.Process(target=shard_main, args=(shard, child, write_wait), name=f"shard-{slot.index}")
@@ -411,6 +415,7 @@ class Supervisor:
                 "shards_ready": len(self.routing.live_slots),
                 "frontdoor_requests": self.frontdoor.requests,
                 "frontdoor_errors": self.frontdoor.errors,
+                **self.frontdoor.bounds(),
             },
             "shards": shards,
         }
