@@ -148,7 +148,7 @@ class FaultsMixin:
         except WeftError:
             return set()
         try:
-            now = time.time()
+            now = store.clock.lease_now()  # leases are judged on the lease clock
             return {
                 record["pid"]
                 for record in store.engines().values()

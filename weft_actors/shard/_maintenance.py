@@ -39,7 +39,7 @@ class Maintenance:
         self.engine = engine
         self.reclaimer = Reclaimer(engine)
         self.feed_cursor = engine.store.feed_head()
-        self._next_prune = engine.clock.now() + engine.prune_interval
+        self._next_prune = engine.clock.monotonic() + engine.prune_interval
         self._history_backlog = False
         self._history_batch = HISTORY_BATCH
         self._task: asyncio.Task[None] | None = None
@@ -168,7 +168,7 @@ class Maintenance:
 
     def _maybe_prune(self, heartbeat: bool) -> None:
         engine = self.engine
-        now = engine.clock.now()
+        now = engine.clock.monotonic()  # an interval: a wall-clock jump must not move it
         if now < self._next_prune:
             if self._history_backlog and heartbeat:  # not on hinted passes, however many
                 self.prune_history()

@@ -66,7 +66,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.path = os.path.abspath(path)
         self.max_inbox = max_inbox
         self.clock = clock or SystemClock()
-        self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly)
+        self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly, clock=self.clock)
         self._reserve = StorageReserve(self.env, self.dbs)
         self.commits = 0
         self.writes = 0
@@ -138,7 +138,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         # This engine's own lease is judged by the time before it waited for the write lock:
         # a wait behind another process's stalled transaction is no stall of its own. A stale
         # time cannot pass once anyone acted on its expiry (they mark it; see ``_engines``).
-        started = self.clock.now()
+        clock = self.clock
+        started = clock.lease_now()
         wait = self.write_wait
         if wait is not None:
             wait[0] = started
@@ -147,15 +148,16 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 if wait is not None:
                     wait[0] = 0.0
                 record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
-                now = self.clock.now()  # for the records and the lease: read holding the lock
+                now = clock.now()  # for the records: read holding the lock
+                lease = clock.lease_now()  # for the lease (wall-clock jumps do not move it)
                 full = self._reserve.check(txn)
                 if full is not None and all(type(intent) in GROWTH for intent in intents):
                     raise full  # nothing to commit, not even the lease extension below
                 state = TxnState(txn, self.dbs, engine_key(engine_id), now, self.max_inbox)
-                if now >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
+                if lease >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
                     # A busy engine's commits carry its heartbeat: a long loop turn full of
                     # work must not let its own lease lapse.
-                    record["expires_at"] = now + record["ttl"]
+                    record["expires_at"] = lease + record["ttl"]
                     _engines.put_engine(txn, self.dbs, state.engine_raw, record)
                 for intent in intents:
                     kind = type(intent)
@@ -203,7 +205,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.verify_lock_file()
         wait = self.write_wait
         if wait is not None:
-            wait[0] = self.clock.now()
+            wait[0] = self.clock.lease_now()
         try:
             with self.env.begin(write=True) as txn:
                 if wait is not None:
@@ -236,6 +238,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
 
         def txn_fn(txn: lmdb.Transaction) -> None:
             now = self.clock.now()
+            lease = self.clock.lease_now()
             check_ownership_mode(txn, self.dbs, mode)
             if mode == "single":
                 # A single engine killed a moment ago must not block its own restart. Probed
@@ -244,9 +247,9 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                     record = unpack_record(value)
                     if key.hex() != engine_id and record["state"] == "live" and self.process_gone(key.hex()):
                         record["state"] = "dead"
-                        record["ended"] = now
+                        record["ended"] = lease
                         _engines.put_engine(txn, self.dbs, key, record)
-                _engines.refuse_second_single(txn, self.dbs, engine_id, now)
+                _engines.refuse_second_single(txn, self.dbs, engine_id, lease)
             if _engines.engine_record(txn, self.dbs, raw) is not None:
                 # The same id registered again: the old incarnation is deposed by its next
                 # commit, and whatever it held becomes reclaimable now instead of never.
@@ -261,8 +264,9 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                     "state": "live",
                     "heartbeat": heartbeat,
                     "ttl": ttl,
-                    "expires_at": float("inf") if mode == "single" else now + ttl,
+                    "expires_at": float("inf") if mode == "single" else lease + ttl,
                     "started": now,
+                    "lease_clock": self.clock.lease_clock,
                     "cursor": feed_head(txn, self.dbs),
                     "mode": mode,
                     "incarnation": incarnation,
@@ -291,13 +295,12 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         registered again by someone else. One write, whatever the number of claims. The lease
         is judged by the time before the wait for the write lock, and extended from the time
         after it (see ``_engines``)."""
-        started = self.clock.now()
+        started = self.clock.lease_now()
 
         def txn_fn(txn: lmdb.Transaction) -> dict[str, Any]:
             record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
-            now = self.clock.now()
             if record["mode"] != "single":
-                record["expires_at"] = now + record["ttl"]
+                record["expires_at"] = self.clock.lease_now() + record["ttl"]
             if feed_cursor is not None:
                 record["cursor"] = feed_cursor
             _engines.put_engine(txn, self.dbs, engine_key(engine_id), record)
@@ -314,7 +317,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
             if record is None or record["state"] == "dead":
                 return False
             record["state"] = "dead"
-            record["ended"] = self.clock.now()
+            record["ended"] = self.clock.lease_now()
             _engines.put_engine(txn, self.dbs, raw, record)
             return True
 
@@ -325,7 +328,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         live engine reclaims its running workflows at once. A no-op for an engine that is no
         longer this instance's live registration (dead, expired, or registered again): a
         deposed engine commits nothing, and its claims are reclaimable anyway."""
-        started = self.clock.now()  # its own lease, judged as in ``apply``
+        started = self.clock.lease_now()  # its own lease, judged as in ``apply``
 
         def txn_fn(txn: lmdb.Transaction) -> int:
             raw = engine_key(engine_id)
@@ -336,7 +339,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 return 0
             moved = release_claims(TxnState(txn, self.dbs, raw, now))
             record["state"] = "stopped"
-            record["ended"] = now
+            record["ended"] = self.clock.lease_now()
             _engines.put_engine(txn, self.dbs, raw, record)
             return moved
 
@@ -357,13 +360,14 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         are fenced out by the new epoch.
         """
         me = engine_key(engine_id)
-        started = self.clock.now()  # its own lease, judged as in ``apply``
+        started = self.clock.lease_now()  # its own lease, judged as in ``apply``
 
         def txn_fn(txn: lmdb.Transaction) -> dict[str, int | None]:
             mine = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
-            now = self.clock.now()  # others' expiry is judged holding the lock
-            if mine["mode"] != "single" and now >= mine["expires_at"] - mine["ttl"] + mine["heartbeat"]:
-                mine["expires_at"] = now + mine["ttl"]  # carries its heartbeat, as in apply
+            now = self.clock.now()
+            lease = self.clock.lease_now()  # others' expiry is judged holding the lock
+            if mine["mode"] != "single" and lease >= mine["expires_at"] - mine["ttl"] + mine["heartbeat"]:
+                mine["expires_at"] = lease + mine["ttl"]  # carries its heartbeat, as in apply
                 _engines.put_engine(txn, self.dbs, me, mine)
             state = TxnState(txn, self.dbs, me, now)
             won: dict[str, int | None] = {}
@@ -386,7 +390,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 if holder is not None and old_engine not in marked:
                     marked.add(old_engine)
                     if old_engine != me:
-                        _engines.mark_expired(txn, self.dbs, old_engine, now)
+                        _engines.mark_expired(txn, self.dbs, old_engine, lease)
                 txn.delete(by_engine_key(old_engine, wid), db=self.dbs.by_engine)
                 epoch = next_epoch(state, wid_raw)
                 txn.put(wid_raw, holder_value(me, epoch, now), db=self.dbs.claim_holder)
@@ -526,7 +530,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         """``(wid, holder bytes, type)`` of running workflows held by dead or expired engines,
         or held by nobody (the first ``limit`` of them, if given). The caller filters by
         preference and registered types."""
-        now = self.clock.now()
+        now = self.clock.lease_now()
         with self.env.begin() as txn:
             gone = [NO_ENGINE]
             for key, value in txn.cursor(db=self.dbs.engines):

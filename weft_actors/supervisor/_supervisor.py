@@ -246,7 +246,7 @@ class Supervisor:
                 message = control.recv()
                 if message[0] == "ready":
                     slot.engine_id, slot.pid, slot.ready = message[1], message[2], True
-                    slot.ready_at = time.time()
+                    slot.ready_at = self.store.clock.lease_now()  # judged against lease times
                     self.routing.set_live(slot.index, message[1])
                     log.info("shard %d ready (engine %s, pid %d)", slot.index, message[1], message[2])
                 elif message[0] == "stats":
@@ -279,7 +279,7 @@ class Supervisor:
         except Exception as exc:  # a read; the store may be briefly unreadable
             log.warning("cannot read the engine records: %s", exc)
             return
-        wall = time.time()
+        wall = self.store.clock.lease_now()  # the records' lease clock, blind to wall-clock jumps
         for slot in self.slots:
             if slot.process is None or not slot.ready or slot.killed or slot.engine_id is None:
                 continue
@@ -383,7 +383,7 @@ class Supervisor:
         cached = self._live_cache
         if cached is not None and now - cached[0] < self.config.heartbeat / 2:
             return cached[1]
-        wall = time.time()
+        wall = self.store.clock.lease_now()
         live = frozenset(
             engine_id
             for engine_id, record in self.store.engines().items()
