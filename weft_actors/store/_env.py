@@ -10,6 +10,7 @@ import lmdb
 
 from ..errors import OwnershipModeMismatch, SchemaVersionError, StorageError
 from .._clock import Clock, SystemClock
+from ._disk import storage_failure
 from ._migrate import adopt_lease_clock, upgrade
 
 __all__ = ["SCHEMA_VERSION", "DATABASES", "open_environment", "Databases", "lock_file_replaced"]
@@ -130,7 +131,10 @@ def close_environment(path: str) -> None:
 
 
 def _open(path: str, *, map_size: int, sync: bool, readonly: bool, clock: Clock) -> tuple[lmdb.Environment, Databases]:
-    os.makedirs(path, exist_ok=True)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise storage_failure(exc, path, f"cannot create the store directory {path}") from exc
     try:
         env = lmdb.open(
             path,
@@ -142,8 +146,8 @@ def _open(path: str, *, map_size: int, sync: bool, readonly: bool, clock: Clock)
             readonly=readonly,
             readahead=False,
         )
-    except lmdb.Error as exc:
-        raise StorageError(f"cannot open store at {path}: {exc}", path=path) from exc
+    except lmdb.Error as exc:  # not writable: says so (``_disk``)
+        raise storage_failure(exc, path, f"cannot open store at {path}") from exc
     try:
         dbs = Databases(env)
     except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as exc:

@@ -10,10 +10,12 @@ from typing import Any, Callable, Iterable
 import lmdb
 
 from .._clock import Clock, SystemClock
+from .._ratelimit import RateLimitedLog
 from ..codec import unpack_record
 from ..errors import StorageError, StorageFull, WeftError
 from . import _engines, _listing, _queries
 from ._apply import DEFAULT_MAX_INBOX, TxnState, next_epoch, release_claims
+from ._disk import storage_failure
 from ._dispatch import APPLIER_OF
 from ._quarantine import QUARANTINED, note_lost_owner, read_stall_note, stall_note_path
 from ._feed import feed_head, read_feed
@@ -27,6 +29,8 @@ from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, by_engine_key, engine_key,
 __all__ = ["LmdbStore"]
 
 log = logging.getLogger("weft_actors.store")
+_WRITE_LOG = RateLimitedLog(log)
+"""A full or read-only disk fails every write: one line per interval says so."""
 
 
 class _ApplierCrashed(Exception):
@@ -75,6 +79,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self._incarnations: dict[str, str] = {}
         """engine id -> the incarnation this instance registered: a record re-registered by
         someone else is no longer ours, and every commit checks that."""
+        self.write_failure: StorageError | None = None
+        """Why the last transaction failed for the store itself (``None`` once one commits)."""
         self._lock_lost: StorageError | None = None
         """Set once ``lock.mdb`` is found replaced: from then on nothing is written."""
         self.before_commit: Callable[[], None] | None = None
@@ -180,9 +186,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         except lmdb.MapFullError as exc:
             error = StorageFull(f"store is full (map size {self.env.info()['map_size']} bytes): {exc}")
             return [error] * len(intents)
-        except lmdb.Error as exc:
-            error = StorageError(f"commit failed: {exc}")
+        except lmdb.Error as exc:  # a full disk is StorageFull too (``_disk``)
+            error = self._write_failed(storage_failure(exc, self.path, "commit failed"))
             return [error] * len(intents)
+        if self.write_failure is not None:
+            self._write_recovered()
         self.commits += 1
         self.writes += len(intents)
         return results
@@ -210,11 +218,36 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
             with self.env.begin(write=True) as txn:
                 if wait is not None:
                     wait[0] = 0.0
-                return fn(txn)
+                result = fn(txn)
         except lmdb.MapFullError as exc:
             raise StorageFull(f"store is full: {exc}") from exc
-        except lmdb.Error as exc:
-            raise StorageError(f"commit failed: {exc}") from exc
+        except (lmdb.Error, OSError) as exc:
+            raise self._write_failed(storage_failure(exc, self.path, "commit failed")) from exc
+        finally:
+            if wait is not None:
+                wait[0] = 0.0
+        if self.write_failure is not None:
+            self._write_recovered()
+        return result
+
+    def _write_failed(self, error: StorageError) -> StorageError:
+        """Note a transaction that failed for the store, not for its content (full, read-only,
+        I/O): reported by ``write_state`` until a commit succeeds, logged once per interval."""
+        self.write_failure = error
+        _WRITE_LOG.error("store", "store: writes fail: %s", error)
+        return error
+
+    def _write_recovered(self) -> None:
+        log.warning("store: writes succeed again (they failed with: %s)", self.write_failure)
+        self.write_failure = None
+
+    def write_state(self) -> str:
+        """``ok``, or why the last write failed: ``disk_full``/``map_full``, ``read_only``, ``error``."""
+        failure = self.write_failure
+        if failure is None:
+            return "ok"
+        reason = getattr(failure, "reason", None)
+        return reason or ("map_full" if isinstance(failure, StorageFull) else "error")
 
     def register_engine(
         self,
@@ -276,7 +309,10 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
 
         # Locked before the record exists: a peer that sees the record live and probes the
         # lock must never find it free while this engine is starting.
-        self._lock_engine_file(engine_id)
+        try:
+            self._lock_engine_file(engine_id)
+        except OSError as exc:  # a read-only directory, most likely
+            raise storage_failure(exc, self.path, "cannot create the engine's lock file") from exc
         try:
             self._write(txn_fn)
         except BaseException:
