@@ -238,7 +238,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         return error
 
     def _write_recovered(self) -> None:
-        log.warning("store: writes succeed again (they failed with: %s)", self.write_failure)
+        _WRITE_LOG.warning("recovered", "store: writes succeed again (they failed with: %s)", self.write_failure)
         self.write_failure = None
 
     def write_state(self) -> str:
