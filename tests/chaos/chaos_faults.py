@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from _processes import RunningSupervisor
+from chaos_faults_store import STORE_KINDS, STORE_WEIGHTS
 from weft_actors.errors import WeftError
 
 __all__ = ["FaultsMixin", "shard_pids", "HEARTBEAT", "TTL", "EXPIRY"]
@@ -87,6 +88,9 @@ class FaultsMixin:
         rng = random.Random(f"{self.seed}-faults")
         kinds = ("kill", "stall", "short_stall", "crash", "drain")
         weights = (44, 32, 8, 9, 7)
+        store = getattr(self, "store_faults", None)  # chaos_faults_store: disk full, read-only
+        if store is not None and store.available:
+            kinds, weights = kinds + STORE_KINDS, weights + STORE_WEIGHTS
         while not self.stop_faults.wait(rng.uniform(*self.fault_gap)):
             kind = rng.choices(kinds, weights)[0]
             pids = [pid for pid in self._track_shards() if _proc_stat(pid) is not None and _proc_stat(pid)[0] != "T"]
@@ -99,7 +103,9 @@ class FaultsMixin:
                 pids = [pid for pid in pids if pid in live]
                 if not pids:
                     continue
-            if kind == "kill":
+            if kind in STORE_KINDS:
+                store.run(kind, rng, pids, self.sup, lambda name: self.summary.errors.update([f"fault:{name}"]), self.violation)
+            elif kind == "kill":
                 victim = rng.choice(pids)
                 os.kill(victim, signal.SIGKILL)
                 self.count("kills")
