@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from _processes import RunningSupervisor
+from chaos_faults_store import STORE_KINDS, STORE_WEIGHTS
 from weft_actors.errors import WeftError
 
 __all__ = ["FaultsMixin", "shard_pids", "HEARTBEAT", "TTL", "EXPIRY"]
@@ -94,6 +95,9 @@ class FaultsMixin:
         forced = {1: "hung", 3: "lock_stall", 5: "takeover"}
         takeovers = 0
         index = -1
+        store = getattr(self, "store_faults", None)  # chaos_faults_store: disk full, read-only
+        if store is not None and store.available:
+            kinds, weights = kinds + STORE_KINDS, weights + STORE_WEIGHTS
         while not self.stop_faults.wait(rng.uniform(*self.fault_gap)):
             index += 1
             kind = rng.choices(kinds, weights)[0]
@@ -110,7 +114,9 @@ class FaultsMixin:
                 pids = [pid for pid in pids if pid in live]
                 if not pids:
                     continue
-            if kind == "kill":
+            if kind in STORE_KINDS:
+                store.run(kind, rng, pids, self.sup, lambda name: self.summary.errors.update([f"fault:{name}"]), self.violation)
+            elif kind == "kill":
                 victim = rng.choice(pids)
                 os.kill(victim, signal.SIGKILL)
                 self.count("kills")
@@ -179,7 +185,7 @@ class FaultsMixin:
         except WeftError:
             return set()
         try:
-            now = time.time()
+            now = store.clock.lease_now()  # leases are judged on the lease clock
             return {
                 record["pid"]
                 for record in store.engines().values()

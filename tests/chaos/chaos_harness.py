@@ -44,11 +44,12 @@ import chaos_app  # noqa: E402
 from chaos_faults import HEARTBEAT, TTL, FaultsMixin  # noqa: E402
 from chaos_isolation import LOCK_FAILPOINT, IsolationMixin  # noqa: E402
 from chaos_summary import Acc, GaveUp, Summary  # noqa: E402
+from chaos_faults_store import StoreFaults  # noqa: E402
 from _processes import RunningSupervisor  # noqa: E402
 from weft_actors import Client  # noqa: E402
-from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, WeftError, WorkflowClosed  # noqa: E402
+from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, StorageFull, WeftError, WorkflowClosed  # noqa: E402
 
-RETRYABLE = (ServerUnavailable, EngineDeposed, EngineStopped)
+RETRYABLE = (ServerUnavailable, EngineDeposed, EngineStopped, StorageFull)  # full: refused, not applied
 """No answer, or the engine that took the request stopped under it: it may have been applied."""
 
 OPS = ("acc", "signal", "update", "close", "query", "parent", "counter", "racer", "cancel", "terminate", "exit")
@@ -74,8 +75,10 @@ class ChaosRun(FaultsMixin, IsolationMixin):
         routing: str | None = None,
         app: str = "chaos_app",
         log: Callable[[str], None] = print,
+        store_faults: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        self.store_faults = StoreFaults(data_dir) if store_faults else None
         self.seed = seed
         self.seconds = seconds
         self.shards = shards
@@ -167,6 +170,8 @@ class ChaosRun(FaultsMixin, IsolationMixin):
         finally:
             self._kill_everything()
             self._scan_exits()
+            if self.store_faults is not None:
+                self.store_faults.close()
             self.summary.elapsed = time.monotonic() - started
         self.log(self.summary.line())
         return self.summary
@@ -386,12 +391,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--keep", action="store_true", help="keep each run's data directory")
+    parser.add_argument("--store-faults", action="store_true", help="add disk-full and read-only faults (root)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     total = Summary(seed=seed, seconds=args.seconds, runs=0)
     for run_index in range(args.runs):
         data = Path(tempfile.mkdtemp(prefix=f"weft-chaos-{seed + run_index}-")) / "data"
-        summary = ChaosRun(data, seed + run_index, args.seconds, shards=args.shards, workers=args.workers).run()
+        summary = ChaosRun(data, seed + run_index, args.seconds, shards=args.shards, workers=args.workers, store_faults=args.store_faults).run()
         total.merge(summary)
         for violation in summary.violations:
             print(f"  {violation}")

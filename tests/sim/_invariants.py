@@ -57,7 +57,7 @@ class Checker:
                     before = finished.setdefault((key, record["run_id"]), ending)
                     if before != ending:
                         self._report(f"finished run {record['run_id'][-8:]} of {key.decode()} changed from {before[0]} to {ending[0]}")
-            for problem in check_environment(txn, dbs, self.world.clock.now(), FEED_RETENTION):
+            for problem in check_environment(txn, dbs, self.world.clock.now(), FEED_RETENTION, self.world.clock.lease_now()):
                 self._report(f"store: {problem}")
 
     # -- at the end -----------------------------------------------------------------------

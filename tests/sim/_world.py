@@ -251,7 +251,7 @@ class World:
         if store is not None and not store._closed:
             before = store.env.info()["last_txnid"]
             record = store.engine(node.engine_id)
-            was_live = record is not None and is_live(record, self.clock.now()) and node.engine.state == "running"
+            was_live = record is not None and is_live(record, self.clock.lease_now()) and node.engine.state == "running"
         died = False
         try:
             name = node.loop.run_one()

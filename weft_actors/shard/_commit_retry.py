@@ -19,6 +19,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Final
 
+from .._ratelimit import RateLimitedLog
 from ..errors import StorageFull, WeftError
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 __all__ = ["CommitRetry", "MAX_BACKOFF"]
 
 log = logging.getLogger("weft_actors.shard")
+_REFUSALS = RateLimitedLog(log)
+"""A full disk refuses every workflow's step: one line per interval, with a count."""
 
 MAX_BACKOFF: Final = 30.0
 """Seconds between two drives of a workflow whose steps keep being refused, at most."""
@@ -59,7 +62,7 @@ class CommitRetry:
         self._failures[wid] = failures
         self._last[wid] = now
         delay = min(engine.heartbeat * 2 ** min(failures - 1, 30), MAX_BACKOFF)
-        log.warning("workflow %s: step refused (%s), %d in a row; driven again in %.2fs", wid, error, failures, delay)
+        _REFUSALS.warning("refused", "workflow %s: step refused (%s), %d in a row; driven again in %.2fs", wid, error, failures, delay)
         self._schedule(wid, delay, isinstance(error, StorageFull))
 
     def _schedule(self, wid: str, delay: float, needs_room: bool) -> None:

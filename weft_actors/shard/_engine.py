@@ -606,6 +606,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "quarantined_workflows": self.store.count_quarantined() if self.state == "running" else 0,  # a stopped engine's store is closed
             "loop_stalls_total": 0 if self.watchdog is None else self.watchdog.stalls,
             "feed_cursor": self.maintenance.feed_cursor,
+            "storage": self.store.write_state(),  # ok, disk_full, read_only, ...: reads go on
             **self.eviction.snapshot(),
             **self.metrics.snapshot(),
         }

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from ..codec import unpack_record
 from . import _engines
 from ._apply import TxnState, next_epoch, release_claims
+from ._disk import storage_failure
 from ._env import check_ownership_mode
 from ._feed import feed_head
 from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value
@@ -69,6 +70,7 @@ class Ownership:
 
         def txn_fn(txn: lmdb.Transaction[bytes]) -> None:
             now = store.clock.now()
+            lease = store.clock.lease_now()
             check_ownership_mode(txn, store.dbs, mode)
             if mode == "single":
                 # A single engine killed a moment ago must not block its own restart. Probed
@@ -77,9 +79,9 @@ class Ownership:
                     record = unpack_record(value)
                     if key.hex() != engine_id and record["state"] == "live" and self.process_gone(key.hex()):
                         record["state"] = "dead"
-                        record["ended"] = now
+                        record["ended"] = lease
                         _engines.put_engine(txn, store.dbs, key, record)
-                _engines.refuse_second_single(txn, store.dbs, engine_id, now)
+                _engines.refuse_second_single(txn, store.dbs, engine_id, lease)
             if _engines.engine_record(txn, store.dbs, raw) is not None:
                 # The same id registered again: the old incarnation is deposed by its next
                 # commit, and whatever it held becomes reclaimable now instead of never.
@@ -94,8 +96,9 @@ class Ownership:
                     "state": "live",
                     "heartbeat": heartbeat,
                     "ttl": ttl,
-                    "expires_at": float("inf") if mode == "single" else now + ttl,
+                    "expires_at": float("inf") if mode == "single" else lease + ttl,
                     "started": now,
+                    "lease_clock": store.clock.lease_clock,
                     "cursor": feed_head(txn, store.dbs),
                     "mode": mode,
                     "incarnation": incarnation,
@@ -105,7 +108,10 @@ class Ownership:
 
         # Locked before the record exists: a peer that sees the record live and probes the
         # lock must never find it free while this engine is starting.
-        self._lock_engine_file(engine_id)
+        try:
+            self._lock_engine_file(engine_id)
+        except OSError as exc:  # a read-only directory, most likely
+            raise storage_failure(exc, store.path, "cannot create the engine's lock file") from exc
         try:
             store._write(txn_fn)
         except BaseException:
@@ -125,13 +131,12 @@ class Ownership:
         is judged by the time before the wait for the write lock, and extended from the time
         after it (see ``_engines``)."""
         store = self.store
-        started = store.clock.now()
+        started = store.clock.lease_now()
 
         def txn_fn(txn: lmdb.Transaction[bytes]) -> dict[str, Any]:
             record = _engines.check_live(txn, store.dbs, engine_id, started, self.incarnations.get(engine_id))
-            now = store.clock.now()
             if record["mode"] != "single":
-                record["expires_at"] = now + record["ttl"]
+                record["expires_at"] = store.clock.lease_now() + record["ttl"]
             if feed_cursor is not None:
                 record["cursor"] = feed_cursor
             _engines.put_engine(txn, store.dbs, engine_key(engine_id), record)
@@ -149,7 +154,7 @@ class Ownership:
             if record is None or record["state"] == "dead":
                 return False
             record["state"] = "dead"
-            record["ended"] = store.clock.now()
+            record["ended"] = store.clock.lease_now()
             _engines.put_engine(txn, store.dbs, raw, record)
             return True
 
@@ -161,7 +166,7 @@ class Ownership:
         longer this instance's live registration (dead, expired, or registered again): a
         deposed engine commits nothing, and its claims are reclaimable anyway."""
         store = self.store
-        started = store.clock.now()  # its own lease, judged as in ``apply``
+        started = store.clock.lease_now()  # its own lease, judged as in ``apply``
 
         def txn_fn(txn: lmdb.Transaction[bytes]) -> int:
             raw = engine_key(engine_id)
@@ -172,7 +177,7 @@ class Ownership:
                 return 0
             moved = release_claims(TxnState(txn, store.dbs, raw, now))
             record["state"] = "stopped"
-            record["ended"] = now
+            record["ended"] = store.clock.lease_now()
             _engines.put_engine(txn, store.dbs, raw, record)
             return moved
 
@@ -194,13 +199,14 @@ class Ownership:
         """
         store = self.store
         me = engine_key(engine_id)
-        started = store.clock.now()  # its own lease, judged as in ``apply``
+        started = store.clock.lease_now()  # its own lease, judged as in ``apply``
 
         def txn_fn(txn: lmdb.Transaction[bytes]) -> dict[str, int | None]:
             mine = _engines.check_live(txn, store.dbs, engine_id, started, self.incarnations.get(engine_id))
-            now = store.clock.now()  # others' expiry is judged holding the lock
-            if mine["mode"] != "single" and now >= mine["expires_at"] - mine["ttl"] + mine["heartbeat"]:
-                mine["expires_at"] = now + mine["ttl"]  # carries its heartbeat, as in apply
+            now = store.clock.now()
+            lease = store.clock.lease_now()  # others' expiry is judged holding the lock
+            if mine["mode"] != "single" and lease >= mine["expires_at"] - mine["ttl"] + mine["heartbeat"]:
+                mine["expires_at"] = lease + mine["ttl"]  # carries its heartbeat, as in apply
                 _engines.put_engine(txn, store.dbs, me, mine)
             state = TxnState(txn, store.dbs, me, now)
             won: dict[str, int | None] = {}
@@ -223,7 +229,7 @@ class Ownership:
                 if holder is not None and old_engine not in marked:
                     marked.add(old_engine)
                     if old_engine != me:
-                        _engines.mark_expired(txn, store.dbs, old_engine, now)
+                        _engines.mark_expired(txn, store.dbs, old_engine, lease)
                 txn.delete(by_engine_key(old_engine, wid), db=store.dbs.by_engine)
                 epoch = next_epoch(state, wid_raw)
                 txn.put(wid_raw, holder_value(me, epoch, now), db=store.dbs.claim_holder)

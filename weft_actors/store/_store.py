@@ -9,10 +9,12 @@ from typing import Any, Callable, Iterable
 import lmdb
 
 from .._clock import Clock, SystemClock
+from .._ratelimit import RateLimitedLog
 from ..codec import unpack_record
 from ..errors import StorageError, StorageFull, WeftError
 from . import _engines, _listing, _queries
 from ._apply import DEFAULT_MAX_INBOX, TxnState
+from ._disk import storage_failure
 from ._dispatch import APPLIER_OF
 from ._quarantine import QUARANTINED
 from ._feed import feed_head, read_feed
@@ -27,6 +29,8 @@ from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, engine_key, split_holder
 __all__ = ["LmdbStore"]
 
 log = logging.getLogger("weft_actors.store")
+_WRITE_LOG = RateLimitedLog(log)
+"""A full or read-only disk fails every write: one line per interval says so."""
 
 
 class _ApplierCrashed(Exception):
@@ -66,13 +70,15 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.path = os.path.abspath(path)
         self.max_inbox = max_inbox
         self.clock = clock or SystemClock()
-        self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly)
+        self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly, clock=self.clock)
         self._reserve = StorageReserve(self.env, self.dbs)
         self.commits = 0
         self.writes = 0
         self._closed = False
         self._ownership = Ownership(self)
         self._incarnations = self._ownership.incarnations  # the same dict: every commit reads it
+        self.write_failure: StorageError | StorageFull | None = None
+        """Why the last transaction failed for the store itself (``None`` once one commits)."""
         self._lock_lost: StorageError | None = None
         """Set once ``lock.mdb`` is found replaced: from then on nothing is written."""
         self.before_commit: Callable[[], None] | None = None
@@ -134,7 +140,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         # This engine's own lease is judged by the time before it waited for the write lock:
         # a wait behind another process's stalled transaction is no stall of its own. A stale
         # time cannot pass once anyone acted on its expiry (they mark it; see ``_engines``).
-        started = self.clock.now()
+        clock = self.clock
+        started = clock.lease_now()
         wait = self.write_wait
         if wait is not None:
             wait[0] = started
@@ -143,15 +150,16 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 if wait is not None:
                     wait[0] = 0.0
                 record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
-                now = self.clock.now()  # for the records and the lease: read holding the lock
+                now = clock.now()  # for the records: read holding the lock
+                lease = clock.lease_now()  # for the lease (wall-clock jumps do not move it)
                 full = self._reserve.check(txn)
                 if full is not None and all(type(intent) in GROWTH for intent in intents):
                     raise full  # nothing to commit, not even the lease extension below
                 state = TxnState(txn, self.dbs, engine_key(engine_id), now, self.max_inbox)
-                if now >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
+                if lease >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
                     # A busy engine's commits carry its heartbeat: a long loop turn full of
                     # work must not let its own lease lapse.
-                    record["expires_at"] = now + record["ttl"]
+                    record["expires_at"] = lease + record["ttl"]
                     _engines.put_engine(txn, self.dbs, state.engine_raw, record)
                 for intent in intents:
                     kind = type(intent)
@@ -174,9 +182,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         except lmdb.MapFullError as exc:
             error: WeftError = StorageFull(f"store is full (map size {self.env.info()['map_size']} bytes): {exc}")
             return [error] * len(intents)
-        except lmdb.Error as exc:
-            error = StorageError(f"commit failed: {exc}")
+        except lmdb.Error as exc:  # a full disk is StorageFull too (``_disk``)
+            error = self._write_failed(storage_failure(exc, self.path, "commit failed"))
             return [error] * len(intents)
+        if self.write_failure is not None:
+            self._write_recovered()
         self.commits += 1
         self.writes += len(intents)
         return results
@@ -199,16 +209,41 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.verify_lock_file()
         wait = self.write_wait
         if wait is not None:
-            wait[0] = self.clock.now()
+            wait[0] = self.clock.lease_now()
         try:
             with self.env.begin(write=True) as txn:
                 if wait is not None:
                     wait[0] = 0.0
-                return fn(txn)
+                result = fn(txn)
         except lmdb.MapFullError as exc:
             raise StorageFull(f"store is full: {exc}") from exc
-        except lmdb.Error as exc:
-            raise StorageError(f"commit failed: {exc}") from exc
+        except (lmdb.Error, OSError) as exc:
+            raise self._write_failed(storage_failure(exc, self.path, "commit failed")) from exc
+        finally:
+            if wait is not None:
+                wait[0] = 0.0
+        if self.write_failure is not None:
+            self._write_recovered()
+        return result
+
+    def _write_failed(self, error: StorageError | StorageFull) -> StorageError | StorageFull:
+        """Note a transaction that failed for the store, not for its content (full, read-only,
+        I/O): reported by ``write_state`` until a commit succeeds, logged once per interval."""
+        self.write_failure = error
+        _WRITE_LOG.error("store", "store: writes fail: %s", error)
+        return error
+
+    def _write_recovered(self) -> None:
+        _WRITE_LOG.warning("recovered", "store: writes succeed again (they failed with: %s)", self.write_failure)
+        self.write_failure = None
+
+    def write_state(self) -> str:
+        """``ok``, or why the last write failed: ``disk_full``/``map_full``, ``read_only``, ``error``."""
+        failure = self.write_failure
+        if failure is None:
+            return "ok"
+        reason = getattr(failure, "reason", None)
+        return reason or ("map_full" if isinstance(failure, StorageFull) else "error")
 
     # -- engines (the transactions are ``Ownership``'s) ---------------------------------
 
@@ -315,7 +350,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         """``(wid, holder bytes, type)`` of running workflows held by dead or expired engines,
         or held by nobody (the first ``limit`` of them, if given). The caller filters by
         preference and registered types."""
-        now = self.clock.now()
+        now = self.clock.lease_now()
         with self.env.begin() as txn:
             gone = [NO_ENGINE]
             for key, value in txn.cursor(db=self.dbs.engines):

@@ -19,7 +19,8 @@ import zmq
 
 from ..bus import decode_hint, decode_request, encode_error, encode_hint, encode_reply, hint_topic, publisher, shard_identity, subscriber
 from ..bus._frames import decode_batch, encode_batch, readable, recv_frames, send_frames
-from ..errors import Overloaded, WeftError
+from ..errors import Overloaded, StorageError, WeftError
+from ..store import is_read_only
 from ..shard import Engine
 from ._config import ShardConfig, configure_logging
 from ._shard_ops import ShardOps
@@ -29,6 +30,9 @@ __all__ = ["shard_main"]
 log = logging.getLogger("weft_actors.supervisor")
 
 EXIT_DEPOSED = 4
+EXIT_UNWRITABLE = 5
+"""The store could not be opened for writing (read-only filesystem, permissions): the
+supervisor starts the shard again once it may be writable, without counting a crash."""
 
 DRAIN_REQUESTS = 2000
 """Requests taken from the front door per loop turn; the rest wait for the next turn, so a
@@ -46,6 +50,13 @@ def shard_main(config: ShardConfig, control: Connection, write_wait: Any = None)
         import uvloop
 
         code = uvloop.run(ShardServer(config, control, write_wait).serve())
+    except StorageError as exc:
+        if not is_read_only(exc):
+            log.exception("shard %d crashed", config.slot)
+            code = 1
+        else:  # not a crash: one line, no traceback
+            log.error("shard %d cannot start: %s", config.slot, exc)
+            code = EXIT_UNWRITABLE
     except Exception:
         log.exception("shard %d crashed", config.slot)
         code = 1
