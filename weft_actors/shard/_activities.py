@@ -24,7 +24,7 @@ from typing import Any, Callable, Coroutine, Generator, NamedTuple
 from ..codec import decode_args
 from ..workflow import ActivityDefinition, ActivityInfo, contained, current_activity
 
-__all__ = ["ActivityRunner", "Finished"]
+__all__ = ["ActivityRunner", "DecidedFailure", "Finished"]
 
 Done = Callable[[Any, BaseException | None], None]
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
@@ -35,6 +35,18 @@ class Finished(NamedTuple):
 
     value: Any
     error: BaseException | None
+
+
+class DecidedFailure(Exception):
+    """A failed attempt's outcome as its refused commit recorded it (``_reuse``): handed to
+    the actor in place of running the attempt again, with the decision already made then --
+    retry at ``retry_at``, or give up (None) with ``failure`` as the op's error record."""
+
+    def __init__(self, failure: dict[str, Any], retry_at: float | None, first_at: float | None) -> None:
+        super().__init__(failure.get("message", ""))
+        self.failure = failure
+        self.retry_at = retry_at
+        self.first_at = first_at
 
 
 @types.coroutine

@@ -33,6 +33,7 @@ from ..workflow import Op, WorkflowDefinition, collect_workflows, workflow_defin
 from ._activities import ActivityRunner
 from ._actor import Actor
 from ._commit_retry import CommitRetry
+from ._reuse import RefusedOutcomes
 from ._committer import GroupCommitter
 from ._driving import Driver
 from ._eviction import Evictor
@@ -175,6 +176,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.orphans: set[str] = set()
         self.eviction = Evictor(self, max_live_actors)
         self.commit_retry = CommitRetry(self)
+        self.refused = RefusedOutcomes(self)
         self.max_active_workflows = max(200_000, 2 * max_live_actors) if max_active_workflows is None else max_active_workflows
         if self.max_active_workflows <= max_live_actors:
             raise ValueError(
@@ -301,6 +303,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.driver.clear()
         self.orphans.clear()
         self.commit_retry.clear()
+        self.refused.clear()
 
     def _shutdown(self, error: WeftError) -> None:
         if self.watchdog is not None:

@@ -168,6 +168,8 @@ class Reclaimer:
             holder = engine.store.get_holder(wid)
             if holder is not None and holder[0] == engine.engine_id and wid not in engine.actors:
                 self.drive(wid, holder[1])
+            elif engine.refused.kept and wid not in engine.actors:
+                engine.refused.forget(wid)  # its claim moved: what was kept for it is never used here
 
     # -- timers without an owner ----------------------------------------------------------
 
