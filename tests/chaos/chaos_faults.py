@@ -74,6 +74,7 @@ class FaultsMixin:
     seen_shards: set[int]
     sup_lock: threading.Lock
     exclusive: threading.Lock
+    forced_done: threading.Event
 
     def violation(self, text: str) -> None:
         raise NotImplementedError
@@ -92,7 +93,7 @@ class FaultsMixin:
         kinds = ("kill", "stall", "short_stall", "crash", "drain", "hung", "lock_stall", "takeover")
         weights = (44, 32, 8, 9, 7, 8, 6, 3)
         # Each fault-isolation fault once early, so that even the short CI budget has them.
-        forced = {1: "hung", 3: "lock_stall", 5: "takeover"}
+        forced = {1: "hung", 2: "takeover", 3: "lock_stall"}
         takeovers = 0
         index = -1
         store = getattr(self, "store_faults", None)  # chaos_faults_store: disk full, read-only
@@ -100,6 +101,8 @@ class FaultsMixin:
             kinds, weights = kinds + STORE_KINDS, weights + STORE_WEIGHTS
         while not self.stop_faults.wait(rng.uniform(*self.fault_gap)):
             index += 1
+            if not any(i >= index for i in forced):
+                self.forced_done.set()
             kind = rng.choices(kinds, weights)[0]
             kind = forced.get(index, kind)
             pids = [pid for pid in self._track_shards() if _proc_stat(pid) is not None and _proc_stat(pid)[0] != "T"]

@@ -93,6 +93,8 @@ class ChaosRun(FaultsMixin, IsolationMixin):
         self.sup_lock = threading.Lock()
         """Held while the harness stops or restarts the supervisor (any other exit is a violation)."""
         self.exclusive = threading.Lock()
+        self.forced_done = threading.Event()
+        """Set once the fault thread has had its forced early faults: poisons wait for it."""
         """Held by a poison cycle, a lock stall or a large takeover: one of them at a time."""
         self.stop_load = threading.Event()
         self.stop_faults = threading.Event()

@@ -31,6 +31,7 @@ from chaos_faults import EXPIRY, TTL, _alive, _proc_stat
 from chaos_summary import GaveUp
 from _processes import RunningSupervisor
 from weft_actors import AsyncClient, Client
+from weft_actors._clock import SystemClock
 from weft_actors._placement import preferred
 from weft_actors.errors import EngineDeposed, EngineStopped, InvalidRequest, ServerUnavailable, WeftError, WorkflowClosed
 
@@ -65,6 +66,7 @@ class IsolationMixin:
     lock: threading.Lock
     sup_lock: threading.Lock
     exclusive: threading.Lock
+    forced_done: threading.Event
     expected: dict[str, tuple[str, Any]]
     stop_load: threading.Event
     stop_faults: threading.Event
@@ -191,6 +193,9 @@ class IsolationMixin:
         rng = random.Random(f"{self.seed}-poison")
         k = 0
         gap = (1.0, 3.0)  # the first one early: the CI budget is short
+        # After the fault thread's forced early faults (they need the exclusive lock too), or
+        # 25 s at the most: a poison cycle holds that lock for several seconds.
+        self.forced_done.wait(25)
         while not self.stop_faults.wait(rng.uniform(*gap)):
             if not self.exclusive.acquire(timeout=0.5):
                 continue
@@ -316,7 +321,7 @@ class IsolationMixin:
     def _large_takeover(self, rng: random.Random, size: int, index: int) -> bool:
         """Build ``size`` parked workflows on one shard, kill it, watch the takeover; False if
         fewer than two shards serve (nothing done)."""
-        now = time.time()
+        now = SystemClock().lease_now()  # leases are judged on the lease clock
         serving = set(self._serving())
         engines = {eid: rec["pid"] for eid, rec in self._engines().items() if rec.get("state") == "live" and rec["expires_at"] > now and rec.get("pid") in serving}
         if len(engines) < 2:
