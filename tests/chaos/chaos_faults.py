@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from _processes import RunningSupervisor
-from chaos_faults_store import STORE_KINDS, STORE_WEIGHTS
+from chaos_faults_store import STORE_KINDS, STORE_WEIGHTS, open_reader
 from weft_actors.errors import WeftError
 
 __all__ = ["FaultsMixin", "shard_pids", "HEARTBEAT", "TTL", "EXPIRY"]
@@ -181,10 +181,8 @@ class FaultsMixin:
             self.count("deposed_exits")
 
     def _live_engine_pids(self) -> set[int]:
-        from weft_actors.store import LmdbStore
-
         try:
-            store = LmdbStore(str(self.data_dir), readonly=True)
+            store = open_reader(self.data_dir)
         except WeftError:
             return set()
         try:
@@ -199,13 +197,12 @@ class FaultsMixin:
 
     def _epochs(self) -> None:
         """Sample every claim epoch about twice a second: none may ever shrink or vanish."""
-        from weft_actors.store import LmdbStore
         from weft_actors.store._keys import unpack_u64
 
         previous: dict[bytes, int] = {}
         while not self.stop_load.wait(0.5):
             try:
-                store = LmdbStore(str(self.data_dir), readonly=True)
+                store = open_reader(self.data_dir)
             except WeftError:
                 continue
             try:

@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -36,6 +37,21 @@ STORE_KINDS = ("disk_full", "read_only")
 STORE_WEIGHTS = (6, 6)
 DISK_MB = 512
 """The data directory's filesystem: ample for a run, small enough to fill in a moment."""
+
+
+READERS = threading.Lock()
+"""Held while the data directory is mounted read-only. The harness's own readers open the
+store only under it: LMDB opened read-only on a read-only filesystem cannot register in the
+reader table, so the shards (still writing through their earlier handles) may reuse the pages
+it reads, and it reads torn trees (seen: epochs "vanishing", an LMDB assertion)."""
+
+
+def open_reader(data_dir: Path) -> Any:
+    """A read-only ``LmdbStore`` on ``data_dir``, never opened while it is mounted read-only."""
+    from weft_actors.store import LmdbStore
+
+    with READERS:
+        return LmdbStore(str(data_dir), readonly=True)
 
 
 def _run(*command: str) -> bool:
@@ -95,6 +111,7 @@ class StoreFaults:
         if not _run("mount", "--bind", path, path):
             return
         self._bound = True
+        READERS.acquire()
         try:
             if not _run("mount", "-o", "remount,bind,ro", path):
                 return
@@ -103,6 +120,7 @@ class StoreFaults:
             self._hold(seconds, supervisor, violation, "read-only store")
         finally:
             self._unbind()
+            READERS.release()
 
     def _unbind(self) -> None:
         if self._bound:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from chaos_faults import EXPIRY, TTL, _alive, _proc_stat
+from chaos_faults_store import open_reader
 from chaos_summary import GaveUp
 from _processes import RunningSupervisor
 from weft_actors import AsyncClient, Client
@@ -105,18 +106,14 @@ class IsolationMixin:
         return [pid for pid in self._track_shards() if (stat := _proc_stat(pid)) is not None and stat[0] != "T"]
 
     def _engines(self) -> dict[str, dict[str, Any]]:
-        from weft_actors.store import LmdbStore
-
-        store = LmdbStore(str(self.data_dir), readonly=True)
+        store = open_reader(self.data_dir)
         try:
             return store.engines()
         finally:
             store.close()
 
     def _held_by(self, engine_id: str) -> list[str]:
-        from weft_actors.store import LmdbStore
-
-        store = LmdbStore(str(self.data_dir), readonly=True)
+        store = open_reader(self.data_dir)
         try:
             return store.held_by(engine_id)
         finally:
