@@ -9,17 +9,20 @@ of an engine whose record was not live must not advance the store's transaction 
 from __future__ import annotations
 
 import ast
+import os
 from typing import Any
 
 from weft_actors.codec import decode, decode_args, unpack_record
 from weft_actors.store import TERMINAL
 from weft_actors.store._check import check_environment
 
+from _mirror import StoreMirror
 from _workload import TRANSIENT, Ledger
 
 __all__ = ["Checker"]
 
 FEED_RETENTION = 3600.0
+CROSS_CHECK = os.environ.get("SIM_CROSS_CHECK") == "1"
 
 
 class Checker:
@@ -29,6 +32,7 @@ class Checker:
         self.reported: set[str] = set()
         self.finished: dict[tuple[bytes, str], tuple[Any, ...]] = {}
         """(workflow, run) -> how it ended: a finished run never changes."""
+        self.mirror = StoreMirror(world.observer.dbs)
 
     def _report(self, what: str) -> None:
         if what not in self.reported:  # a broken state is reported once, not on every commit
@@ -36,29 +40,52 @@ class Checker:
             self.world.violation(what)
 
     def after_commit(self) -> None:
-        observer = self.world.observer
-        dbs = observer.dbs
+        """The store checker over what the commit changed (``_mirror``), epochs only grow,
+        a finished run never changes."""
+        world = self.world
+        observer = world.observer
+        mirror = self.mirror
+        now = world.clock.now()
         with observer.env.begin() as txn:
-            epochs = self.epochs
-            seen = 0
-            for key, value in txn.cursor(db=dbs.claim_epoch):
-                seen += 1
-                epoch = int.from_bytes(value, "big")
-                if epoch < epochs.get(key, 0):
-                    self._report(f"epoch of {key.decode()} went back from {epochs[key]} to {epoch}")
-                epochs[key] = epoch
-            if seen < len(epochs):
+            changes = mirror.update(txn, world.recording.take())
+            if CROSS_CHECK:
+                for difference in mirror.differences(txn):
+                    world.violation(f"a write the mirror did not see: {difference}")
+        epochs = self.epochs
+        for key, (_, after) in sorted(changes.get("claim_epoch", {}).items()):
+            if after is None:
                 self._report("a claim epoch was deleted")
-            finished = self.finished
-            for key, value in txn.cursor(db=dbs.workflows):
-                record = unpack_record(value)
-                if record["status"] in TERMINAL:
-                    ending = (record["status"], record.get("result"), record.get("error"))
-                    before = finished.setdefault((key, record["run_id"]), ending)
-                    if before != ending:
-                        self._report(f"finished run {record['run_id'][-8:]} of {key.decode()} changed from {before[0]} to {ending[0]}")
-            for problem in check_environment(txn, dbs, self.world.clock.now(), FEED_RETENTION):
-                self._report(f"store: {problem}")
+                continue
+            epoch = int.from_bytes(after, "big")
+            if epoch < epochs.get(key, 0):
+                self._report(f"epoch of {key.decode()} went back from {epochs[key]} to {epoch}")
+            epochs[key] = epoch
+        finished = self.finished
+        for key, (_, after) in sorted(changes.get("workflows", {}).items()):
+            if after is None:
+                continue
+            record = unpack_record(after)
+            if record["status"] in TERMINAL:
+                ending = (record["status"], record.get("result"), record.get("error"))
+                before = finished.setdefault((key, record["run_id"]), ending)
+                if before != ending:
+                    self._report(f"finished run {record['run_id'][-8:]} of {key.decode()} changed from {before[0]} to {ending[0]}")
+        # Nothing to check if nothing the checker reads changed but lease renewals.
+        problems = [] if mirror.only_renewals(changes, now) else mirror.check(mirror.touched(changes), now, FEED_RETENTION)
+        for problem in problems:
+            self._report(f"store: {problem}")
+        if CROSS_CHECK:
+            self._cross_check(problems)
+
+    def _cross_check(self, problems: list[Any]) -> None:
+        """``SIM_CROSS_CHECK=1``: the whole-store check must find nothing the incremental one
+        did not find now or before (a test of ``_mirror``, not of the engine)."""
+        observer = self.world.observer
+        with observer.env.begin() as txn:
+            full = check_environment(txn, observer.dbs, self.world.clock.now(), FEED_RETENTION)
+        missed = [str(problem) for problem in full if f"store: {problem}" not in self.reported]
+        if missed:
+            self.world.violation(f"incremental store check missed {missed}")
 
     # -- at the end -----------------------------------------------------------------------
 
@@ -74,6 +101,9 @@ class Checker:
         world = self.world
         observer = world.observer
         self.after_commit()
+        with observer.env.begin() as txn:  # and once over the whole store
+            for problem in check_environment(txn, observer.dbs, world.clock.now(), FEED_RETENTION):
+                self._report(f"store: {problem}")
         records = self.records()
         with observer.env.begin() as txn:
             for key, value in txn.cursor(db=observer.dbs.ops):

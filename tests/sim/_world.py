@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 from typing import Any, Callable
 
 from weft_actors import Engine
 from weft_actors.errors import StorageError, StorageFull
-from weft_actors.store import LmdbStore, _dispatch
+from weft_actors.store import LmdbStore, _dispatch, _env
 from weft_actors.store._engines import is_live
 
 from _loop import SimClock, SimDeath, SimLoop
+from _mirror import KEYSPACES
+from _recording import RecordingEnv
 from sim_app import APP
 
 __all__ = ["Node", "World"]
@@ -110,6 +113,9 @@ class World:
         self.refusing: dict[bytes, Node] = {}
         self.observer = LmdbStore(data_dir, clock=self.clock, sync=False, **({} if config.map_size is None else {"map_size": config.map_size}))
         """The simulation's own view of the store (it also keeps the environment open)."""
+        shared = _env._OPEN[os.path.realpath(data_dir)]
+        self.recording = RecordingEnv(shared[0], shared[1], KEYSPACES + ("feed",))
+        shared[0] = self.recording  # every engine's store opens this one: its writes are recorded
 
     def close(self) -> None:
         for node in self.nodes:
