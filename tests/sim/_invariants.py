@@ -9,13 +9,17 @@ of an engine whose record was not live must not advance the store's transaction 
 from __future__ import annotations
 
 import ast
+import gc
 import os
+import sys
 from typing import Any
 
 from weft_actors.codec import decode, decode_args, unpack_record
+from weft_actors.shard._actor import Actor
 from weft_actors.store import TERMINAL
 from weft_actors.store._check import check_environment
 
+from _extras import TRAP_MODULE
 from _mirror import StoreMirror
 from _workload import TRANSIENT, Ledger
 
@@ -132,6 +136,20 @@ class Checker:
         self._check_signals(ledger, records)
         self._check_updates(ledger, records)
 
+    def after_collect(self) -> None:
+        """Once the run's garbage is collected: no live engine keeps an actor it dropped
+        (a cancelled timer, a waiter or a callback holding a finished run and its history),
+        and no client payload made an engine import a module."""
+        engines = {id(node.engine): node for node in self.world.nodes if node.status == "up" and node.engine.state == "running"}
+        leaked: dict[str, list[str]] = {}
+        for obj in gc.get_objects():
+            if type(obj) is Actor and id(obj.engine) in engines and obj.engine.actors.get(obj.wid) is not obj:
+                leaked.setdefault(engines[id(obj.engine)].name, []).append(f"{obj.wid} ({'closed' if obj.closed else 'open'})")
+        for name, actors in sorted(leaked.items()):
+            self._report(f"{name} keeps {len(actors)} actors it dropped: {sorted(actors)[:5]}")
+        if sys.modules.pop(TRAP_MODULE, None) is not None:
+            self._report(f"a client payload made an engine import {TRAP_MODULE}")
+
     def _check_waiters(self, ledger: Ledger, records: dict[str, Any]) -> None:
         for node, wid, task in ledger.waiters:
             if node.status != "up" or node.engine.state != "running":
@@ -163,6 +181,12 @@ class Checker:
                     break
                 chain.add(previous["run_id"])
             acked = {token for token, run_id in ledger.acked.get(wid, {}).items() if run_id in chain}
+            # The run read after the acknowledgement is the one the signal went to or a later
+            # one: a token acknowledged while a run outside this chain was current was that
+            # run's, and must not reach this one (messages belong to one run).
+            older = {token for token in got if ledger.acked.get(wid, {}).get(token, None) not in (None, *chain)}
+            if older:
+                self._report(f"{wid} consumed signals sent to an earlier run: {sorted(older)}")
             lost = acked - set(got) - pending
             if lost:
                 self._report(f"{wid} lost acknowledged signals {sorted(lost)} (got {sorted(got)}, pending {sorted(pending)})")

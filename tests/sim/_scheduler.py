@@ -28,6 +28,7 @@ from weft_actors.codec import unpack_record
 from weft_actors.shard import _validate
 from weft_actors.store import TERMINAL
 
+from _extras import EXTRA_FEATURES, Extras
 from _invariants import Checker
 from _workload import Workload
 from _world import World
@@ -40,6 +41,7 @@ ALL_FEATURES = frozenset(
         "bad-input", "start-new-collector",
         "stall", "kill", "die-before", "die-after-apply", "die-after-commit", "fail-commit", "refuse-intent",
         "clock-jump", "mark-dead", "store-full", "hint-faults", "slow-turn",
+        *EXTRA_FEATURES,
     }
 )
 CI_EXCLUDED: frozenset[str] = frozenset()
@@ -121,6 +123,7 @@ class Run:
         self.world = World(seed, self.config, data_dir)
         self.world.rng = random.Random(self.rng.getrandbits(64))
         self.workload = Workload(self.world, random.Random(self.rng.getrandbits(64)))
+        self.extras = Extras(self, seed)
         self.checker = Checker(self.world)
         self.world.on_commit = self.checker.after_commit  # type: ignore[method-assign]
         self.events: list[tuple[float, int, str, Callable[[], None]]] = []
@@ -151,6 +154,7 @@ class Run:
             self.at(start + rng.uniform(0.2, WORKLOAD_SECONDS), kind, lambda kind=kind: self._fault(kind))
         self.at(start + WORKLOAD_SECONDS, "drain", self._drain)
         self.at(start + WORKLOAD_SECONDS + DRAIN_SECONDS, "deadline", self._deadline)
+        self.extras.plan(start, WORKLOAD_SECONDS)
 
     # -- events ---------------------------------------------------------------------------
 
@@ -234,7 +238,7 @@ class Run:
                     unfinished.append((key.decode(), record["type"]))
         for wid, wf_type in unfinished:
             node = self._target()
-            if wf_type in ("collector", "racer") and node is not None:
+            if wf_type in ("collector", "racer", "spinner") and node is not None:
                 self.workload.issue(node, f"signal {wid} stop", lambda engine, wid=wid: engine.signal(wid, "s", "stop"))
         if not unfinished:
             self.at(self.now() + 4 * self.config.heartbeat + self.config.hint_delay, "finish", self._finish)
@@ -334,6 +338,7 @@ def run_seed(seed: int, features: frozenset[str] = ALL_FEATURES) -> Outcome:
             run.run()
             run.checker.final(run.workload.ledger)
             gc.collect()
+            run.checker.after_collect()
             for node in run.world.nodes:
                 for error in node.loop.late_errors:
                     run.world.violation(f"{node.name}: {error}")

@@ -1,0 +1,90 @@
+"""Calls added to the workload after its first findings, each for a kind of bug the first
+workload could not show: queries starved by a run that keeps going ahead of its commits
+(``spinner``), user code that raises ``SystemExit`` (``quitter``), a client payload whose type
+tag names a module (``hostile-payload``).
+
+They draw from a random stream of their own (``Random(f"{seed}:extras")``), never from the
+run's: with these features left out (``--without spinner,quitter,hostile-payload``) a seed
+runs exactly as it did before they existed, so the replay commands of earlier findings
+still replay.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import msgpack
+
+from weft_actors.supervisor._shard_ops import ShardOps
+
+from sim_app import quitter, spinner
+
+__all__ = ["EXTRA_FEATURES", "Extras", "QUERY_COMMITS", "TRAP_MODULE"]
+
+EXTRA_FEATURES = ("spinner", "quitter", "hostile-payload")
+QUERY_COMMITS = 3
+"""A query to a workflow whose actor is on the engine asked is answered within this many of
+that engine's group commits (the promise: within one commit of its arrival; the slack covers
+a commit that fails and is retried)."""
+TRAP_MODULE = "sim_trap"
+_EXT_CLASS = 12  # the codec's tag of a class instance by (module, qualname)
+
+
+class Extras:
+    def __init__(self, run: Any, seed: int) -> None:
+        self.run = run
+        self.world = run.world
+        self.workload = run.workload
+        self.rng = random.Random(f"{seed}:extras")
+        self.features = [name for name in EXTRA_FEATURES if name in run.config.features]
+
+    def plan(self, start: float, seconds: float) -> None:
+        if not self.features:
+            return
+        for _ in range(self.rng.randint(2, 8)):
+            kind = self.rng.choice(self.features)
+            self.run.at(start + self.rng.uniform(0.01, seconds), f"extra {kind}", lambda kind=kind: self._call(kind))
+
+    def _call(self, kind: str) -> None:
+        up = self.world.up_nodes()
+        if not up:
+            return
+        node = self.rng.choice(up)
+        rng = self.rng
+        wid = f"{kind}-{rng.randint(0, 2)}"
+        if kind == "spinner":
+            self.workload.ledger.types.setdefault(wid, "spinner")
+            count, patience, queries = rng.randint(5, 30), rng.choice([60.0, 600.0]), rng.randint(1, 3)
+            self.workload.issue(node, f"spin {wid} {count}", lambda engine: self._spin(node, wid, count, patience, queries))
+            self.run.at(self.run.now() + rng.uniform(0.5, 4.0), "extra stop", lambda: self._stop(wid))
+        elif kind == "quitter":
+            self.workload.ledger.types.setdefault(wid, "quitter")
+            where = rng.choice(["at-once", "after-step"])
+            self.workload.issue(node, f"start {wid} {where}", lambda engine: engine.start(quitter, where, id=wid, if_exists="start_new"))
+        else:
+            target = rng.choice(sorted(self.workload.ledger.types) or ["steps-0"])
+            evil = msgpack.packb(msgpack.ExtType(_EXT_CLASS, msgpack.packb([TRAP_MODULE, "Trap", {}])))
+            request = {"op": "signal", "wid": target, "name": "s", "payload": evil}
+            self.workload.issue(node, f"hostile signal to {target}", lambda engine: ShardOps(engine).dispatch(request))
+
+    def _stop(self, wid: str) -> None:
+        up = self.world.up_nodes()
+        if up:
+            node = self.rng.choice(up)
+            self.workload.issue(node, f"signal {wid} stop", lambda engine: engine.signal(wid, "s", "stop"))
+
+    async def _spin(self, node: Any, wid: str, count: int, patience: float, queries: int) -> Any:
+        """Start a spinner here and query it while its run goes ahead of its commits."""
+        engine = node.engine
+        await engine.start(spinner, count, patience, id=wid, if_exists="start_new")
+        self.workload.ledger.started.add(wid)
+        answers = []
+        for _ in range(queries):
+            hosted = wid in engine.actors
+            before = node.batches
+            answers.append(await engine.query(wid, "done"))
+            waited = node.batches - before
+            if hosted and waited > QUERY_COMMITS:
+                self.world.violation(f"a query of {wid} on {node.name} was answered after {waited} commits")
+        return answers
