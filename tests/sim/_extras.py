@@ -1,12 +1,14 @@
 """Calls added to the workload after its first findings, each for a kind of bug the first
 workload could not show: queries starved by a run that keeps going ahead of its commits
 (``spinner``), user code that raises ``SystemExit`` (``quitter``), a client payload whose type
-tag names a module (``hostile-payload``).
+tag names a module (``hostile-payload``), a delayed relay that finds its signals already
+waiting, so each run starts its child and continues as new at once, the child's end landing
+in the same group commit (``relay-burst``).
 
 They draw from a random stream of their own (``Random(f"{seed}:extras")``), never from the
 run's: with these features left out (``--without spinner,quitter,hostile-payload``) a seed
 runs exactly as it did before they existed, so the replay commands of earlier findings
-still replay.
+still replay (``--without hostile-payload,quitter,relay-burst,spinner``).
 """
 
 from __future__ import annotations
@@ -18,11 +20,11 @@ import msgpack
 
 from weft_actors.supervisor._shard_ops import ShardOps
 
-from sim_app import quitter, spinner
+from sim_app import quitter, relay, spinner
 
 __all__ = ["EXTRA_FEATURES", "Extras", "QUERY_COMMITS", "TRAP_MODULE"]
 
-EXTRA_FEATURES = ("spinner", "quitter", "hostile-payload")
+EXTRA_FEATURES = ("spinner", "quitter", "hostile-payload", "relay-burst")
 QUERY_COMMITS = 3
 """A query to a workflow whose actor is on the engine asked is answered within this many of
 that engine's group commits (the promise: within one commit of its arrival; the slack covers
@@ -62,6 +64,11 @@ class Extras:
             self.workload.ledger.types.setdefault(wid, "quitter")
             where = rng.choice(["at-once", "after-step"])
             self.workload.issue(node, f"start {wid} {where}", lambda engine: engine.start(quitter, where, id=wid, if_exists="start_new"))
+        elif kind == "relay-burst":
+            wid = f"burst-{rng.randint(0, 2)}"
+            self.workload.ledger.types.setdefault(wid, "relay")
+            left, delay = rng.randint(1, 4), rng.uniform(0.05, 1.0)
+            self.workload.issue(node, f"burst {wid} {left}", lambda engine: self._burst(engine, wid, left, delay))
         else:
             target = rng.choice(sorted(self.workload.ledger.types) or ["steps-0"])
             evil = msgpack.packb(msgpack.ExtType(_EXT_CLASS, msgpack.packb([TRAP_MODULE, "Trap", {}])))
@@ -73,6 +80,12 @@ class Extras:
         if up:
             node = self.rng.choice(up)
             self.workload.issue(node, f"signal {wid} stop", lambda engine: engine.signal(wid, "s", "stop"))
+
+    async def _burst(self, engine: Any, wid: str, left: int, delay: float) -> None:
+        await engine.start(relay, left, [["a", 0.0]], id=wid, if_exists="start_new", start_delay=delay)
+        self.workload.ledger.started.add(wid)
+        for index in range(left + 1):
+            await engine.signal(wid, "s", f"b{index}")
 
     async def _spin(self, node: Any, wid: str, count: int, patience: float, queries: int) -> Any:
         """Start a spinner here and query it while its run goes ahead of its commits."""

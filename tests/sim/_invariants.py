@@ -137,18 +137,33 @@ class Checker:
         self._check_updates(ledger, records)
 
     def after_collect(self) -> None:
-        """Once the run's garbage is collected: no live engine keeps an actor it dropped
-        (a cancelled timer, a waiter or a callback holding a finished run and its history),
+        """Once the run's garbage is collected: no live engine keeps an actor it dropped,
         and no client payload made an engine import a module."""
-        engines = {id(node.engine): node for node in self.world.nodes if node.status == "up" and node.engine.state == "running"}
-        leaked: dict[str, list[str]] = {}
-        for obj in gc.get_objects():
-            if type(obj) is Actor and id(obj.engine) in engines and obj.engine.actors.get(obj.wid) is not obj:
-                leaked.setdefault(engines[id(obj.engine)].name, []).append(f"{obj.wid} ({'closed' if obj.closed else 'open'})")
-        for name, actors in sorted(leaked.items()):
-            self._report(f"{name} keeps {len(actors)} actors it dropped: {sorted(actors)[:5]}")
+        self.check_leaks(None)
         if sys.modules.pop(TRAP_MODULE, None) is not None:
             self._report(f"a client payload made an engine import {TRAP_MODULE}")
+
+    def check_leaks(self, min_age: float | None) -> None:
+        """No running engine keeps an actor it dropped (a cancelled timer, a waiter or a
+        callback holding a finished run and its history). At the end (``min_age`` None) any
+        dropped actor counts; during the run (garbage collected first) only the actor of a
+        run that finished ``min_age`` seconds ago or more: until its last callbacks ran, a
+        dropped actor may still be referenced."""
+        engines = {id(node.engine): node for node in self.world.nodes if node.status == "up" and node.engine.state == "running"}
+        now = self.world.clock.now()
+        workflows = self.mirror.raw["workflows"]
+        leaked: dict[str, list[str]] = {}
+        for obj in gc.get_objects():
+            if type(obj) is not Actor or id(obj.engine) not in engines or obj.engine.actors.get(obj.wid) is obj:
+                continue
+            if min_age is not None:
+                raw = workflows.get(obj.wid.encode())
+                record = None if raw is None else self.mirror.decode(raw)
+                if record is None or record["run_id"] != obj.run_id or record["status"] not in TERMINAL or record["updated"] > now - min_age:
+                    continue
+            leaked.setdefault(engines[id(obj.engine)].name, []).append(f"{obj.wid} ({'closed' if obj.closed else 'open'})")
+        for name, actors in sorted(leaked.items()):
+            self._report(f"{name} keeps {len(actors)} actors it dropped: {sorted(actors)[:5]}")
 
     def _check_waiters(self, ledger: Ledger, records: dict[str, Any]) -> None:
         for node, wid, task in ledger.waiters:

@@ -98,7 +98,7 @@ class StoreMirror:
         """raw record -> decoded: the checker reads records and never changes them, and most
         are the same bytes on every check (an engine record between heartbeats, past ops)."""
 
-    def _decode(self, data: bytes) -> Any:
+    def decode(self, data: bytes) -> Any:
         record = self._decoded.get(data)
         if record is None:
             record = self._decoded[data] = unpack_record(data)
@@ -204,7 +204,7 @@ class StoreMirror:
             tables[name] = items
         tables["engines"] = sorted(self.raw["engines"].items())
         tables["feed"] = self._feed_head
-        decode, _check.unpack_record = _check.unpack_record, self._decode
+        decode, _check.unpack_record = _check.unpack_record, self.decode
         try:
             return check_environment(_View(tables), _Names(), now, feed_retention)  # type: ignore[arg-type]
         finally:

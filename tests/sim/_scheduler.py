@@ -51,6 +51,9 @@ WORKLOAD_SECONDS = 20.0
 DRAIN_SECONDS = 120.0
 MAX_STEPS = 200_000
 TICK = 0.001
+LEAK_CHECK_EVERY = 4.0
+LEAK_AGE = 3.0
+"""A dropped actor still referenced this long (simulated s) after its run ended is kept."""
 SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 """Where each seed's store lives: a memory file system when there is one (the store is real
 LMDB either way; creating and removing one is cheaper there)."""
@@ -130,6 +133,7 @@ class Run:
         self._seq = itertools.count()
         self.draining = False
         self.restarts_pending = 0
+        self.leaks_checked = self.now()
         self.steps = 0
         self.done = False
 
@@ -163,6 +167,7 @@ class Run:
         return self.rng.choice(up) if up else None
 
     def _call(self) -> None:
+        self._check_leaks()
         node = self._target()
         if node is None:
             return
@@ -201,6 +206,15 @@ class Run:
             node.armed[batch] = kind if kind == "fail-commit" else kind.replace("die-", "die-", 1)
             world.note(f"{node.name} armed {kind} at batch {batch}")
 
+    def _check_leaks(self) -> None:
+        """Every few seconds (at a client call: no event of its own, so time stops nowhere
+        new), collect the garbage and look for actors kept after their run ended."""
+        now = self.now()
+        if now - self.leaks_checked >= LEAK_CHECK_EVERY:
+            self.leaks_checked = now
+            gc.collect()
+            self.checker.check_leaks(LEAK_AGE)
+
     def _supervise(self) -> None:
         """Keep ``engines`` processes: a dead or exited one is replaced after a backoff."""
         world = self.world
@@ -218,6 +232,8 @@ class Run:
         world = self.world
         self.draining = True
         world.note("drain")
+        self.leaks_checked = -LEAK_CHECK_EVERY
+        self._check_leaks()
         for node in world.nodes:
             node.armed.clear()
             node.refuse_at = None
