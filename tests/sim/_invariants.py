@@ -180,7 +180,7 @@ class Checker:
             if record is None or record["status"] != "completed" or record.get("type") != "collector":
                 continue
             result = decode(record["result"], "result")
-            got = result["got"]
+            got = [token if isinstance(token, str) else repr(token) for token in result["got"]]
             if len(got) != len(set(got)):
                 self._report(f"{wid} consumed a signal twice: {sorted(got)}")
             invented = set(got) - sent

@@ -254,7 +254,7 @@ class Run:
                     unfinished.append((key.decode(), record["type"]))
         for wid, wf_type in unfinished:
             node = self._target()
-            if wf_type in ("collector", "racer", "spinner") and node is not None:
+            if wf_type in ("collector", "racer", "spinner", "kin", "kid") and node is not None:
                 self.workload.issue(node, f"signal {wid} stop", lambda engine, wid=wid: engine.signal(wid, "s", "stop"))
         if not unfinished:
             self.at(self.now() + 4 * self.config.heartbeat + self.config.hint_delay, "finish", self._finish)

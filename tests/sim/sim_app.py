@@ -146,4 +146,20 @@ async def quitter(ctx, where: str) -> None:
     raise SystemExit(3)
 
 
-APP = [steps, collector, parent, racer, looper, relay, spinner, quitter]
+@workflow
+async def kid(ctx) -> Any:
+    """A child that ends on its first ``s`` signal."""
+    return await ctx.wait_signal("s")
+
+
+@workflow
+async def kin(ctx, kid_id: str, runs: int) -> Any:
+    """Races its child against a signal, then continues as new once: signalled together,
+    the child's end and the parent's continue-as-new land in one group commit."""
+    if runs == 0:
+        await ctx.race([ctx.child(kid, id=kid_id), ctx.wait_signal("s")])
+        return ctx.continue_as_new(kid_id, 1)
+    return "run 1"
+
+
+APP = [steps, collector, parent, racer, looper, relay, spinner, quitter, kid, kin]

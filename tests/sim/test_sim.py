@@ -61,3 +61,31 @@ def test_a_missing_lease_check_is_found(monkeypatch: pytest.MonkeyPatch) -> None
         if found:
             break
     assert found, "no seed saw an expired engine commit"
+
+
+@pytest.mark.timeout(120)
+def test_a_stale_timer_is_found_by_the_incremental_store_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A terminate that also leaves a durable timer behind (a leak the store checker names)
+    is reported at the commit that wrote it: the incremental check sees what each commit
+    wrote, not only what the end of the run holds."""
+    from weft_actors.codec import pack_record
+    from weft_actors.store import CloseWorkflow, _dispatch
+    from weft_actors.store._keys import timer_key
+
+    close = _dispatch.APPLIER_OF[CloseWorkflow]
+
+    def leaky(state, intent):  # type: ignore[no-untyped-def]
+        result = close(state, intent)
+        state.txn.put(timer_key(state.now + 100.0, intent.wid, 7), pack_record({"kind": "sleep"}), db=state.dbs.timers)
+        return result
+
+    monkeypatch.setitem(_dispatch.APPLIER_OF, CloseWorkflow, leaky)
+    found = []
+    for seed in range(20):
+        outcome = run_seed(seed, ALL_FEATURES - CI_EXCLUDED)
+        found += [line for line in outcome.trace if "VIOLATION store: timer_stale" in line]
+        if found:
+            break
+    assert found, "no seed saw the stale timer"
+    # Reported when the terminate committed, long before the end of the run.
+    assert float(found[0].split()[0]) < 25.0, found[0]
