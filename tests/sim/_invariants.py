@@ -27,6 +27,8 @@ __all__ = ["Checker"]
 
 FEED_RETENTION = 3600.0
 CROSS_CHECK = os.environ.get("SIM_CROSS_CHECK") == "1"
+QUARANTINE_AFTER = 3
+"""The engine's default ``quarantine_after`` (the simulation does not set it)."""
 
 
 class Checker:
@@ -99,7 +101,17 @@ class Checker:
             return {key.decode(): unpack_record(value) for key, value in txn.cursor(db=observer.dbs.workflows)}
 
     def unfinished(self) -> list[str]:
-        return sorted(wid for wid, record in self.records().items() if record["status"] not in TERMINAL)
+        return sorted(wid for wid, record in self.records().items() if record["status"] not in TERMINAL and not self._quarantined(record))
+
+    def _quarantined(self, record: dict[str, Any]) -> bool:
+        """Parked as a poison workflow, legitimately: the engines running it were lost
+        ``QUARANTINE_AFTER`` times in a row without progress (the faults do that by chance:
+        a kill, a clock jump past the ttl, a death at a commit), and at least that many
+        engines were lost in the run. It stays so until lifted: settled, not stuck."""
+        if record["status"] != "quarantined":
+            return False
+        count = (record.get("lost") or {}).get("count", 0)
+        return count >= QUARANTINE_AFTER and self.world.owners_lost() >= count
 
     def final(self, ledger: Ledger) -> None:
         world = self.world
@@ -116,7 +128,9 @@ class Checker:
                     wid = key[2 : 2 + int.from_bytes(key[:2], "big")].decode()
                     self._report(f"an op of {wid} has two outcomes: ok and {op['err'].get('kind')} (t={op.get('t')})")
         for wid, record in sorted(records.items()):
-            if record["status"] not in TERMINAL:
+            if self._quarantined(record):
+                world.note(f"{wid} quarantined after {record['lost']['count']} lost owners ({world.owners_lost()} engines lost in all)")
+            elif record["status"] not in TERMINAL:
                 holder = observer.get_holder(wid)
                 where = "no holder"
                 if holder is not None:

@@ -250,7 +250,7 @@ class Run:
         with observer.env.begin() as txn:
             for key, value in txn.cursor(db=observer.dbs.workflows):
                 record = unpack_record(value)
-                if record["status"] not in TERMINAL:
+                if record["status"] not in TERMINAL and record["status"] != "quarantined":
                     unfinished.append((key.decode(), record["type"]))
         for wid, wf_type in unfinished:
             node = self._target()

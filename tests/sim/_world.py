@@ -206,6 +206,10 @@ class World:
                 node.status = "exited"
                 self.note(f"{node.name} exits ({node.engine.state})")
 
+    def owners_lost(self) -> int:
+        """Engines that ended otherwise than by a graceful stop (killed, or deposed)."""
+        return sum(1 for node in self.nodes if node.status == "dead" or node.engine.state == "deposed")
+
     def up_nodes(self) -> list[Node]:
         return [node for node in self.nodes if node.status == "up" and node.engine.state == "running"]
 
