@@ -7,12 +7,14 @@ in the same group commit (``relay-burst``), a collector stopped with signals beh
 ``stop`` in its inbox and then started anew with ``start_new`` (``leftovers``: they were the
 old run's, and must not reach the new one), a parent racing its child against a signal, both
 signalled in one loop turn (``kin``: the child's end and the parent's continue-as-new land in
-one group commit).
+one group commit), a terminate or cancel whose engine is marked dead right after its commit
+and deposed by a heartbeat before its caller resumes (``deposed-caller``: the call took
+effect, so it is a success).
 
 They draw from a random stream of their own (``Random(f"{seed}:extras")``), never from the
 run's: with these features left out (``--without spinner,quitter,hostile-payload``) a seed
 runs exactly as it did before they existed, so the replay commands of earlier findings
-still replay (``--without hostile-payload,kin,leftovers,quitter,relay-burst,spinner``).
+still replay (``--without deposed-caller,hostile-payload,kin,leftovers,quitter,relay-burst,spinner``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from sim_app import collector, kin, quitter, relay, spinner
 
 __all__ = ["EXTRA_FEATURES", "Extras", "QUERY_COMMITS", "TRAP_MODULE"]
 
-EXTRA_FEATURES = ("spinner", "quitter", "hostile-payload", "relay-burst", "leftovers", "kin")
+EXTRA_FEATURES = ("spinner", "quitter", "hostile-payload", "relay-burst", "leftovers", "kin", "deposed-caller")
 QUERY_COMMITS = 3
 """A query to a workflow whose actor is on the engine asked is answered within this many of
 that engine's group commits (the promise: within one commit of its arrival; the slack covers
@@ -79,6 +81,16 @@ class Extras:
             self.workload.ledger.types.setdefault(wid, "kin")
             self.workload.issue(node, f"start {wid}", lambda engine: engine.start(kin, kid_id, 0, id=wid, if_exists="start_new"))
             self.run.at(self.run.now() + rng.uniform(0.05, 1.5), "extra signal kin", lambda: self._together(kid_id, wid))
+        elif kind == "deposed-caller":
+            known = sorted(self.workload.ledger.types)
+            if not known or self.run.draining:
+                return
+            wid = rng.choice(known)
+            node.armed[node.batches + 1] = "mark-dead"
+            if rng.random() < 0.5:
+                self.workload.issue(node, f"terminate {wid}", lambda engine: engine.terminate(wid, "sim"))
+            else:
+                self.workload.issue(node, f"cancel {wid}", lambda engine: engine.cancel(wid))
         elif kind == "leftovers":
             self._leftovers(node, f"restart-{rng.randint(0, 1)}")
         else:
@@ -125,7 +137,9 @@ class Extras:
         self.workload._acked(engine, wid, token)
 
     def _together(self, *wids: str) -> None:
-        """Signal each of ``wids`` in one loop turn of one engine (one group commit)."""
+        """Signal each of ``wids`` in one loop turn of one engine (one group commit), a terminate or cancel whose engine is marked dead right after its commit
+and deposed by a heartbeat before its caller resumes (``deposed-caller``: the call took
+effect, so it is a success)."""
         up = self.world.up_nodes()
         if up:
             node = self.rng.choice(up)

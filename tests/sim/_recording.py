@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RecordingEnv"]
+import lmdb
+
+__all__ = ["RecordingEnv", "StoreEnv"]
 
 
 class _RecordingCursor:
@@ -125,4 +127,24 @@ class RecordingEnv:
         return written
 
     def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+
+class StoreEnv:
+    """One store's handle on the shared environment. In a real process the environment
+    closes with the store; here it stays open for the others, so once this store is closed
+    every use of it raises what a closed environment raises (``lmdb.Error``)."""
+
+    def __init__(self, env: RecordingEnv, store: Any) -> None:
+        self._env = env
+        self._store = store
+
+    def begin(self, db: Any = None, parent: Any = None, write: bool = False, **kwargs: Any) -> Any:
+        if self._store._closed:
+            raise lmdb.Error("Attempt to operate on closed/deleted/dropped object.")
+        return self._env.begin(db=db, parent=parent, write=write, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if self._store._closed:
+            raise lmdb.Error("Attempt to operate on closed/deleted/dropped object.")
         return getattr(self._env, name)

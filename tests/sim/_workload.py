@@ -149,7 +149,7 @@ class Workload:
 
         async def call(engine: Any) -> None:
             await engine.terminate(wid, "sim")
-            record = engine.store.get_workflow(wid)
+            record = self.world.observer.get_workflow(wid)
             self.ledger.terminated.append((wid, record["run_id"]))
             if record["status"] != "terminated":
                 self.world.violation(f"terminate of {wid} acknowledged, but it is {record['status']}")
@@ -177,7 +177,7 @@ class Workload:
     def _acked(self, engine: Any, wid: str, token: str) -> None:
         """Note the run that was current when the signal was acknowledged: a later
         ``start_new`` run does not inherit what an earlier one left."""
-        record = engine.store.get_workflow(wid)
+        record = self.world.observer.get_workflow(wid)  # the engine's store may be closed by now
         self.ledger.acked.setdefault(wid, {})[token] = None if record is None else record["run_id"]
 
     def _signal(self) -> tuple[str, Any]:

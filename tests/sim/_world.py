@@ -27,7 +27,7 @@ from weft_actors.store._engines import is_live
 
 from _loop import SimClock, SimDeath, SimLoop
 from _mirror import KEYSPACES
-from _recording import RecordingEnv
+from _recording import RecordingEnv, StoreEnv
 from sim_app import APP
 
 __all__ = ["Node", "World"]
@@ -90,6 +90,14 @@ class Node:
             del self.armed[self.batches]
             self.world.note(f"{self.name} dies at commit:{point} of batch {self.batches}")
             raise SimDeath(point)
+        if fault == "mark-dead" and point == "after-commit":
+            # The supervisor marks it dead right after this commit, and its heartbeat runs
+            # before the commit's callbacks: its callers resume on a deposed engine.
+            del self.armed[self.batches]
+            self.world.note(f"{self.name} marked dead after commit of batch {self.batches}")
+            self.world.confirm_dead(self, hints=False)
+            self.loop.call_soon(self.world._tick_once, self)
+            return
         if fault == "fail-commit" and point == "after-apply":
             del self.armed[self.batches]
             self.world.note(f"{self.name} batch {self.batches} fails whole")
@@ -149,6 +157,7 @@ class World:
             self.note(f"{node.name} failed to open: {type(exc).__name__}")
             node.status = "exited"
             return
+        node.engine.store.env = StoreEnv(self.recording, node.engine.store)  # type: ignore[assignment]
         node.engine.committer.failpoint = node  # type: ignore[assignment]
         node.engine.store.before_commit = lambda: node.hit("after-apply")
         node.status = "up"
@@ -160,6 +169,10 @@ class World:
             return
         node.loop.call_later(self.config.heartbeat, self._tick, node)
         node.engine.tick()
+
+    def _tick_once(self, node: Node) -> None:
+        if node.engine.state == "running":
+            node.engine.tick()
 
     def _hinted_pass(self, node: Node) -> None:
         if node.engine.state == "running":
@@ -176,12 +189,12 @@ class World:
         if confirm:
             self.confirm_dead(node)
 
-    def confirm_dead(self, node: Node) -> None:
+    def confirm_dead(self, node: Node, hints: bool = True) -> None:
         witness = next((other for other in self.nodes if other.status == "up"), None)
         if witness is None:
             return
         witness.engine.store.mark_engine_dead(node.engine_id)
-        for other in self.nodes:
+        for other in self.nodes if hints else ():
             if other.status == "up" and self.rng.random() >= self.config.hint_loss:
                 other.loop.call_later(self.rng.uniform(0, self.config.hint_delay), self._hinted_pass, other)
 
