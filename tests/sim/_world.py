@@ -275,21 +275,24 @@ class World:
             before = store.env.info()["last_txnid"]
             record = store.engine(node.engine_id)
             was_live = record is not None and is_live(record, self.clock.now()) and node.engine.state == "running"
+        died = False
         try:
             name = node.loop.run_one()
         except SimDeath:
-            self.kill(node, confirm=self.rng.random() < self.config.confirm_death)
+            died = True
             name = "died"
+        if before is not None:
+            after = self.observer.env.info()["last_txnid"]
+            if after != before and not was_live:
+                self.violation(f"{node.name} committed while not live (engine state {node.engine.state})")
+        if died:  # after the check: a confirmed death is the supervisor's write, not the engine's
+            self.kill(node, confirm=self.rng.random() < self.config.confirm_death)
         self.note(f"{node.name} {name}")
         for error in node.loop.errors:
             self.violation(f"{node.name}: {error}")
         node.loop.errors.clear()
-        if before is not None:
-            after = self.observer.env.info()["last_txnid"]
-            if after != before:
-                if not was_live:
-                    self.violation(f"{node.name} committed while not live (engine state {node.engine.state})")
-                self.on_commit()
+        if before is not None and self.observer.env.info()["last_txnid"] != before:
+            self.on_commit()
 
     def on_commit(self) -> None:  # replaced by the scheduler's invariant checks
         pass
