@@ -133,8 +133,9 @@ class Extras:
         self.workload.ledger.started.add(wid)
 
     async def _signal(self, engine: Any, wid: str, token: str) -> None:
+        before = self.workload.run_of(wid)
         await engine.signal(wid, "s", token)
-        self.workload._acked(engine, wid, token)
+        self.workload._acked(wid, token, before)
 
     def _together(self, *wids: str) -> None:
         """Signal each of ``wids`` in one loop turn of one engine (one group commit), a terminate or cancel whose engine is marked dead right after its commit

@@ -21,7 +21,7 @@ from weft_actors.store._check import check_environment
 
 from _extras import TRAP_MODULE
 from _mirror import StoreMirror
-from _workload import TRANSIENT, Ledger
+from _workload import AMBIGUOUS, TRANSIENT, Ledger
 
 __all__ = ["Checker"]
 
@@ -213,7 +213,7 @@ class Checker:
             # The run read after the acknowledgement is the one the signal went to or a later
             # one: a token acknowledged while a run outside this chain was current was that
             # run's, and must not reach this one (messages belong to one run).
-            older = {token for token in got if ledger.acked.get(wid, {}).get(token, None) not in (None, *chain)}
+            older = {token for token in got if ledger.acked.get(wid, {}).get(token, None) not in (None, AMBIGUOUS, *chain)}
             if older:
                 self._report(f"{wid} consumed signals sent to an earlier run: {sorted(older)}")
             lost = acked - set(got) - pending
