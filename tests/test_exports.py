@@ -44,6 +44,7 @@ CODES = {
     "EngineDeposed": "engine_deposed",
     "EngineStopped": "engine_stopped",
     "LimitExceeded": "limit_exceeded",
+    "Overloaded": "overloaded",
     "PermissionDenied": "permission_denied",
 }
 

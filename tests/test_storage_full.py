@@ -184,7 +184,8 @@ async def one_counted(ctx, tag: str) -> str:
 
 def test_a_step_refused_for_lack_of_room_waits_for_room_and_its_activity_is_not_rerun_meanwhile(tmp_path):
     """While the store is within its reserve, a workflow whose step was refused is not driven
-    again every heartbeat (re-running its activity each time): it waits for room, then runs on."""
+    again every heartbeat (re-running its activity each time): it waits for room, then runs on,
+    with the activity's outcome that could not be committed, not a second run of it."""
 
     async def main():
         RUNS.clear()
@@ -212,7 +213,8 @@ def test_a_step_refused_for_lack_of_room_waits_for_room_and_its_activity_is_not_
                 await engine.terminate(h.id)
                 await engine.purge(h.id)
             assert await gated.result(timeout=10) == "t"
-            assert RUNS["t"] == 2  # once more, now that its outcome had room
+            assert RUNS["t"] == 1  # the drive took the outcome its refused commit carried
+            assert engine.stats()["activity_outcomes_reused_total"] == 1
             assert engine.state == "running"
 
     run(main())

@@ -205,7 +205,7 @@ def _readable(value: Any) -> str:
 
 
 def _table(page: dict[str, Any]) -> str:
-    rows = [("ID", "TYPE", "STATUS", "UPDATED")]
+    rows: list[tuple[str, ...]] = [("ID", "TYPE", "STATUS", "UPDATED")]
     for item in page.get("items") or []:
         rows.append(tuple(_readable(item.get(key)) if item.get(key) is not None else "-" for key in ("id", "type", "status", "updated")))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]

@@ -31,6 +31,7 @@
     ├── EngineDeposed              engine_deposed         (the engine's own record is dead)
     ├── EngineStopped              engine_stopped         (pending calls when an engine stops)
     ├── LimitExceeded              limit_exceeded
+    ├── Overloaded                 overloaded             (refused at once: too much in flight; retry later)
     └── PermissionDenied           permission_denied      (a read-only or revoked client key)
 
 Every class carries its context as attributes and builds ``str()`` from them.
@@ -74,6 +75,7 @@ __all__ = [
     "EngineDeposed",
     "EngineStopped",
     "LimitExceeded",
+    "Overloaded",
     "PermissionDenied",
     "error_class",
     "to_wire",
@@ -265,6 +267,15 @@ class EngineStopped(WeftError):
 
 class LimitExceeded(WeftError):
     code = "limit_exceeded"
+
+
+class Overloaded(WeftError):
+    """Refused at once, with nothing written, because the service has as much in flight as
+    it may take (``limit`` names the bound, ``value`` its size): the workflows a shard runs,
+    the requests a shard or the front door holds. Retry later, with backoff and jitter: a
+    retry of a start refused this way cannot start it twice."""
+
+    code = "overloaded"
 
 
 class PermissionDenied(WeftError):

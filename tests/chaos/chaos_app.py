@@ -10,11 +10,23 @@ check each one exactly:
 - ``parent(n)``: two children in ``ctx.all``, then ``+ 1``: ``4n + 3``.
 - ``counter(n, acc)``: one activity per run, continuing as new down to 0: ``acc + n(n+1)``.
 - ``racer(n)``: races signal ``go`` against a long sleep: ``n + payload``.
+
+The fault-isolation faults have their own workflows:
+
+- ``poisoned(flag, seconds)``: its ``async def`` activity blocks the shard's loop with
+  ``time.sleep(seconds)`` (past the lease) unless the file ``flag`` exists (the deployed fix);
+  its owners are lost until it is quarantined. Lifted after the fix: ``"fixed"``.
+- ``exits(how)``: raises ``SystemExit`` or ``KeyboardInterrupt`` from workflow code; it must
+  fail alone (``UserCodeExit``), never stop the shard hosting it.
+- ``parked(n, seconds)``: one timer, then ``n``: the backlog of a large takeover.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import time
 from typing import Any
 
 from weft_actors import RetryPolicy, activity, workflow
@@ -79,6 +91,37 @@ async def counter(ctx, n: int, acc: int) -> int:
 async def racer(ctx, n: int) -> int:
     index, value = await ctx.race([ctx.wait_signal("go"), ctx.sleep(3600)])
     return n + value if index == 0 else -1
+
+
+@activity(retry=RetryPolicy(max_attempts=1), start_to_close=60)
+async def blocks_unless_fixed(flag: str, seconds: float) -> str:
+    if os.path.exists(flag):
+        return "fixed"
+    time.sleep(seconds)  # the poison: a blocking call on the shard's event loop
+    return "slept"
+
+
+@workflow
+async def poisoned(ctx, flag: str, seconds: float) -> str:
+    return await ctx.run(blocks_unless_fixed, flag, seconds)
+
+
+EXIT_CODE = 77
+"""``sys.exit(EXIT_CODE)``: a shard exiting with it would be this workflow's doing."""
+
+
+@workflow
+async def exits(ctx, how: str, n: int) -> int:
+    await ctx.run(work, n)
+    if how == "interrupt":
+        raise KeyboardInterrupt(f"chaos {n}")
+    sys.exit(EXIT_CODE)
+
+
+@workflow
+async def parked(ctx, n: int, seconds: float) -> int:
+    await ctx.sleep(seconds)
+    return n
 
 
 def expected_parent(n: int) -> int:

@@ -1,7 +1,8 @@
 """The faults of a chaos run, as a mixin of ``ChaosRun``: kill -9 of a shard, SIGSTOP past
 its lease then SIGCONT (it must depose itself and exit), a crash (kill -9 of the supervisor and
-every shard) or a drain (SIGTERM) of the whole supervisor followed by a restart; and a sampler
-that checks that no claim epoch ever shrinks or vanishes. Shards are found through /proc as
+every shard) or a drain (SIGTERM) of the whole supervisor followed by a restart, and the
+fault-isolation faults of ``chaos_isolation`` (a hung shard, a stall holding the write lock, a
+large takeover); and a sampler that checks that no claim epoch ever shrinks or vanishes. Shards are found through /proc as
 the supervisor's children, so a restarted slot's new process is found too."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from _processes import RunningSupervisor
+from chaos_faults_store import STORE_KINDS, STORE_WEIGHTS
 from weft_actors.errors import WeftError
 
 __all__ = ["FaultsMixin", "shard_pids", "HEARTBEAT", "TTL", "EXPIRY"]
@@ -70,6 +72,8 @@ class FaultsMixin:
     stop_load: threading.Event
     stop_faults: threading.Event
     seen_shards: set[int]
+    sup_lock: threading.Lock
+    exclusive: threading.Lock
 
     def violation(self, text: str) -> None:
         raise NotImplementedError
@@ -85,36 +89,69 @@ class FaultsMixin:
 
     def _faults(self) -> None:
         rng = random.Random(f"{self.seed}-faults")
-        kinds = ("kill", "stall", "short_stall", "crash", "drain")
-        weights = (44, 32, 8, 9, 7)
+        kinds = ("kill", "stall", "short_stall", "crash", "drain", "hung", "lock_stall", "takeover")
+        weights = (44, 32, 8, 9, 7, 8, 6, 3)
+        # Each fault-isolation fault once early, so that even the short CI budget has them.
+        forced = {1: "hung", 3: "lock_stall", 5: "takeover"}
+        takeovers = 0
+        index = -1
+        store = getattr(self, "store_faults", None)  # chaos_faults_store: disk full, read-only
+        if store is not None and store.available:
+            kinds, weights = kinds + STORE_KINDS, weights + STORE_WEIGHTS
         while not self.stop_faults.wait(rng.uniform(*self.fault_gap)):
+            index += 1
             kind = rng.choices(kinds, weights)[0]
+            kind = forced.get(index, kind)
             pids = [pid for pid in self._track_shards() if _proc_stat(pid) is not None and _proc_stat(pid)[0] != "T"]
-            if kind in ("kill", "stall", "short_stall") and len(pids) < 2:
+            if kind in ("kill", "stall", "short_stall", "hung", "lock_stall", "takeover") and len(pids) < 2:
+                if index in forced:
+                    forced[index + 1] = kind
                 continue  # keep one shard serving: the supervisor's backoff may hold the others
-            if kind == "stall":
+            if kind in ("stall", "hung"):
                 # Only a shard whose engine is registered and live: one still starting up would
                 # register after the stall with a fresh lease, and rightly not be deposed.
                 live = self._live_engine_pids()
                 pids = [pid for pid in pids if pid in live]
                 if not pids:
                     continue
-            if kind == "kill":
+            if kind in STORE_KINDS:
+                store.run(kind, rng, pids, self.sup, lambda name: self.summary.errors.update([f"fault:{name}"]), self.violation)
+            elif kind == "kill":
                 victim = rng.choice(pids)
                 os.kill(victim, signal.SIGKILL)
                 self.count("kills")
             elif kind in ("stall", "short_stall"):
                 self._stall(rng.choice(pids), rng.uniform(EXPIRY + 0.3, EXPIRY + 1.5) if kind == "stall" else rng.uniform(0.1, TTL / 2))
-            elif kind == "crash":
-                self._kill_everything()
-                self.count("crash_restarts")
-                self.sup.start()
+            elif kind == "hung":
+                self._hung(rng.choice(pids))
+            elif kind in ("lock_stall", "takeover"):
+                # Alone: no poison meanwhile, whose lost owners would blur "no other shard removed".
+                if not self.exclusive.acquire(timeout=20 if index in forced else 8):
+                    if index in forced:
+                        forced[index + 1] = kind
+                    continue
+                try:
+                    if kind == "lock_stall":
+                        happened = self._lock_stall(rng)
+                    else:
+                        size = 300 if takeovers == 0 else rng.randint(300, 2000)
+                        happened = self._large_takeover(rng, size, takeovers)
+                        takeovers += 1
+                finally:
+                    self.exclusive.release()
+                if not happened and index in forced:
+                    forced[index + 1] = kind
             else:
-                code = self._terminate()
-                if code != 0:
-                    self.violation(f"a drain under load exited {code}, not 0")
-                self.count("drain_restarts")
-                self.sup.start()
+                with self.sup_lock:
+                    if kind == "crash":
+                        self._kill_everything()
+                        self.count("crash_restarts")
+                    else:
+                        code = self._terminate()
+                        if code != 0:
+                            self.violation(f"a drain under load exited {code}, not 0")
+                        self.count("drain_restarts")
+                    self.sup.start()
             self._track_shards()
 
     def _stall(self, pid: int, seconds: float) -> None:
@@ -148,7 +185,7 @@ class FaultsMixin:
         except WeftError:
             return set()
         try:
-            now = time.time()
+            now = store.clock.lease_now()  # leases are judged on the lease clock
             return {
                 record["pid"]
                 for record in store.engines().values()

@@ -1,8 +1,11 @@
 """The chaos harness: continuous client load against a real supervisor while shards are killed
 (``kill -9``), stalled (``SIGSTOP`` past their lease, then ``SIGCONT``: they must depose
-themselves) and the whole supervisor is crashed or drained and restarted; then every workflow
-must end with exactly the result its acknowledged inputs determine, and the invariant checker
-must find nothing wrong.
+themselves), hung (``SIGSTOP`` for good, or stopped holding the write lock: the supervisor must
+kill and replace them), made to take over a large backlog, and the whole supervisor is crashed
+or drained and restarted; poison workflows (blocking the loop) must end up quarantined, and
+workflows raising ``SystemExit`` fail alone. Then every workflow must end with exactly the
+result its acknowledged inputs determine, the supervisor must never have exited by itself,
+and the invariant checker must find nothing wrong.
 
 Randomness is seeded: the seed decides every choice of the load and of the faults (thread
 timing still varies from run to run). Run it from pytest (``tests/chaos/test_chaos.py``) or
@@ -39,16 +42,18 @@ for _path in (str(HERE), str(TESTS)):
 
 import chaos_app  # noqa: E402
 from chaos_faults import HEARTBEAT, TTL, FaultsMixin  # noqa: E402
+from chaos_isolation import LOCK_FAILPOINT, IsolationMixin  # noqa: E402
 from chaos_summary import Acc, GaveUp, Summary  # noqa: E402
+from chaos_faults_store import StoreFaults  # noqa: E402
 from _processes import RunningSupervisor  # noqa: E402
 from weft_actors import Client  # noqa: E402
-from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, WeftError, WorkflowClosed  # noqa: E402
+from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, StorageFull, WeftError, WorkflowClosed  # noqa: E402
 
-RETRYABLE = (ServerUnavailable, EngineDeposed, EngineStopped)
+RETRYABLE = (ServerUnavailable, EngineDeposed, EngineStopped, StorageFull)  # full: refused, not applied
 """No answer, or the engine that took the request stopped under it: it may have been applied."""
 
-OPS = ("acc", "signal", "update", "close", "query", "parent", "counter", "racer", "cancel", "terminate")
-WEIGHTS = (12, 34, 14, 7, 4, 11, 9, 9, 3, 3)
+OPS = ("acc", "signal", "update", "close", "query", "parent", "counter", "racer", "cancel", "terminate", "exit")
+WEIGHTS = (12, 34, 14, 7, 4, 11, 9, 9, 3, 3, 1)
 MAX_OPEN = 6
 """Accumulators one worker keeps open at once (each closes after a random number of adds)."""
 
@@ -56,7 +61,7 @@ MAX_OPEN = 6
 # -- the run ------------------------------------------------------------------------------------
 
 
-class ChaosRun(FaultsMixin):
+class ChaosRun(FaultsMixin, IsolationMixin):
     def __init__(
         self,
         data_dir: Path,
@@ -70,8 +75,10 @@ class ChaosRun(FaultsMixin):
         routing: str | None = None,
         app: str = "chaos_app",
         log: Callable[[str], None] = print,
+        store_faults: bool = False,
     ) -> None:
         self.data_dir = data_dir
+        self.store_faults = StoreFaults(data_dir) if store_faults else None
         self.seed = seed
         self.seconds = seconds
         self.shards = shards
@@ -83,6 +90,10 @@ class ChaosRun(FaultsMixin):
         self.routing = routing or ("round-robin" if seed % 2 else "owner")
         self.summary = Summary(seed=seed, seconds=seconds)
         self.lock = threading.Lock()
+        self.sup_lock = threading.Lock()
+        """Held while the harness stops or restarts the supervisor (any other exit is a violation)."""
+        self.exclusive = threading.Lock()
+        """Held by a poison cycle, a lock stall or a large takeover: one of them at a time."""
         self.stop_load = threading.Event()
         self.stop_faults = threading.Event()
         self.hard_deadline = 0.0
@@ -90,6 +101,11 @@ class ChaosRun(FaultsMixin):
         """wid -> (kind, expected result) of every workflow a client started."""
         self.open_accs: list[Acc] = []
         self.seen_shards: set[int] = set()
+        # Disarmed while it exists: the lock-stall fault removes it, and the shard that stops
+        # at the failpoint creates it again (its pid inside).
+        self.lock_marker = data_dir.parent / "lock-stall.pid"
+        self.lock_marker.parent.mkdir(parents=True, exist_ok=True)
+        self.lock_marker.write_text("")
         self.sup = RunningSupervisor(
             data_dir,
             shards=shards,
@@ -97,8 +113,13 @@ class ChaosRun(FaultsMixin):
             args=(
                 "--heartbeat", str(HEARTBEAT), "--ttl", str(TTL), "--log-level", "WARNING",
                 "--restart-limit", "100000", "--restart-window", "30", "--routing", self.routing,
+                "--stall-threshold", "0.3",  # below the ttl: a stalled shard's note names its culprit
             ),
-            env={"PYTHONPATH": os.pathsep.join([str(HERE), str(TESTS), os.environ.get("PYTHONPATH", "")])},
+            env={
+                "PYTHONPATH": os.pathsep.join([str(HERE), str(TESTS), os.environ.get("PYTHONPATH", "")]),
+                "WEFT_FAILPOINT": LOCK_FAILPOINT,
+                "WEFT_FAILPOINT_ONCE": str(self.lock_marker),
+            },
         )
 
     # -- bookkeeping ------------------------------------------------------------------------
@@ -148,6 +169,9 @@ class ChaosRun(FaultsMixin):
             self.violation(str(exc))
         finally:
             self._kill_everything()
+            self._scan_exits()
+            if self.store_faults is not None:
+                self.store_faults.close()
             self.summary.elapsed = time.monotonic() - started
         self.log(self.summary.line())
         return self.summary
@@ -155,14 +179,20 @@ class ChaosRun(FaultsMixin):
     def _chaos_phase(self) -> None:
         deadline = time.monotonic() + self.seconds
         threads = [threading.Thread(target=self._guard(self._worker, i), name=f"chaos-worker-{i}", daemon=True) for i in range(self.workers)]
-        threads.append(threading.Thread(target=self._guard(self._faults), name="chaos-faults", daemon=True))
+        faults = [
+            threading.Thread(target=self._guard(self._faults), name="chaos-faults", daemon=True),
+            threading.Thread(target=self._guard(self._poison), name="chaos-poison", daemon=True),
+        ]
+        threads += faults
         threads.append(threading.Thread(target=self._guard(self._epochs), name="chaos-epochs", daemon=True))
+        threads.append(threading.Thread(target=self._guard(self._watch_supervisor), name="chaos-supervisor", daemon=True))
         for thread in threads:
             thread.start()
         while time.monotonic() < deadline and not self.stop_load.is_set():
             time.sleep(0.1)
         self.stop_faults.set()
-        threads[-2].join(60)  # the fault thread ends its fault (a stall always gets its SIGCONT)
+        for thread in faults:  # each ends its fault (a stall gets its SIGCONT, a poison its end)
+            thread.join(120)
         self.stop_load.set()
         for thread in threads:
             thread.join(self.hard_deadline - time.monotonic())
@@ -238,6 +268,11 @@ class ChaosRun(FaultsMixin):
                         with self.lock:
                             self.expected[wid] = ("error", "workflow_terminated")
                     self.count("terminates")
+                elif op == "exit":
+                    # sys.exit() or KeyboardInterrupt in workflow code: it fails, no shard stops.
+                    how = rng.choice(("exit", "interrupt"))
+                    self._start(client, "exits", wid, (how, rng.randrange(1000)), ("failed", "UserCodeExit"))
+                    self.count("user_exits")
                 else:
                     n, go = rng.randrange(1000), rng.randrange(1000)
                     self._start(client, "racer", wid, (n,), ("value", n + go))
@@ -323,6 +358,10 @@ class ChaosRun(FaultsMixin):
                 except GaveUp:
                     raise
                 except WeftError as exc:
+                    if kind == "failed":
+                        if exc.code != "workflow_failed" or str(getattr(exc, "type", "")).rpartition(".")[2] != expect:
+                            self.violation(f"{wid}: ended with {exc.code} ({getattr(exc, 'type', None)}): {exc}; expected a failure of type {expect}")
+                        continue
                     if (kind, expect) != ("error", exc.code):
                         self.violation(f"{wid}: ended with {exc.code}: {exc}; expected {kind} {expect!r}")
                     continue
@@ -338,7 +377,7 @@ class ChaosRun(FaultsMixin):
                         self.violation(f"{wid}: result {got}, expected {want}")
                 elif kind == "error" or value != expect:
                     self.violation(f"{wid}: result {value!r}, expected {kind} {expect!r}")
-            for status in ("running", "pending"):
+            for status in ("running", "pending", "quarantined"):
                 page = self.call("list", lambda: client.list(status=status, limit=20))
                 if page["items"]:
                     self.violation(f"{status} workflows left after every result: {[item['id'] for item in page['items']]}")
@@ -352,12 +391,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--keep", action="store_true", help="keep each run's data directory")
+    parser.add_argument("--store-faults", action="store_true", help="add disk-full and read-only faults (root)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     total = Summary(seed=seed, seconds=args.seconds, runs=0)
     for run_index in range(args.runs):
         data = Path(tempfile.mkdtemp(prefix=f"weft-chaos-{seed + run_index}-")) / "data"
-        summary = ChaosRun(data, seed + run_index, args.seconds, shards=args.shards, workers=args.workers).run()
+        summary = ChaosRun(data, seed + run_index, args.seconds, shards=args.shards, workers=args.workers, store_faults=args.store_faults).run()
         total.merge(summary)
         for violation in summary.violations:
             print(f"  {violation}")

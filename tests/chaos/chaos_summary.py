@@ -31,6 +31,25 @@ class Summary:
     duplicates: int = 0
     epoch_samples: int = 0
     checker_runs: int = 0
+    # the fault-isolation faults
+    poisons: int = 0
+    quarantined: int = 0
+    quarantine_lifted: int = 0
+    quarantine_terminated: int = 0
+    user_exits: int = 0
+    hung_faults: int = 0
+    hung_kills: int = 0
+    """Stopped shards (hung, lock stalls) the harness saw the supervisor kill."""
+    supervisor_hung_kills: int = 0
+    """Every shard the supervisor killed as hung (its log): poisons' and stalls' owners too."""
+    hung_kill_max_s: float = 0.0
+    lock_stalls: int = 0
+    large_takeovers: int = 0
+    takeover_workflows: int = 0
+    takeover_max_s: float = 0.0
+    takeover_max_loop_stall_s: float = 0.0
+    supervisor_exits: int = 0
+    shard_exits: Counter[str] = dataclasses.field(default_factory=Counter)
     violations: list[str] = dataclasses.field(default_factory=list)
     errors: Counter[str] = dataclasses.field(default_factory=Counter)
     elapsed: float = 0.0
@@ -44,7 +63,14 @@ class Summary:
             f"signals={self.signals} updates={self.updates} queries={self.queries} cancels={self.cancels} "
             f"terminates={self.terminates} retries={self.retries} "
             f"maybe-applied-duplicates={self.duplicates} epoch-samples={self.epoch_samples} "
-            f"checker-runs={self.checker_runs} violations={len(self.violations)} elapsed={self.elapsed:.1f}s"
+            f"checker-runs={self.checker_runs} "
+            f"poisons={self.poisons} (quarantined {self.quarantined}, lifted {self.quarantine_lifted}, terminated {self.quarantine_terminated}) "
+            f"user-exits={self.user_exits} hung={self.hung_faults} lock-stalls={self.lock_stalls} "
+            f"(killed {self.hung_kills}, slowest {self.hung_kill_max_s:.2f}s; supervisor hung kills {self.supervisor_hung_kills}) "
+            f"large-takeovers={self.large_takeovers} "
+            f"(workflows {self.takeover_workflows}, slowest {self.takeover_max_s:.2f}s, loop stall {self.takeover_max_loop_stall_s:.2f}s) "
+            f"shard-exits={dict(sorted(self.shard_exits.items()))} supervisor-exits={self.supervisor_exits} "
+            f"violations={len(self.violations)} elapsed={self.elapsed:.1f}s"
         )
 
     def merge(self, other: Summary) -> None:
@@ -52,7 +78,9 @@ class Summary:
             if field.name in ("seed", "seconds"):
                 continue
             mine, theirs = getattr(self, field.name), getattr(other, field.name)
-            if isinstance(mine, list):
+            if field.name.endswith("_max_s") or field.name.endswith("_stall_s"):
+                setattr(self, field.name, max(mine, theirs))
+            elif isinstance(mine, list):
                 mine.extend(theirs)
             elif isinstance(mine, Counter):
                 mine.update(theirs)

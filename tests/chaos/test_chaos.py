@@ -1,6 +1,8 @@
 """Chaos under continuous load through the real supervisor (``chaos_harness``): kill -9,
-SIGSTOP/SIGCONT past the lease, supervisor crashes and drains; then every workflow's result
-is exact and the invariant checker is clean.
+SIGSTOP/SIGCONT past the lease, supervisor crashes and drains, and the fault-isolation faults
+(poison workflows quarantined, SystemExit/KeyboardInterrupt in workflow code, hung shards, a
+stall holding the write lock, a large takeover); then every workflow's result is exact, the
+supervisor never exited by itself and the invariant checker is clean.
 
 The budget is short by default (CI); ``WEFT_CHAOS_SECONDS`` runs it longer, and
 ``WEFT_CHAOS_SEED`` replays a seed (printed in the summary line and in any failure).
@@ -35,3 +37,8 @@ def test_nothing_is_lost_or_committed_twice_under_kills_stalls_and_restarts(tmp_
     assert summary.workflows >= 100 and summary.signals >= 100 and summary.updates >= 20, report
     assert summary.kills + summary.stalls + summary.crash_restarts + summary.drain_restarts >= 5, report
     assert summary.checker_runs == 2, report
+    # Each fault-isolation fault happened at least once, and the service never went down.
+    assert summary.poisons >= 1 and summary.quarantined >= 1, report
+    assert summary.user_exits >= 1 and summary.hung_faults >= 1 and summary.lock_stalls >= 1, report
+    assert summary.large_takeovers >= 1, report
+    assert summary.supervisor_exits == 0, report

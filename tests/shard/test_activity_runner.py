@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import types
 
 import pytest
 
@@ -149,3 +150,33 @@ def test_a_thread_attempt_that_times_out_while_queued_for_a_thread_never_runs():
         assert RAN == ["after"]
 
     _with_runner(body)
+
+
+def test_closing_a_suspended_attempt_closes_the_activity_and_lets_generator_exit_through():
+    """A suspended attempt's Task that is collected unfinished (its loop gone) is closed: the
+    activity's coroutine is closed too, and ``GeneratorExit`` is not thrown into it as a
+    failure, not even when the collector closed the activity's coroutine first (that used to
+    raise "cannot reuse already awaited coroutine", printed as "Exception ignored")."""
+    from weft_actors.shard._activities import _finish
+
+    closed: list[str] = []
+
+    @types.coroutine
+    def suspend():  # type: ignore[no-untyped-def]
+        yield "parked"
+
+    async def parks(tag: str) -> None:
+        try:
+            await suspend()
+        finally:
+            closed.append(tag)
+
+    for inner_first in (False, True):
+        coro = parks(f"inner_first={inner_first}")
+        first = coro.send(None)
+        outer = _finish(coro, first, _info())
+        assert outer.send(None) is first
+        if inner_first:
+            coro.close()
+        outer.close()  # raised RuntimeError when the inner coroutine was closed first
+        assert closed[-1] == f"inner_first={inner_first}"

@@ -27,8 +27,6 @@ __all__ = ["Checker"]
 
 FEED_RETENTION = 3600.0
 CROSS_CHECK = os.environ.get("SIM_CROSS_CHECK") == "1"
-QUARANTINE_AFTER = 3
-"""The engine's default ``quarantine_after`` (the simulation does not set it)."""
 
 
 class Checker:
@@ -77,7 +75,8 @@ class Checker:
                 if before != ending:
                     self._report(f"finished run {record['run_id'][-8:]} of {key.decode()} changed from {before[0]} to {ending[0]}")
         # Nothing to check if nothing the checker reads changed but lease renewals.
-        problems = [] if mirror.only_renewals(changes, now) else mirror.check(mirror.touched(changes), now, FEED_RETENTION)
+        lease_now = world.clock.lease_now()
+        problems = [] if mirror.only_renewals(changes, lease_now) else mirror.check(mirror.touched(changes), now, FEED_RETENTION, lease_now)
         for problem in problems:
             self._report(f"store: {problem}")
         if CROSS_CHECK:
@@ -88,7 +87,7 @@ class Checker:
         did not find now or before (a test of ``_mirror``, not of the engine)."""
         observer = self.world.observer
         with observer.env.begin() as txn:
-            full = check_environment(txn, observer.dbs, self.world.clock.now(), FEED_RETENTION)
+            full = check_environment(txn, observer.dbs, self.world.clock.now(), FEED_RETENTION, self.world.clock.lease_now())
         missed = [str(problem) for problem in full if f"store: {problem}" not in self.reported]
         if missed:
             self.world.violation(f"incremental store check missed {missed}")
@@ -101,24 +100,14 @@ class Checker:
             return {key.decode(): unpack_record(value) for key, value in txn.cursor(db=observer.dbs.workflows)}
 
     def unfinished(self) -> list[str]:
-        return sorted(wid for wid, record in self.records().items() if record["status"] not in TERMINAL and not self._quarantined(record))
-
-    def _quarantined(self, record: dict[str, Any]) -> bool:
-        """Parked as a poison workflow, legitimately: the engines running it were lost
-        ``QUARANTINE_AFTER`` times in a row without progress (the faults do that by chance:
-        a kill, a clock jump past the ttl, a death at a commit), and at least that many
-        engines were lost in the run. It stays so until lifted: settled, not stuck."""
-        if record["status"] != "quarantined":
-            return False
-        count = (record.get("lost") or {}).get("count", 0)
-        return count >= QUARANTINE_AFTER and self.world.owners_lost() >= count
+        return sorted(wid for wid, record in self.records().items() if record["status"] not in TERMINAL)
 
     def final(self, ledger: Ledger) -> None:
         world = self.world
         observer = world.observer
         self.after_commit()
         with observer.env.begin() as txn:  # and once over the whole store
-            for problem in check_environment(txn, observer.dbs, world.clock.now(), FEED_RETENTION):
+            for problem in check_environment(txn, observer.dbs, world.clock.now(), FEED_RETENTION, world.clock.lease_now()):
                 self._report(f"store: {problem}")
         records = self.records()
         with observer.env.begin() as txn:
@@ -128,9 +117,7 @@ class Checker:
                     wid = key[2 : 2 + int.from_bytes(key[:2], "big")].decode()
                     self._report(f"an op of {wid} has two outcomes: ok and {op['err'].get('kind')} (t={op.get('t')})")
         for wid, record in sorted(records.items()):
-            if self._quarantined(record):
-                world.note(f"{wid} quarantined after {record['lost']['count']} lost owners ({world.owners_lost()} engines lost in all)")
-            elif record["status"] not in TERMINAL:
+            if record["status"] not in TERMINAL:
                 holder = observer.get_holder(wid)
                 where = "no holder"
                 if holder is not None:
@@ -221,25 +208,39 @@ class Checker:
                 self._report(f"{wid} lost acknowledged signals {sorted(lost)} (got {sorted(got)}, pending {sorted(pending)})")
 
     def _check_updates(self, ledger: Ledger, records: dict[str, Any]) -> None:
-        """Each request id is answered one way; within a run every applied update moved the
-        count (an answer seen twice means one was applied twice); a completed collector's
+        """A request id belongs to one run: its answer is kept through the run after the one
+        that applied it (continue-as-new), then dropped, and a ``start_new`` run inherits
+        none. So every call answered within that window gets the one answer; a call after it
+        is a new request and may be applied again. Within a run every applied update moved
+        the count (an answer seen twice means one was applied twice); a completed collector's
         count covers every answer of its run and no more than was asked for."""
         answered: dict[tuple[str, str], dict[int, str]] = {}
         attempted: dict[str, int] = {}
         for (wid, rid), entry in sorted(ledger.updates.items()):
+            chain = _chain(records.get(wid))
             # "not found": the request was never recorded, so a retry after the start may apply it.
-            final = {outcome for outcome in entry["outcomes"] if outcome not in TRANSIENT and outcome != "workflow_not_found"}
-            if len(final) > 1:
-                self._report(f"update {rid} of {wid} answered more than one way: {sorted(final)}")
-            if entry["by"] >= 1:
-                attempted[wid] = attempted.get(wid, 0) + entry["by"]
-            for outcome in final:
+            calls = [(outcome, run) for outcome, run in zip(entry["outcomes"], entry["runs"]) if outcome not in TRANSIENT and outcome != "workflow_not_found"]
+            applied: dict[str, int] = {}
+            for outcome, run in calls:
                 if outcome.startswith("ok "):
                     run_id, value = ast.literal_eval(outcome[3:])
+                    applied.setdefault(outcome, 0)
+                    for other, other_run in calls:
+                        if other != outcome and _within_window(chain, run_id, other_run, other):
+                            self._report(f"update {rid} of {wid} answered more than one way: {sorted({outcome, other})}")
                     seen = answered.setdefault((wid, run_id), {})
                     if seen.get(value, rid) != rid:
                         self._report(f"updates {seen[value]} and {rid} of {wid} both answered {value}: one applied twice")
                     seen[value] = rid
+                else:
+                    for other, other_run in calls:
+                        if other != outcome and not other.startswith("ok ") and other_run == run:
+                            self._report(f"update {rid} of {wid} answered more than one way in one run: {sorted({outcome, other})}")
+            if entry["by"] >= 1:
+                # Each distinct answer is one application; a call with no answer (a transient
+                # outcome, or its caller gone with its engine) may have made one nobody saw.
+                unseen = entry.get("issued", 0) - sum(1 for outcome in entry["outcomes"] if outcome not in TRANSIENT)
+                attempted[wid] = attempted.get(wid, 0) + entry["by"] * max(1, len(applied) + unseen)
         for (wid, run_id), values in sorted(answered.items()):
             record = records.get(wid)
             if record is None or record["status"] != "completed" or record["run_id"] != run_id:
@@ -248,6 +249,29 @@ class Checker:
             if count < max(values) or count > attempted.get(wid, 0):
                 self._report(f"{wid} ended with count {count}; answers {sorted(values)}, at most {attempted.get(wid, 0)} applied")
 
+
+def _chain(record: dict[str, Any] | None) -> dict[str, int]:
+    """The runs of the workflow's last chain of continue-as-new, by position (a ``start_new``
+    run begins a new chain and keeps no earlier run)."""
+    if record is None:
+        return {}
+    runs = [previous["run_id"] for previous in record.get("previous_runs") or ()] + [record["run_id"]]
+    return {run: index for index, run in enumerate(runs)}
+
+
+def _within_window(chain: dict[str, int], applied_run: str, answer_run: str | None, outcome: str) -> bool:
+    """Whether a call answered ``outcome`` while ``answer_run`` was current had to get the
+    answer recorded in ``applied_run``: in that run or the next one of its chain."""
+    if outcome.startswith("ok "):
+        answer_run = ast.literal_eval(outcome[3:])[0]  # applied there, so current there
+        if answer_run == applied_run:
+            return True
+    if answer_run is None:
+        return False
+    if answer_run == applied_run:
+        return True
+    applied_at, answered_at = chain.get(applied_run), chain.get(answer_run)
+    return applied_at is not None and answered_at is not None and answered_at - applied_at in (0, 1)
 
 def args_of(record: dict[str, Any]) -> tuple[Any, ...]:
     return decode_args(record["args"])

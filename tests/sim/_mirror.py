@@ -177,20 +177,21 @@ class StoreMirror:
         return {wid for index in self._by_wid.values() for wid in index}
 
     @staticmethod
-    def only_renewals(changes: dict[str, dict[bytes, Any]], now: float) -> bool:
+    def only_renewals(changes: dict[str, dict[bytes, Any]], lease_now: float) -> bool:
         """Nothing changed but engine records that are live after the change (the checker's
-        own test of a live engine): the feed check is silent while any engine is live."""
+        own test of a live engine, on the lease clock): the feed check is silent while any
+        engine is live."""
         if set(changes) - {"engines"}:
             return False
         for before, after in changes.get("engines", {}).values():
             if before is None or after is None:
                 return False
             record = unpack_record(after)
-            if not (record["state"] == "live" and record["expires_at"] + 2 * record["heartbeat"] >= now):
+            if not (record["state"] == "live" and record["expires_at"] + 2 * record["heartbeat"] >= lease_now):
                 return False
         return True
 
-    def check(self, wids: set[str | None], now: float, feed_retention: float) -> list[Problem]:
+    def check(self, wids: set[str | None], now: float, feed_retention: float, lease_now: float) -> list[Problem]:
         """The store checker's problems among ``wids``' entries and the global ones."""
         wids = wids | {None}
         tables: dict[str, list[tuple[bytes, bytes]]] = {}
@@ -206,6 +207,6 @@ class StoreMirror:
         tables["feed"] = self._feed_head
         decode, _check.unpack_record = _check.unpack_record, self.decode
         try:
-            return check_environment(_View(tables), _Names(), now, feed_retention)  # type: ignore[arg-type]
+            return check_environment(_View(tables), _Names(), now, feed_retention, lease_now)  # type: ignore[arg-type]
         finally:
             _check.unpack_record = decode

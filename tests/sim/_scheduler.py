@@ -244,17 +244,26 @@ class Run:
 
     def _stop_all(self) -> None:
         """Every collector still running or pending is told to stop; and again every few
-        seconds, until everything has ended."""
-        observer = self.world.observer
+        seconds, until everything has ended. A quarantined workflow is lifted, as its
+        operator would (its owners were lost by the faults, not by its code)."""
+        world = self.world
+        observer = world.observer
         unfinished = []
         with observer.env.begin() as txn:
             for key, value in txn.cursor(db=observer.dbs.workflows):
                 record = unpack_record(value)
-                if record["status"] not in TERMINAL and record["status"] != "quarantined":
-                    unfinished.append((key.decode(), record["type"]))
-        for wid, wf_type in unfinished:
+                if record["status"] not in TERMINAL:
+                    unfinished.append((key.decode(), record["type"], record["status"]))
+        for wid, wf_type, status in unfinished:
             node = self._target()
-            if wf_type in ("collector", "racer", "spinner", "kin", "kid") and node is not None:
+            if node is None:
+                continue
+            if status == "quarantined":
+                lost = sum(1 for other in world.nodes if other.status in ("dead", "exited"))
+                if lost < node.engine.quarantine_after:  # each counted loss: an owner that died or expired
+                    world.violation(f"{wid} quarantined with only {lost} engines lost")
+                self.workload.issue(node, f"lift_quarantine {wid}", lambda engine, wid=wid: engine.lift_quarantine(wid))
+            elif wf_type in ("collector", "racer", "spinner", "kin", "kid"):
                 self.workload.issue(node, f"signal {wid} stop", lambda engine, wid=wid: engine.signal(wid, "s", "stop"))
         if not unfinished:
             self.at(self.now() + 4 * self.config.heartbeat + self.config.hint_delay, "finish", self._finish)

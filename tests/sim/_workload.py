@@ -53,6 +53,15 @@ def outcome_of(exc: BaseException) -> str:
     return f"UNEXPECTED {type(exc).__name__}: {exc}"
 
 
+def _current_run(engine: Any, wid: str) -> str | None:
+    """The run of ``wid`` current now (None if unknown): the run a call was answered in."""
+    try:
+        record = engine.store.get_workflow(wid)
+    except Exception:  # the engine's store is gone (killed): unknown
+        return None
+    return None if record is None else record["run_id"]
+
+
 class Workload:
     def __init__(self, world: Any, rng: random.Random) -> None:
         self.world = world
@@ -151,13 +160,13 @@ class Workload:
         wid = self._known()
 
         async def call(engine: Any) -> None:
-            before = self.run_of(wid)
+            issued = engine.clock.now()
             await engine.terminate(wid, "sim")
-            record = self.world.observer.get_workflow(wid)
-            if record["run_id"] != before:
-                return  # a new run (start_new) came between: which one ended is not known here
-            self.ledger.terminated.append((wid, record["run_id"]))
-            if record["status"] != "terminated":
+            record = self.world.observer.get_workflow(wid)  # the engine's store may be closed by now
+            if record["status"] == "terminated":
+                self.ledger.terminated.append((wid, record["run_id"]))
+            elif record["created"] < issued:  # not a ``start_new`` run made since
+                self.ledger.terminated.append((wid, record["run_id"]))
                 self.world.violation(f"terminate of {wid} acknowledged, but it is {record['status']}")
 
         return f"terminate {wid}", call
@@ -218,7 +227,7 @@ class Workload:
             rid = rng.choice(mine)
         else:
             rid = f"u{len(self.ledger.updates)}"
-            self.ledger.updates[(wid, rid)] = {"by": rng.choice([0, 1, 1, 2, 3]), "outcomes": []}
+            self.ledger.updates[(wid, rid)] = {"by": rng.choice([0, 1, 1, 2, 3]), "outcomes": [], "runs": []}
         entry = self.ledger.updates[(wid, rid)]
 
         async def call(engine: Any) -> Any:
@@ -267,10 +276,16 @@ class Workload:
                 world.violation(f"{description} on {node.name}: {outcome}")
             if description.startswith("update "):
                 _, wid, rid = description.split()[:3]
-                ledger.updates[(wid, rid)]["outcomes"].append(outcome)
+                entry = ledger.updates[(wid, rid)]
+                entry["outcomes"].append(outcome)
+                entry["runs"].append(_current_run(node.engine, wid))
             return outcome
 
         world.note(f"{node.name} -> {description}")
+        if description.startswith("update "):
+            _, wid, rid = description.split()[:3]
+            entry = ledger.updates[(wid, rid)]
+            entry["issued"] = entry.get("issued", 0) + 1
         task = node.loop.create_task(client())
         if description.startswith("result "):
             ledger.waiters.append((node, description.split()[1], task))

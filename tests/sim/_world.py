@@ -219,10 +219,6 @@ class World:
                 node.status = "exited"
                 self.note(f"{node.name} exits ({node.engine.state})")
 
-    def owners_lost(self) -> int:
-        """Engines that ended otherwise than by a graceful stop (killed, or deposed)."""
-        return sum(1 for node in self.nodes if node.status == "dead" or node.engine.state == "deposed")
-
     def up_nodes(self) -> list[Node]:
         return [node for node in self.nodes if node.status == "up" and node.engine.state == "running"]
 
@@ -274,25 +270,26 @@ class World:
         if store is not None and not store._closed:
             before = store.env.info()["last_txnid"]
             record = store.engine(node.engine_id)
-            was_live = record is not None and is_live(record, self.clock.now()) and node.engine.state == "running"
+            was_live = record is not None and is_live(record, self.clock.lease_now()) and node.engine.state == "running"
         died = False
         try:
             name = node.loop.run_one()
         except SimDeath:
             died = True
             name = "died"
-        if before is not None:
-            after = self.observer.env.info()["last_txnid"]
-            if after != before and not was_live:
-                self.violation(f"{node.name} committed while not live (engine state {node.engine.state})")
-        if died:  # after the check: a confirmed death is the supervisor's write, not the engine's
+        # Read before a confirmed death's kill: the witness that marks it dead commits that.
+        after = None if before is None else self.observer.env.info()["last_txnid"]
+        if died:
             self.kill(node, confirm=self.rng.random() < self.config.confirm_death)
         self.note(f"{node.name} {name}")
         for error in node.loop.errors:
             self.violation(f"{node.name}: {error}")
         node.loop.errors.clear()
-        if before is not None and self.observer.env.info()["last_txnid"] != before:
-            self.on_commit()
+        if before is not None:
+            if after != before and not was_live:
+                self.violation(f"{node.name} committed while not live (engine state {node.engine.state})")
+            if self.observer.env.info()["last_txnid"] != before:
+                self.on_commit()
 
     def on_commit(self) -> None:  # replaced by the scheduler's invariant checks
         pass

@@ -39,19 +39,23 @@ class _Call(threading.Thread):
 
 
 class _LaggingClock:
-    """The test's clock, except that the next ``now()`` after ``lag()`` is ``stale``: an
-    engine that read the time, then stalled before it took the write lock."""
+    """The test's clock, except that the next ``lease_now()`` after ``lag()`` is ``stale``:
+    an engine that read the time, then stalled before it took the write lock."""
 
     def __init__(self, clock: Any) -> None:
         self._clock = clock
         self._stale: float | None = None
+        self.lease_clock = clock.lease_clock
 
     def lag(self, stale: float) -> None:
         self._stale = stale
 
     def now(self) -> float:
+        return self._clock.now()
+
+    def lease_now(self) -> float:
         stale, self._stale = self._stale, None
-        return self._clock.now() if stale is None else stale
+        return self._clock.lease_now() if stale is None else stale
 
     def monotonic(self) -> float:
         return self._clock.monotonic()
@@ -114,7 +118,7 @@ def test_a_takeover_from_an_expired_engine_marks_it_and_its_stale_time_passes_no
     stalled = kit.engine(stalled_store)
     wid, run_id, epoch = kit.start(stalled, store=stalled_store)
     taker = kit.engine()
-    before = fake_clock.now()
+    before = fake_clock.lease_now()
 
     _outlive(kit, fake_clock, taker)
     candidates = [(w, holder) for w, holder, _ in kit.store.reclaim_candidates(taker)]

@@ -80,7 +80,7 @@ class Script:
             self.run.validate_update(name, args)
         except Exception as exc:
             return "rejected", exc
-        seq, packed, record = self.run.record_update(name, args, encode(list(args)), self._inbox_seq, request_id)
+        seq, packed, record = self.run.record_update(name, args, encode(list(args)), self._inbox_seq, request_id, 1 << 20)
         self.log[seq] = unpack_record(packed)
         self._take(self.run.deliver())
         return ("ok", decode(record["ok"])) if "ok" in record else ("err", record["err"])

@@ -114,19 +114,29 @@ class KeyRing:
         return PermissionDenied("this client key is no longer authorised", op=op)
 
 
-def drain_with_users(sock: zmq.Socket, limit: int = 10_000) -> Iterator[tuple[list[bytes], str | None]]:
+def drain_with_users(sock: zmq.Socket, limit: int = 10_000, max_parts: int = 0) -> Iterator[tuple[list[bytes], str | None]]:
     """As ``_frames.drain``, with each message's ZAP ``User-Id`` (the client's z85 key under
     CURVE; ``None`` when the message carries none). Costs a zero-copy frame per part, so only
-    a front door that checks permissions drains this way."""
+    a front door that checks permissions drains this way. ``max_parts``: as
+    ``_frames.recv_frames`` (the parts beyond it are dropped, one empty part says so)."""
     for _ in range(limit):
+        cut = False
         try:
             parts = [_recv(sock, _NOBLOCK, False)]
             while sock.getsockopt(_RCVMORE):
-                parts.append(_recv(sock, _NOBLOCK, False))
+                part = _recv(sock, _NOBLOCK, False)
+                if max_parts and len(parts) >= max_parts:
+                    cut = True  # dropped at once: never more than max_parts held
+                else:
+                    parts.append(part)
         except zmq.Again:
             return
         try:
-            user = parts[-1].get("User-Id")
+            found = parts[-1].get("User-Id")
         except zmq.ZMQError:
-            user = None
-        yield [part.bytes for part in parts], user
+            found = None
+        user = found if isinstance(found, str) else None
+        frames = [part.bytes for part in parts]
+        if cut:
+            frames.append(b"")
+        yield frames, user

@@ -108,7 +108,7 @@ class AsyncClient:
                 socket.close(linger=0)
                 raise ValueError(f"cannot connect to {self.endpoint!r}: {exc}") from None
             self._loop = asyncio.get_running_loop()
-            self._loop.add_reader(socket.getsockopt(zmq.FD), self._drain)
+            self._loop.add_reader(socket.fileno(), self._drain)
             self._socket = socket
         return self._socket
 
@@ -118,7 +118,7 @@ class AsyncClient:
             return
         if self._loop is not None and not self._loop.is_closed():
             try:
-                self._loop.remove_reader(socket.getsockopt(zmq.FD))
+                self._loop.remove_reader(socket.fileno())
             except Exception:  # the socket may already be unusable
                 pass
         socket.close(linger=0)
@@ -226,7 +226,7 @@ class AsyncClient:
         within ``timeout`` seconds."""
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
-        wait = _calls.MAX_RESULT_WAIT if deadline is None else timeout
+        wait = _calls.MAX_RESULT_WAIT if timeout is None else timeout
         call = _calls.execute_call(workflow, args, wait, **start_options)
         ok = await self._request(call)
         done, value = _calls.result_value(ok)

@@ -208,7 +208,7 @@ class Client:
         are ``start``'s. Raises like ``result``, and ``TimeoutError`` if it does not end
         within ``timeout`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        wait = _calls.MAX_RESULT_WAIT if deadline is None else timeout
+        wait = _calls.MAX_RESULT_WAIT if timeout is None else timeout
         call = _calls.execute_call(workflow, args, wait, **start_options)
         ok = self._request(call)
         done, value = _calls.result_value(ok)

@@ -35,7 +35,7 @@ _POLLIN = int(zmq.POLLIN)
 def readable(sock: zmq.Socket) -> bool:
     """Whether a message waits: what to drain by after the socket's (edge-triggered) file
     descriptor fired."""
-    return bool(sock.getsockopt(_EVENTS) & _POLLIN)
+    return bool(sock.getsockopt(_EVENTS) & _POLLIN)  # type: ignore[operator]  # EVENTS is an int (pyzmq types options int | bytes); cast() costs a call per message
 
 
 # The compiled methods under pyzmq's Python ``Socket`` wrappers (which only add options we
@@ -50,9 +50,17 @@ def send_frames(sock: zmq.Socket, parts: list[bytes]) -> None:
         _send(sock, part, _MORE if index < last else _NOBLOCK)
 
 
-def recv_frames(sock: zmq.Socket) -> list[bytes]:
+def recv_frames(sock: zmq.Socket, max_parts: int = 0) -> list[bytes]:
+    """One message. With ``max_parts``, parts beyond it are received without a copy and
+    dropped, and the list gets one empty part more than ``max_parts`` to say so: zmq limits
+    each part (``MAXMSGSIZE``), not their number, so this bounds what a message costs here."""
     parts = [_recv(sock, _NOBLOCK)]
     while sock.getsockopt(_RCVMORE):
+        if max_parts and len(parts) >= max_parts:
+            while sock.getsockopt(_RCVMORE):
+                _recv(sock, _NOBLOCK, False)
+            parts.append(b"")
+            return parts
         parts.append(_recv(sock, _NOBLOCK))
     return parts
 
@@ -77,13 +85,14 @@ def decode_batch(frame: bytes) -> list[Any]:
     return items
 
 
-def drain(sock: zmq.Socket, limit: int = 10_000) -> Iterator[list[bytes]]:
+def drain(sock: zmq.Socket, limit: int = 10_000, max_parts: int = 0) -> Iterator[list[bytes]]:
     """The messages queued on ``sock`` (at most ``limit``, so one socket cannot starve
     another), until it is empty: one ``zmq.Again`` ends a drain, which under load costs less
-    than asking ``EVENTS`` before every message (for a socket served by ``zmq.Poller``)."""
+    than asking ``EVENTS`` before every message (for a socket served by ``zmq.Poller``).
+    ``max_parts``: as ``recv_frames``."""
     for _ in range(limit):
         try:
-            frames = recv_frames(sock)
+            frames = recv_frames(sock, max_parts)
         except zmq.Again:
             return
         yield frames

@@ -13,6 +13,13 @@ finds no shard ready waits (``ready_timeout``) for one instead of failing at onc
 Clients use DEALER sockets (one frame per request); a REQ socket's envelope (an empty
 delimiter frame before the request) is accepted too and its reply gets the delimiter back.
 With a ``KeyRing`` (CURVE) each request is checked against the client's key (``_access``).
+
+Bounds (``bounds()`` counts what they refused): a shard holding ``max_shard_requests``
+requests, or ``max_shard_starts`` starts not answered yet, gets no more (of them); a new one
+goes to the next shard in line, or is refused at once with ``Overloaded``. The second bound
+keeps the latency of accepted starts short: starts queue no deeper than that per shard. A client's replies queue in zmq up to ``CLIENT_HWM`` messages, then here
+up to ``client_budget`` bytes, and beyond that are dropped: a client that never reads cannot
+grow the supervisor. A message of more parts than a request has is cut on arrival.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any, Callable
 
 import zmq
 
-from ..errors import InvalidRequest, OutcomeUnknown, ServerUnavailable, WeftError
+from ..errors import InvalidRequest, OutcomeUnknown, Overloaded, ServerUnavailable, WeftError
 from ._access import KeyRing, drain_with_users
 from ._frames import bind_internal, decode_batch, drain, encode_batch, send_frames
 from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
@@ -49,6 +56,15 @@ RETRYABLE_OPS = frozenset({"result", "query", "describe", "list", "ping"})
 """Reads that another shard may answer after the first one died holding them."""
 _STOPPING = frozenset({"engine_stopped", "engine_deposed"})
 DEFAULT_READY_TIMEOUT = 5.0
+DEFAULT_MAX_SHARD_REQUESTS = 20_000
+DEFAULT_MAX_SHARD_STARTS = 1000
+_STARTS = frozenset({"start", "signal_with_start", "execute"})
+DEFAULT_CLIENT_BUDGET = 16 << 20
+"""Bytes of replies held here for one client whose zmq queue is full."""
+CLIENT_HWM = 64
+"""Messages zmq queues per client, each way (a reply is at most a payload and its envelope)."""
+_REQUEST_PARTS = 3
+"""The most parts a client message has: identity, a REQ socket's delimiter, the request."""
 """Seconds a request waits for a shard to be ready (at start-up, or while every shard
 restarts) before it fails with ``ServerUnavailable``."""
 
@@ -92,6 +108,9 @@ class FrontDoor:
         backend_bind: str | None = None,
         ready_timeout: float = DEFAULT_READY_TIMEOUT,
         keys: KeyRing | None = None,
+        max_shard_requests: int = DEFAULT_MAX_SHARD_REQUESTS,
+        max_shard_starts: int = DEFAULT_MAX_SHARD_STARTS,
+        client_budget: int = DEFAULT_CLIENT_BUDGET,
     ) -> None:
         """``backend_bind``: where the shards connect (an ``ipc://`` path is cheapest; by
         default a free loopback TCP port). ``ready_timeout``: how long a request that finds
@@ -129,6 +148,27 @@ class FrontDoor:
         self._keys = keys if self._curve is not None else None
         self._enveloped: dict[bytes, int] = {}
         """REQ clients -> their requests awaiting a reply, which must carry the delimiter."""
+        self.max_shard_requests = max_shard_requests
+        self.max_shard_starts = max_shard_starts
+        self._starts: dict[int, int] = {}
+        """slot -> the starts it holds (in ``_inflight``) not answered yet."""
+        self.client_budget = client_budget
+        self._held: dict[bytes, collections.deque[list[bytes]]] = {}
+        """Clients whose zmq queue was full -> their replies waiting here, in order."""
+        self._held_bytes: dict[bytes, int] = {}
+        self.refused_overloaded = 0
+        self.replies_dropped = 0
+        self.messages_cut = 0
+
+    def bounds(self) -> dict[str, int]:
+        """What the bounds refused so far, and the replies held for slow clients now (read
+        from another thread: plain ints, a moment stale at worst)."""
+        return {
+            "frontdoor_overloaded_total": self.refused_overloaded,
+            "frontdoor_replies_dropped_total": self.replies_dropped,
+            "frontdoor_messages_cut_total": self.messages_cut,
+            "frontdoor_replies_held_bytes": sum(self._held_bytes.values()),
+        }
 
     def start(self) -> None:
         self._thread.start()
@@ -155,9 +195,9 @@ class FrontDoor:
         frontend = self._context.socket(zmq.ROUTER)
         frontend.setsockopt(zmq.ROUTER_MANDATORY, 1)
         frontend.setsockopt(zmq.LINGER, 0)
-        frontend.setsockopt(zmq.SNDHWM, 100_000)
-        frontend.setsockopt(zmq.RCVHWM, 100_000)
-        # Far above the frame limit, so an oversized request still gets its PayloadTooLarge
+        frontend.setsockopt(zmq.SNDHWM, CLIENT_HWM)
+        frontend.setsockopt(zmq.RCVHWM, CLIENT_HWM)
+        # Per part (libzmq checks each frame, not the message: ``_REQUEST_PARTS`` does that). Far above the frame limit, so an oversized request still gets its PayloadTooLarge
         # reply; only absurd frames (a memory attack) drop the connection.
         frontend.setsockopt(zmq.MAXMSGSIZE, max(64 << 20, 4 * self._max_frame))
         if self._curve is not None:
@@ -185,7 +225,7 @@ class FrontDoor:
         poller.register(backend, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(20 if self._parked else 100))
+                events = dict(poller.poll(20 if self._parked or self._held else 100))
                 if self._keys is not None:
                     self._keys.poll()
                 while not self._deaths.empty():
@@ -198,6 +238,8 @@ class FrontDoor:
                     self._unpark(frontend, backend)
                 if self._outbox:
                     self._flush(frontend, backend)
+                if self._held:
+                    self._send_held(frontend)
                 if self._deadlines:
                     self._deadlines.clear()
         finally:
@@ -205,9 +247,14 @@ class FrontDoor:
             backend.close(0)
 
     def _drain_frontend(self, frontend: zmq.Socket, backend: zmq.Socket) -> None:
-        messages = ((frames, None) for frames in drain(frontend)) if self._keys is None else drain_with_users(frontend)
+        if self._keys is None:
+            messages: Any = ((frames, None) for frames in drain(frontend, max_parts=_REQUEST_PARTS))
+        else:
+            messages = drain_with_users(frontend, max_parts=_REQUEST_PARTS)
         for frames, user in messages:
             self.requests += 1
+            if len(frames) > _REQUEST_PARTS:
+                self.messages_cut += 1
             if len(frames) == 3 and not frames[1]:  # a REQ socket's envelope
                 self._enveloped[frames[0]] = self._enveloped.get(frames[0], 0) + 1
                 frames = [frames[0], frames[2]]
@@ -241,17 +288,35 @@ class FrontDoor:
         if op == "stats":
             self._reply(frontend, client, encode_reply(request["id"], self._stats()))
             return
-        self._forward(frontend, backend, client, frame, request["id"], op, request.get("wid"))
+        self._forward(frontend, backend, client, frame, request["id"], op, request.get("wid"), fresh=True)
 
-    def _forward(self, frontend: zmq.Socket, backend: zmq.Socket, client: bytes, frame: bytes, request_id: Any, op: str, wid: str | None, exclude: frozenset[int] | set[int] = frozenset()) -> None:
+    def _forward(self, frontend: zmq.Socket, backend: zmq.Socket, client: bytes, frame: bytes, request_id: Any, op: str, wid: str | None, exclude: frozenset[int] | set[int] = frozenset(), fresh: bool = False) -> None:
         """Route one request to the first shard that should take it (``exclude``: shards that
         just failed it or could not be reached); it leaves with that shard's next batch. With
-        none to take it, it waits for one (``_unpark``)."""
+        none to take it, it waits for one (``_unpark``). A ``fresh`` request (not one sent on
+        from a lost shard, which may have applied it) skips shards holding
+        ``max_shard_requests``, and with every ready shard that full is refused ``Overloaded``."""
+        full = False
+        start = op in _STARTS
         for slot in self.routing.route(wid):
             if slot in exclude:
                 continue
-            self._inflight.setdefault(slot, {})[(client, request_id)] = (frame, op, wid)
+            held = self._inflight.get(slot)
+            if held is None:
+                held = self._inflight[slot] = {}
+            elif fresh and (len(held) >= self.max_shard_requests or (start and self._starts.get(slot, 0) >= self.max_shard_starts)):
+                full = True
+                continue
+            if start:
+                self._starts[slot] = self._starts.get(slot, 0) + 1
+            held[(client, request_id)] = (frame, op, wid)
             self._outbox.setdefault(slot, []).append((client, frame, request_id, op, wid))
+            return
+        if full:
+            self.refused_overloaded += 1
+            limit, value = ("max_queued_starts", self.max_shard_starts) if start else ("max_queued_requests", self.max_shard_requests)
+            error = Overloaded(f"every ready shard holds {value} {'starts' if start else 'requests'} ({limit}): retry later, with backoff", limit=limit, value=value)
+            self._reply(frontend, client, encode_error(request_id, error))
             return
         deadline = self._deadlines.get((client, request_id)) or time.monotonic() + self.ready_timeout
         self._parked.append((deadline, client, frame, request_id, op, wid))
@@ -292,13 +357,15 @@ class FrontDoor:
                     unreachable.add(slot)
                     held = self._inflight.get(slot, {})
                     for client, frame, request_id, op, wid in entries:
-                        held.pop((client, request_id), None)
+                        if held.pop((client, request_id), None) is not None and op in _STARTS:
+                            self._starts[slot] -= 1
                         self._forward(frontend, backend, client, frame, request_id, op, wid, exclude=unreachable)
 
     def _orphaned(self, frontend: zmq.Socket, backend: zmq.Socket, slot: int, dead: bool) -> None:
         """The shard at ``slot`` died (``dead``) or stopped answering: what it held is sent on
         when that is safe, else answered ``OutcomeUnknown``."""
         held = self._inflight.pop(slot, {})
+        self._starts.pop(slot, None)
         if dead:
             self._abandoned.pop(slot, None)  # its process is gone: no late replies
         elif held:
@@ -332,6 +399,8 @@ class FrontDoor:
             for index in range(0, len(items) - 3, 4):
                 client, reply, request_id, code = items[index : index + 4]
                 request = held.pop((client, request_id), None) if held else None
+                if request is not None and request[1] in _STARTS:
+                    self._starts[slot] -= 1
                 if request is None and abandoned and (client, request_id) in abandoned:
                     abandoned.discard((client, request_id))  # answered or sent on already
                     continue
@@ -352,7 +421,38 @@ class FrontDoor:
             parts = [client, b"", reply]
         else:
             parts = [client, reply]
+        if self._held and client in self._held:  # behind the replies it has not taken yet
+            self._hold(client, parts)
+            return
         try:
             send_frames(frontend, parts)
+        except zmq.Again:  # its zmq queue is full: it reads slower than it asks
+            self._hold(client, parts)
         except zmq.ZMQError:
             log.debug("client went away before its reply")
+
+    def _hold(self, client: bytes, parts: list[bytes]) -> None:
+        size = len(parts[-1])
+        used = self._held_bytes.get(client, 0)
+        if used + size > self.client_budget:
+            self.replies_dropped += 1
+            if self.replies_dropped & (self.replies_dropped - 1) == 0:  # 1st, 2nd, 4th, ...: a bounded log
+                log.warning("front door: dropped a reply to a client that does not read its replies (%d so far)", self.replies_dropped)
+            return
+        self._held_bytes[client] = used + size
+        self._held.setdefault(client, collections.deque()).append(parts)
+
+    def _send_held(self, frontend: zmq.Socket) -> None:
+        """Send what waits for slow clients, as far as their zmq queues take it."""
+        for client in list(self._held):
+            queue_ = self._held[client]
+            try:
+                while queue_:
+                    send_frames(frontend, queue_[0])
+                    self._held_bytes[client] -= len(queue_.popleft()[-1])
+            except zmq.Again:
+                continue
+            except zmq.ZMQError:  # gone: what it had waiting is dropped
+                self.replies_dropped += len(queue_)
+            del self._held[client]
+            del self._held_bytes[client]

@@ -124,8 +124,8 @@ def decode_request(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> dict[str
         if not isinstance(request.get(name), types) or isinstance(request.get(name), bool):
             raise _with_id(InvalidRequest(f"op {op!r} needs field {name!r} of type {types[0].__name__}"), request_id)
     for name, value in request.items():
-        types = _OPTIONAL.get(name)
-        if types is not None and (not isinstance(value, types) or isinstance(value, bool)):
+        optional = _OPTIONAL.get(name)
+        if optional is not None and (not isinstance(value, optional) or isinstance(value, bool)):
             raise _with_id(InvalidRequest(f"field {name!r} has the wrong type {type(value).__name__}"), request_id)
     return request
 

@@ -70,9 +70,9 @@ class RoutingTable:
                 engines = healthy
         order: list[int] = []
         if wid is None or not self._by_owner:
-            live = sorted(slots)
-            start = next(self._round_robin) % len(live)
-            return live[start:] + live[:start]
+            ring = sorted(slots)
+            start = next(self._round_robin) % len(ring)
+            return ring[start:] + ring[:start]
         try:
             owner = self._owner_of(wid)
         except Exception:

@@ -144,18 +144,18 @@ def _tz_wire(tz: _dt.tzinfo | None, owner: _dt.datetime | _dt.time) -> object:
         return tz.key
     if type(tz) is _dt.timezone:
         offset = tz.utcoffset(None)
-        name = tz.tzname(None)
+        name: str | None = tz.tzname(None)
         if name == _dt.timezone(offset).tzname(None):
             name = None
         return [_offset_us(offset), name]
-    offset = owner.utcoffset()
-    if offset is None:
+    owner_offset = owner.utcoffset()
+    if owner_offset is None:
         raise _Failure(
             _type_name(type(owner)),
             f"its tzinfo of type {_type_name(type(tz))!r} gives no UTC offset",
             owner,
         )
-    return [_offset_us(offset), owner.tzname()]
+    return [_offset_us(owner_offset), owner.tzname()]
 
 
 def _enc_datetime(obj: _dt.datetime) -> ExtType:

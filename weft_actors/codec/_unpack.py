@@ -130,7 +130,7 @@ def _dec_enum(data: bytes) -> enum.Enum:
 
 def _dec_dataclass(data: bytes) -> object:
     module, qualname, values = _unpack_list(data, 3)
-    cls = _resolve(module, qualname)
+    cls: type = _resolve(module, qualname)
     if not dataclasses.is_dataclass(cls):
         raise _Failure(_type_name(cls), "it is not a dataclass")
     if type(values) is not dict:

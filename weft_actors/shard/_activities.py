@@ -24,7 +24,7 @@ from typing import Any, Callable, Coroutine, Generator, NamedTuple
 from ..codec import decode_args
 from ..workflow import ActivityDefinition, ActivityInfo, contained, current_activity
 
-__all__ = ["ActivityRunner", "Finished"]
+__all__ = ["ActivityRunner", "DecidedFailure", "Finished"]
 
 Done = Callable[[Any, BaseException | None], None]
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
@@ -37,15 +37,32 @@ class Finished(NamedTuple):
     error: BaseException | None
 
 
+class DecidedFailure(Exception):
+    """A failed attempt's outcome as its refused commit recorded it (``_reuse``): handed to
+    the actor in place of running the attempt again, with the decision already made then --
+    retry at ``retry_at``, or give up (None) with ``failure`` as the op's error record."""
+
+    def __init__(self, failure: dict[str, Any], retry_at: float | None, first_at: float | None) -> None:
+        super().__init__(failure.get("message", ""))
+        self.failure = failure
+        self.retry_at = retry_at
+        self.first_at = first_at
+
+
 @types.coroutine
 def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo) -> Generator[Any, Any, Any]:
     """Continue a coroutine that already yielded ``first`` under a Task. ``SystemExit`` and
     ``KeyboardInterrupt`` from the activity become ``UserCodeExit``: a Task re-raises those two
-    out of the event loop, which would end the process instead of the attempt."""
+    out of the event loop, which would end the process instead of the attempt. Being closed
+    (a Task collected unfinished) closes the activity and re-raises ``GeneratorExit``, never
+    throws it in: the collector may have closed the activity's coroutine already."""
     yielded = first
     while True:
         try:
             sent = yield yielded
+        except GeneratorExit:
+            coro.close()
+            raise
         except BaseException as exc:  # cancellation and throws go to the activity
             try:
                 yielded = coro.throw(exc)
@@ -116,7 +133,9 @@ class ActivityRunner:
         """Start one attempt, or queue it if ``max_inflight`` run already. Returns ``Finished``
         if it ended inline (``done`` is then never called), else a function that cancels it
         (best effort for threads; a queued attempt is just dropped) and ``done`` is called
-        once, later: never from within ``run``."""
+        once, later: never from within ``run`` or a cancel function (the slot a cancel frees
+        goes to the queue on the next loop turn: a queued attempt that ends inline must not
+        report into its caller, an actor in the middle of a step)."""
         if self.inflight >= self.max_inflight or self._queue:  # FIFO: nothing overtakes the queue
             entry = _Queued(definition, args, info, timeout, done)
             self._queue.append(entry)
@@ -146,12 +165,15 @@ class ActivityRunner:
         self.inflight += 1
         slot = [True]
 
-        def release() -> None:
+        def release(soon: bool = False) -> None:
             if slot[0]:
                 slot[0] = False
                 self.inflight -= 1
                 if self._queue:
-                    self._drain()
+                    if soon:
+                        self._loop.call_soon(self._drain)
+                    else:
+                        self._drain()
 
         def finished(value: Any, error: BaseException | None) -> None:
             try:
@@ -166,7 +188,7 @@ class ActivityRunner:
 
         def cancel_and_release() -> None:
             cancel()
-            release()
+            release(True)
 
         return cancel_and_release
 
@@ -189,7 +211,7 @@ class ActivityRunner:
         finally:
             self._draining = False
 
-    def _run_suspended(self, definition: ActivityDefinition, coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None]:
+    def _run_suspended(self, definition: ActivityDefinition, coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], object]:
         """Go on with an async attempt that suspended (yielding ``first``) under a Task."""
         context = contextvars.copy_context()
         context.run(current_activity.set, info)

@@ -23,10 +23,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
 
 from ..codec import encode
-from ..errors import SerializationError, WeftError
+from ..errors import PayloadTooLarge, SerializationError, WeftError
 from ..store import CancelOther, Finish, StepCommit, TimerRef
 from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, cancelled_record, error_record
-from ._activities import Finished
+from ._activities import DecidedFailure, Finished
 from ._ending import EndingMixin, finish_of as _finish_of
 from ._inbox import InboxMixin
 from ._writes import Writes
@@ -395,8 +395,12 @@ class Actor(InboxMixin, EndingMixin):
         if error is None:
             try:
                 payload = encode(value, "activity result")
-            except SerializationError as exc:
+                if len(payload) > self.engine.payload_limit:
+                    limit = self.engine.payload_limit
+                    raise PayloadTooLarge(f"result of activity {op.name!r} is {len(payload)} bytes; the limit is {limit}", size=len(payload), limit=limit)
+            except (SerializationError, PayloadTooLarge) as exc:
                 error = exc
+                payload = None  # not kept while the failure commits
             else:
                 del self.ops[seq]
                 if self.timers:
@@ -410,20 +414,24 @@ class Actor(InboxMixin, EndingMixin):
                 return
         previous = previous or {}
         now = self.engine.clock.now()
-        first_at = previous.get("first_at", now)
-        retry = op.retry
-        delay = retry.delay(attempts)
-        retryable = (
-            attempts < retry.max_attempts
-            and retry.retryable(error)
-            and not isinstance(error, SerializationError)
-            and (op.schedule_to_close is None or now + delay < first_at + op.schedule_to_close)
-        )
-        failure = error_record(error, "activity")
-        failure["activity"] = op.name
-        failure["attempts"] = attempts
-        if retryable:
-            ref = TimerRef(now + delay, seq, "retry")
+        if error.__class__ is DecidedFailure:  # this attempt's failure, its commit refused before
+            failure, retry_at, first_at = error.failure, error.retry_at, error.first_at  # type: ignore[attr-defined]
+        else:
+            first_at = previous.get("first_at", now)
+            retry = op.retry
+            delay = retry.delay(attempts)
+            retryable = (
+                attempts < retry.max_attempts
+                and retry.retryable(error)
+                and not isinstance(error, (SerializationError, PayloadTooLarge))
+                and (op.schedule_to_close is None or now + delay < first_at + op.schedule_to_close)
+            )
+            failure = error_record(error, "activity")
+            failure["activity"] = op.name
+            failure["attempts"] = attempts
+            retry_at = now + delay if retryable else None
+        if retry_at is not None:
+            ref = TimerRef(retry_at, seq, "retry")
             started = self.run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"])
             stale = self._clear_timer(seq)
             self._schedule_timer(ref)
@@ -443,7 +451,7 @@ class Actor(InboxMixin, EndingMixin):
         self.ahead = []
         outcome = run.outcome
         if outcome is not None and (outcome.kind == "complete" or outcome.kind == "fail") and len(commands) == 1 and not self.ops and not self.attempts:
-            self.finish = finish = _finish_of(outcome)
+            self.finish = finish = _finish_of(outcome, self.engine.payload_limit)
             self._commit(ops=ops, finish=finish)
             return
         self.held = commands

@@ -1,14 +1,14 @@
 """When a workflow's step could not be committed: back off before driving it again.
 
 A refused step drops its actor, and driving the workflow again replays it from the store and
-re-runs whatever the refused commit would have recorded, activities included. Re-driven on
+redoes whatever the refused commit would have recorded (an activity's outcome it carried is
+kept and taken, not run again: ``_reuse``). Re-driven on
 every reclaim pass (as it once was), a store within its reserve ran one activity 31 times in
 3 s. So each workflow waits before it is driven again -- one heartbeat after its first
 refusal, doubling per refusal in a row up to ``MAX_BACKOFF`` -- and a step refused for lack
 of room (``StorageFull``) is not driven again at all while the store is still within its
 reserve: it waits, probing the store once per heartbeat (a few microseconds), and goes the
-moment room is back. An activity is then re-run only when its outcome has room to commit,
-never once per refusal.
+moment room is back.
 
 In memory only: a restart or a takeover drives the workflow at once, as any recovery does.
 """
@@ -19,6 +19,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Final
 
+from .._ratelimit import RateLimitedLog
 from ..errors import StorageFull, WeftError
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 __all__ = ["CommitRetry", "MAX_BACKOFF"]
 
 log = logging.getLogger("weft_actors.shard")
+_REFUSALS = RateLimitedLog(log)
+"""A full disk refuses every workflow's step: one line per interval, with a count."""
 
 MAX_BACKOFF: Final = 30.0
 """Seconds between two drives of a workflow whose steps keep being refused, at most."""
@@ -59,7 +62,7 @@ class CommitRetry:
         self._failures[wid] = failures
         self._last[wid] = now
         delay = min(engine.heartbeat * 2 ** min(failures - 1, 30), MAX_BACKOFF)
-        log.warning("workflow %s: step refused (%s), %d in a row; driven again in %.2fs", wid, error, failures, delay)
+        _REFUSALS.warning("refused", "workflow %s: step refused (%s), %d in a row; driven again in %.2fs", wid, error, failures, delay)
         self._schedule(wid, delay, isinstance(error, StorageFull))
 
     def _schedule(self, wid: str, delay: float, needs_room: bool) -> None:

@@ -11,8 +11,9 @@ import logging
 
 from typing import TYPE_CHECKING, Any
 
+from ..errors import PayloadTooLarge
 from ..store import ContinueRun, Finish, TimerRef
-from ..workflow import Command
+from ..workflow import Command, error_record
 from ._validate import new_id
 from ._writes import Writes
 
@@ -25,11 +26,16 @@ __all__ = ["EndingMixin", "finish_of"]
 log = logging.getLogger("weft_actors.shard")
 
 
-def finish_of(cmd: Command) -> Finish:
+def finish_of(cmd: Command, limit: int) -> Finish:
     """The terminal transition of a ``complete`` or ``fail`` command (``cancelled`` when the
-    run re-raised a cancellation)."""
+    run re-raised a cancellation). A result over ``limit`` bytes fails the run with
+    ``PayloadTooLarge`` instead: stored, it would be served whole to every caller."""
     if cmd.kind == "complete":
-        return Finish("completed", cmd.payload, None)
+        payload = cmd.payload
+        if payload is not None and len(payload) > limit:
+            too_large = PayloadTooLarge(f"workflow result is {len(payload)} bytes; the limit is {limit}", size=len(payload), limit=limit)
+            return Finish("failed", None, error_record(too_large))
+        return Finish("completed", payload, None)
     error = cmd.error or {}
     return Finish("cancelled" if error.get("kind") == "cancelled" else "failed", None, error)
 
@@ -72,7 +78,7 @@ class EndingMixin:
                 writes = Writes()
             self._stop_work(writes)
         if kind == "complete" or kind == "fail":
-            finish: Finish | None = finish_of(cmd)
+            finish: Finish | None = finish_of(cmd, self.engine.payload_limit)
         else:  # continue as new
             finish = None
             next_run = new_id()

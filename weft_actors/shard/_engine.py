@@ -14,7 +14,7 @@ import gc
 import logging
 import os
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from .._clock import Clock, SystemClock
 from ..codec import encode
@@ -23,15 +23,17 @@ from ..errors import (
     EngineStopped,
     InvalidRequest,
     LimitExceeded,
+    Overloaded,
     PayloadTooLarge,
     UnknownWorkflowType,
     WeftError,
 )
 from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, stall_note_path
-from ..workflow import WorkflowDefinition, collect_workflows, workflow_definition
+from ..workflow import Op, WorkflowDefinition, collect_workflows, workflow_definition
 from ._activities import ActivityRunner
 from ._actor import Actor
 from ._commit_retry import CommitRetry
+from ._reuse import RefusedOutcomes
 from ._committer import GroupCommitter
 from ._driving import Driver
 from ._eviction import Evictor
@@ -51,6 +53,7 @@ __all__ = ["Engine"]
 log = logging.getLogger("weft_actors.shard")
 
 CommitHint = Callable[[str, str], None]
+DoneInterest = Callable[[str, bool], None]
 
 
 GEN0_THRESHOLD = 500_000
@@ -91,6 +94,14 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     ``max_inflight_activities`` (default 1,000) caps the activity attempts running at once:
     beyond it attempts wait in a FIFO queue (backpressure, never a failure).
 
+    Admission: ``max_running`` (default None: no bound, an embedding caller paces its own
+    calls; the supervisor's shards use 10,000) bounds the workflows in flight, that is
+    running rather than parked, measured as the activity attempts running and queued plus
+    the writes waiting for this turn's commit. A client start (or signal-with-start) that
+    finds that many is refused at once with ``Overloaded``, writing nothing, so that accepted
+    work keeps a bounded latency instead of every start queueing without end. The same
+    starts as for ``max_active_workflows`` are never refused.
+
     Poison workflows: a workflow whose last ``quarantine_after`` (default 3) owners were lost
     while running it (they died or lost their lease) without committing any progress is not
     driven again but parked as ``quarantined`` (``lift_quarantine`` puts it back). With
@@ -119,7 +130,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         background: bool = True,
         probe_peers: bool = True,
         on_commit_hint: CommitHint | None = None,
-        on_done_interest: CommitHint | None = None,
+        on_done_interest: DoneInterest | None = None,
         feed_retention: float = 3600.0,
         engine_retention: float = 3600.0,
         prune_interval: float = 60.0,
@@ -128,6 +139,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         max_active_workflows: int | None = None,
         max_inbox: int = 10_000,
         max_inflight_activities: int = 1000,
+        max_running: int | None = None,
         quarantine_after: int = 3,
         stall_threshold: float | None = None,
     ) -> None:
@@ -164,14 +176,17 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.orphans: set[str] = set()
         self.eviction = Evictor(self, max_live_actors)
         self.commit_retry = CommitRetry(self)
+        self.refused = RefusedOutcomes(self)
         self.max_active_workflows = max(200_000, 2 * max_live_actors) if max_active_workflows is None else max_active_workflows
         if self.max_active_workflows <= max_live_actors:
             raise ValueError(
                 f"max_active_workflows ({self.max_active_workflows}) must exceed max_live_actors "
                 f"({max_live_actors}): parked actors are evicted down to the latter to admit starts"
             )
-        if max_inbox < 1 or max_inflight_activities < 1:
-            raise ValueError("max_inbox and max_inflight_activities must be >= 1")
+        if max_inbox < 1 or max_inflight_activities < 1 or (max_running is not None and max_running < 1):
+            raise ValueError("max_inbox, max_inflight_activities and max_running must be >= 1")
+        self.max_running = max_running
+        self.starts_overloaded = 0
         self.max_inbox = max_inbox
         self.max_inflight_activities = max_inflight_activities
         if isinstance(quarantine_after, bool) or not isinstance(quarantine_after, int) or quarantine_after < 1:
@@ -211,7 +226,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         background tasks the replay of what it takes goes on after ``open`` returns, in
         bounded slices of loop time (``_driving``); without, it is done before."""
         loop = asyncio.get_running_loop()
-        kwargs = {} if self._map_size is None else {"map_size": self._map_size}
+        kwargs: dict[str, Any] = {} if self._map_size is None else {"map_size": self._map_size}
         self.store = LmdbStore(self.data_dir, clock=self.clock, sync=self._sync, max_inbox=self.max_inbox, **kwargs)
         try:
             self.store.register_engine(
@@ -288,6 +303,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.driver.clear()
         self.orphans.clear()
         self.commit_retry.clear()
+        self.refused.clear()
 
     def _shutdown(self, error: WeftError) -> None:
         if self.watchdog is not None:
@@ -440,9 +456,24 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.committer.submit(intent, created)
         return wid
 
+    def in_flight(self) -> int:
+        """The workflows running now, not parked: each of them waits for an activity attempt
+        (running or queued) or for this turn's commit. Cheap: three lengths."""
+        activities = self.activities
+        return activities.inflight + activities.queued + self.committer.pending
+
     def admit(self) -> None:
-        """Refuse a new workflow (``LimitExceeded``) when ``max_active_workflows`` actors are
-        in memory and an eviction pass frees no room: all of them are busy."""
+        """Refuse a new workflow: ``Overloaded`` when ``max_running`` workflows are in flight,
+        ``LimitExceeded`` when ``max_active_workflows`` actors are in memory and an eviction
+        pass frees no room (all of them are busy)."""
+        if self.max_running is not None and (running := self.in_flight()) >= self.max_running:
+            self.starts_overloaded += 1
+            raise Overloaded(
+                f"engine {self.engine_id} has {running} workflows in flight, its limit "
+                f"(max_running={self.max_running}): retry later, with backoff",
+                limit="max_running",
+                value=self.max_running,
+            )
         if len(self.actors) >= self.max_active_workflows:
             self.eviction.run()
             if len(self.actors) >= self.max_active_workflows:
@@ -557,7 +588,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     def stats(self) -> dict[str, Any]:
         """Counters of this engine (once opened), readable in-process; workflow ids are never
         labels. ``commits_total``/``writes_total`` count committed transactions and intents."""
-        parked = sum(1 for actor in self.actors.values() if not actor.busy and actor.cmd is not None and actor.cmd.op.kind != "activity")  # type: ignore[union-attr]
+        parked = sum(1 for actor in self.actors.values() if not actor.busy and actor.cmd is not None and cast(Op, actor.cmd.op).kind != "activity")
         return {
             "engine_id": self.engine_id,
             "pid": os.getpid(),
@@ -573,9 +604,12 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "activities_started": self.activities_started,
             "activities_inflight": self.activities.inflight,
             "activities_queued": self.activities.queued,
+            "workflows_in_flight": self.in_flight(),
+            "starts_overloaded_total": self.starts_overloaded,
             "quarantined_workflows": self.store.count_quarantined() if self.state == "running" else 0,  # a stopped engine's store is closed
             "loop_stalls_total": 0 if self.watchdog is None else self.watchdog.stalls,
             "feed_cursor": self.maintenance.feed_cursor,
+            "storage": self.store.write_state(),  # ok, disk_full, read_only, ...: reads go on
             **self.eviction.snapshot(),
             **self.metrics.snapshot(),
         }

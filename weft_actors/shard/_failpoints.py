@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import Final
+from typing import Final, Mapping
 
 __all__ = ["Failpoint", "failpoint_from_env", "ENV_VAR", "ONCE_VAR", "POINTS", "EXIT_CODE"]
 
@@ -81,11 +81,11 @@ class Failpoint:
         return True
 
 
-def failpoint_from_env(environ: dict[str, str] | None = None) -> Failpoint | None:
+def failpoint_from_env(environ: Mapping[str, str] | None = None) -> Failpoint | None:
     """The failpoint ``WEFT_FAILPOINT`` arms, or ``None`` (unset or empty). A malformed value
     is a ``ValueError``: a test that meant to crash must not silently run to the end."""
-    environ = os.environ if environ is None else environ
-    spec = environ.get(ENV_VAR, "")
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    spec = env.get(ENV_VAR, "")
     if not spec:
         return None
     parts = spec.split(":")
@@ -102,4 +102,4 @@ def failpoint_from_env(environ: dict[str, str] | None = None) -> Failpoint | Non
             raise ValueError(f"{ENV_VAR}={spec!r}: N must be a positive integer") from None
         if nth < 1:
             raise ValueError(f"{ENV_VAR}={spec!r}: N must be a positive integer")
-    return Failpoint(parts[1], nth, stop, environ.get(ONCE_VAR) or None)
+    return Failpoint(parts[1], nth, stop, env.get(ONCE_VAR) or None)

@@ -18,12 +18,14 @@ from ..errors import EngineDeposed, FencedOut, WeftError
 from ..store import QuarantineWorkflow, StepCommit, describe_reason, pending_reason
 from ..workflow import WorkflowDefinition, WorkflowRun
 from ._actor import Actor
+from ._reuse import ReusingActor
 
 if TYPE_CHECKING:
     from .._clock import Clock
     from ._committer import GroupCommitter
     from ..store import LmdbStore
     from ._commit_retry import CommitRetry
+    from ._reuse import RefusedOutcomes
     from ._eviction import Evictor
     from ._metrics import EngineMetrics
 
@@ -50,6 +52,7 @@ class ActorHost:
     eviction: Evictor
     quarantine_after: int
     commit_retry: CommitRetry
+    refused: RefusedOutcomes
     _waiters: dict[str, list[asyncio.Future[Any]]]
     _on_commit_hint: Callable[[str, str], None] | None
     _on_done_interest: Callable[[str, bool], None] | None
@@ -100,7 +103,11 @@ class ActorHost:
         if eviction.evicted:
             eviction.forget(wid)
         run = WorkflowRun(definition, wid, run_id, args, history)
-        actor = Actor(self, wid, run_id, epoch, run)  # type: ignore[arg-type]
+        refused = self.refused
+        if refused.kept and refused.keeps(wid, run_id):  # attempts whose commit was refused
+            actor: Actor = ReusingActor(self, wid, run_id, epoch, run)  # type: ignore[arg-type]
+        else:
+            actor = Actor(self, wid, run_id, epoch, run)  # type: ignore[arg-type]
         actor.add_messages(inbox)
         actors[wid] = actor
         if len(actors) > eviction.max_live:
@@ -121,9 +128,9 @@ class ActorHost:
         """Replay and resume ``wid``, which this engine holds at ``epoch``: the whole inbox is
         read with the history, so nothing depends on a previous owner's feed cursor."""
         record, holder, ops, inbox = self.store.load_for_replay(wid)
-        if record is None or record["status"] != "running":
-            return False
-        if not self._holds(holder, epoch):
+        if record is None or record["status"] != "running" or not self._holds(holder, epoch):
+            if self.refused.kept:
+                self.refused.forget(wid)  # ended, closed or taken elsewhere: never used here
             return False
         lost = record.get("lost")
         if lost is not None and lost.get("mark", (None,))[0] == record["run_id"]:
@@ -218,6 +225,8 @@ class ActorHost:
             del self.actors[actor.wid]
         if deposed:
             self.metrics.claim("deposed")
+            if self.refused.kept:
+                self.refused.forget(actor.wid)
         self.wake_waiters(actor.wid)
 
     def wake_waiters(self, wid: str) -> None:
@@ -234,8 +243,9 @@ class ActorHost:
         elif isinstance(error, EngineDeposed):
             self.depose(str(error))
         else:
-            # Driven again after a backoff (``_commit_retry``), not at the next pass: a drive
-            # re-runs what the refused commit would have recorded.
+            # Driven again after a backoff (``_commit_retry``), not at the next pass; the
+            # attempt outcomes it would have recorded are kept for that drive (``_reuse``).
+            self.refused.capture(actor)
             self.drop_actor(actor)
             self.commit_retry.refused(actor.wid, error)
 
@@ -245,6 +255,8 @@ class ActorHost:
         if self.actors.get(actor.wid) is actor:
             del self.actors[actor.wid]
         self.metrics.workflows_completed += 1
+        if self.refused.kept:
+            self.refused.forget(actor.wid)
         waiters = self._waiters.pop(actor.wid, None)
         if waiters:
             outcome = actor.outcome_record()

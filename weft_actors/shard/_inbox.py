@@ -189,7 +189,7 @@ class InboxMixin:
             self._answer_after(request_id)
             self._commit(consume=(inbox_seq,), effects=effects)
             return
-        seq, packed, record = self.run.record_update(name, args, message["payload"], inbox_seq, request_id)
+        seq, packed, record = self.run.record_update(name, args, message["payload"], inbox_seq, request_id, self.engine.payload_limit)
         answer = {"ok": record["ok"]} if "err" not in record else {"err": record["err"]}
         effects = (PutRequest(request_id, answer),) if request_id else ()
         self._answer_after(request_id)

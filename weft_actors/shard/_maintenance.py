@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from .._ratelimit import RateLimitedLog
 from ..errors import EngineDeposed, StorageError, StorageFull, WeftError
 from ._reclaim import Reclaimer
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 __all__ = ["Maintenance"]
 
 log = logging.getLogger("weft_actors.shard")
+_FAILURES = RateLimitedLog(log)
+"""A full or read-only disk fails every pass the same way: one line per interval and kind."""
 
 FEED_BATCH = 10_000
 HISTORY_BATCH = 2_000
@@ -39,7 +42,7 @@ class Maintenance:
         self.engine = engine
         self.reclaimer = Reclaimer(engine)
         self.feed_cursor = engine.store.feed_head()
-        self._next_prune = engine.clock.now() + engine.prune_interval
+        self._next_prune = engine.clock.monotonic() + engine.prune_interval
         self._history_backlog = False
         self._history_batch = HISTORY_BATCH
         self._task: asyncio.Task[None] | None = None
@@ -93,7 +96,7 @@ class Maintenance:
             try:
                 self.run_pass(heartbeat=beat)
             except Exception:
-                log.exception("maintenance pass failed")
+                _FAILURES.log(logging.ERROR, "pass", "maintenance pass failed", exc_info=True)
 
     # -- the pass -------------------------------------------------------------------------
 
@@ -136,7 +139,7 @@ class Maintenance:
             raise
         except WeftError as exc:
             engine.metrics.heartbeat_failures += 1
-            log.warning("heartbeat failed: %s", exc)
+            _FAILURES.warning("heartbeat", "heartbeat failed: %s", exc)
 
     # -- feed -----------------------------------------------------------------------------
 
@@ -168,7 +171,7 @@ class Maintenance:
 
     def _maybe_prune(self, heartbeat: bool) -> None:
         engine = self.engine
-        now = engine.clock.now()
+        now = engine.clock.monotonic()  # an interval: a wall-clock jump must not move it
         if now < self._next_prune:
             if self._history_backlog and heartbeat:  # not on hinted passes, however many
                 self.prune_history()
@@ -185,7 +188,7 @@ class Maintenance:
             engine.metrics.feed_pruned += engine.store.prune_feed(engine.engine_id, self.feed_cursor, engine.feed_retention)
             engine.metrics.engines_pruned += len(engine.store.prune_engines(engine.engine_retention))
         except WeftError as exc:
-            log.warning("pruning failed: %s", exc)
+            _FAILURES.warning("prune", "pruning failed: %s", exc)
         self.prune_history()
 
     def prune_history(self) -> None:
@@ -209,4 +212,4 @@ class Maintenance:
                     return
         except WeftError as exc:
             self._history_backlog = False
-            log.warning("retention prune failed: %s", exc)
+            _FAILURES.warning("retention", "retention prune failed: %s", exc)

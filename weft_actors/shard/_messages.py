@@ -15,7 +15,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..codec import decode, decode_args, encode, encode_args
-from ..errors import InvalidRequest, UpdateFailed, UpdateRejected, WeftError, WorkflowClosed, WorkflowNotFound
+from ..errors import InvalidRequest, PayloadTooLarge, UpdateFailed, UpdateRejected, WeftError, WorkflowClosed, WorkflowNotFound
 from ..store import TERMINAL, AppendInbox, CreateWorkflow, RequestCancel, SignalWithStart, StepResult
 from ._handle import WorkflowHandle
 from ._hosting import resolve
@@ -301,6 +301,8 @@ def _answer(wid: str, name: str, entry: dict[str, Any]) -> Any:
     error = entry.get("err") or {}
     if error.get("code") == "update_rejected":
         raise UpdateRejected(error.get("message", f"update {name!r} rejected"), workflow_id=wid, update=name)
+    if error.get("code") == "payload_too_large":  # its result was refused, not its handler
+        raise PayloadTooLarge(error.get("message", f"result of update {name!r} is too large"), workflow_id=wid, update=name)
     raise UpdateFailed(
         f"update {name!r} of workflow {wid!r} failed: {error.get('type')}: {error.get('message')}",
         workflow_id=wid,

@@ -30,6 +30,8 @@ class EngineMetrics:
         "workflows_completed",
         "drive_failures",
         "workflows_quarantined",
+        "outcomes_reused",
+        "outcomes_dropped",
     )
 
     def __init__(self) -> None:
@@ -47,6 +49,10 @@ class EngineMetrics:
         self.workflows_completed = 0
         self.drive_failures = 0
         self.workflows_quarantined = 0
+        self.outcomes_reused = 0
+        """Activity attempts not run again: they took the outcome their refused commit carried."""
+        self.outcomes_dropped = 0
+        """Such kept outcomes dropped past the bound (``_reuse``): those attempts run again."""
 
     def claim(self, outcome: str, n: int = 1) -> None:
         self.claim_attempts[outcome] += n
@@ -79,6 +85,8 @@ class EngineMetrics:
             "histories_pruned_total": self.histories_pruned,
             "drive_failures_total": self.drive_failures,
             "workflows_quarantined_total": self.workflows_quarantined,
+            "activity_outcomes_reused_total": self.outcomes_reused,
+            "activity_outcomes_dropped_total": self.outcomes_dropped,
             "workflows_completed": self.workflows_completed,
             # Flat names of the first version, kept for readers that still use them.
             "claims_acquired": attempts["acquired"],

@@ -11,7 +11,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..codec import decode, decode_args, encode
-from ..errors import InvalidRequest, WorkflowClosed, WorkflowNotFound
+from ..errors import InvalidRequest, PayloadTooLarge, WorkflowClosed, WorkflowNotFound
 from ..store import TERMINAL
 from ..workflow import WorkflowDefinition, WorkflowRun
 from ._hosting import resolve
@@ -31,6 +31,7 @@ class WorkflowReads:
     store: LmdbStore
     committer: GroupCommitter
     actors: dict[str, Actor]
+    payload_limit: int
     _waiters: dict[str, list[asyncio.Future[Any]]]
 
     def _check_running(self) -> None:  # provided by Engine
@@ -55,7 +56,7 @@ class WorkflowReads:
             # that commit lands and before the run goes ahead again (a run that always goes
             # ahead would otherwise starve the query).
             future: asyncio.Future[Any] = self.committer.loop.create_future()
-            actor.ahead.append(_answer_when_committed(actor, future, name, args))
+            actor.ahead.append(_answer_when_committed(actor, future, name, args, self.payload_limit))
             answered = await future
             if answered is not None:
                 return answered[0]
@@ -65,7 +66,7 @@ class WorkflowReads:
             value = actor.run.query(name, args)
         else:
             value = self._query_by_replay(workflow_id, name, args)
-        return decode(encode(value, "query result"), "query result")
+        return _answer_of(value, self.payload_limit)
 
     def _query_by_replay(self, workflow_id: str, name: str, args: tuple[Any, ...]) -> Any:
         record, _, ops, _ = self.store.load_for_replay(workflow_id)
@@ -148,7 +149,16 @@ class WorkflowReads:
         return self.store.list_workflows(status, type, limit, cursor)
 
 
-def _answer_when_committed(actor: Actor, future: asyncio.Future[Any], name: str, args: tuple[Any, ...]) -> Callable[[bool], None]:
+def _answer_of(value: Any, limit: int) -> Any:
+    """A query's answer as its caller gets it (encoded and decoded: a copy, never the run's
+    own object); ``PayloadTooLarge`` over ``limit`` bytes."""
+    data = encode(value, "query result")
+    if len(data) > limit:
+        raise PayloadTooLarge(f"query answer is {len(data)} bytes; the limit is {limit}", size=len(data), limit=limit)
+    return decode(data, "query result")
+
+
+def _answer_when_committed(actor: Actor, future: asyncio.Future[Any], name: str, args: tuple[Any, ...], limit: int) -> Callable[[bool], None]:
     """What an actor ahead of its commit calls when that commit is decided: with True it
     answers the query from the run as it stands (committed state, the run not gone on yet) as
     ``(value,)``; with False ``future`` gets None (look again). Never raises into the commit's
@@ -161,7 +171,7 @@ def _answer_when_committed(actor: Actor, future: asyncio.Future[Any], name: str,
             future.set_result(None)
             return
         try:
-            value = decode(encode(actor.run.query(name, args), "query result"), "query result")
+            value = _answer_of(actor.run.query(name, args), limit)
         except BaseException as exc:  # the caller's error, raised where it awaits
             future.set_exception(exc)
         else:

@@ -77,8 +77,7 @@ class Reclaimer:
         """One reclaim pass; returns how many workflows were taken over in it."""
         engine = self.engine
         live = self.live_engines()
-        now = engine.clock.now()
-        self._scan(live, now)
+        self._scan(live, engine.clock.lease_now())
         self._retry_orphans()  # before taking more: a drive that failed in this pass waits
         taken = 0
         driver = engine.driver
@@ -89,7 +88,7 @@ class Reclaimer:
             taken = self.take_more()
             if self._untaken or self._more:
                 driver.schedule()  # the driver takes the rest as it goes
-        self._fire_system_timers(live, now)
+        self._fire_system_timers(live, engine.clock.now())
         return taken
 
     def _scan(self, live: list[str], now: float) -> None:
@@ -118,7 +117,7 @@ class Reclaimer:
         ``SCAN_LIMIT`` are read once those are tried) and queue the winners for the driver;
         how many were taken."""
         if not self._untaken and self._more:
-            self._scan(self._live, self.engine.clock.now())
+            self._scan(self._live, self.engine.clock.lease_now())
         wanted = self._untaken
         if not wanted:
             return 0
@@ -169,6 +168,8 @@ class Reclaimer:
             holder = engine.store.get_holder(wid)
             if holder is not None and holder[0] == engine.engine_id and wid not in engine.actors:
                 self.drive(wid, holder[1])
+            elif engine.refused.kept and wid not in engine.actors:
+                engine.refused.forget(wid)  # its claim moved: what was kept for it is never used here
 
     # -- timers without an owner ----------------------------------------------------------
 

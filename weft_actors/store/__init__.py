@@ -5,6 +5,7 @@ implements the same methods and passes the same conformance suite (``tests/store
 """
 
 from ._check import Problem, check_store
+from ._disk import is_read_only
 from ._env import SCHEMA_VERSION
 from ._intents import (
     AppendInbox,
@@ -27,6 +28,7 @@ __all__ = [
     "Problem",
     "check_store",
     "SCHEMA_VERSION",
+    "is_read_only",
     "TERMINAL",
     "split_holder",
     "AppendInbox",

@@ -6,7 +6,7 @@ the batch's other intents still commit.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import lmdb
 
@@ -50,7 +50,7 @@ class TxnState:
 
     __slots__ = ("txn", "dbs", "engine_raw", "now", "feed_seq", "writes", "max_inbox")
 
-    def __init__(self, txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes, now: float, max_inbox: int = DEFAULT_MAX_INBOX) -> None:
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes, now: float, max_inbox: int = DEFAULT_MAX_INBOX) -> None:
         self.txn = txn
         self.dbs = dbs
         self.engine_raw = engine_raw
@@ -118,7 +118,7 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
         delete_prefix(txn, dbs.requests, prefix)
     pending = intent.start_at is not None and intent.start_at > state.now
     status = "pending" if pending else "running"
-    record = {
+    record: dict[str, Any] = {
         "type": intent.wf_type,
         "args": intent.args,
         "status": status,
@@ -136,7 +136,7 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
     }
     epoch = 0
     if pending:
-        txn.put(timer_key(intent.start_at, wid, START_SEQ), pack_record({"kind": "start", "run_id": intent.run_id}), db=dbs.timers)
+        txn.put(timer_key(cast(float, intent.start_at), wid, START_SEQ), pack_record({"kind": "start", "run_id": intent.run_id}), db=dbs.timers)
     else:
         epoch = next_epoch(state, wid_raw)
         txn.put(wid_raw, holder_value(state.engine_raw, epoch, state.now), db=dbs.claim_holder)
@@ -148,7 +148,7 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
     return Created(True, intent.run_id, status, epoch)
 
 
-def delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> int:
+def delete_prefix(txn: lmdb.Transaction[bytes], db: Any, prefix: bytes) -> int:
     """Delete every key of ``db`` that starts with ``prefix``; how many went."""
     cursor = txn.cursor(db=db)
     deleted = 0

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 
 import lmdb
 
+from .._clock import SystemClock
 from ..codec import unpack_record
 from ._env import Databases
 from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, expiring_key, split_holder, split_timer_key, unpack_u64, visibility_key, visibility_value
@@ -131,7 +132,7 @@ _PLAIN = _record_of({})
 class _Reader:
     """Walks keyspaces in one transaction; what cannot be read becomes a problem, not a crash."""
 
-    def __init__(self, txn: lmdb.Transaction, dbs: Databases) -> None:
+    def __init__(self, txn: lmdb.Transaction[bytes], dbs: Databases) -> None:
         self.txn = txn
         self.dbs = dbs
         self.problems: list[Problem] = []
@@ -190,7 +191,9 @@ def _valid_workflow(value: bytes) -> dict[str, Any]:
     return record
 
 
-def check_environment(txn: lmdb.Transaction, dbs: Databases, now: float, feed_retention: float) -> list[Problem]:
+def check_environment(
+    txn: lmdb.Transaction[bytes], dbs: Databases, now: float, feed_retention: float, lease_now: float | None = None
+) -> list[Problem]:
     reader = _Reader(txn, dbs)
     records = dict(reader.entries("workflows", _workflow_id, _valid_workflow, wid=_readable_key))
     problems: list[Problem] = []
@@ -199,7 +202,7 @@ def check_environment(txn: lmdb.Transaction, dbs: Databases, now: float, feed_re
         (_check_claims, (reader, records)),
         (_check_visibility, (reader, records)),
         (_check_timers_and_requests, (reader, records)),
-        (_check_feed, (reader, now, feed_retention)),
+        (_check_feed, (reader, now, feed_retention, lease_now)),
     ]
     for check, args in checks:
         try:
@@ -341,10 +344,17 @@ def _check_timers_and_requests(reader: _Reader, records: dict[str, dict[str, Any
     return problems
 
 
-def _check_feed(reader: _Reader, now: float, feed_retention: float) -> list[Problem]:
+def _check_feed(reader: _Reader, now: float, feed_retention: float, lease_now: float | None) -> list[Problem]:
+    """``lease_now``: the time engine leases are judged by; ``None``: the real lease clock for
+    records of it (``lease_clock``), ``now`` for others (a fake clock's)."""
     live = False
+    real = SystemClock()
     for _, record in reader.entries("engines", value=_ENGINE, wid=lambda key: None):
-        if record["state"] == "live" and record["expires_at"] + 2 * record["heartbeat"] >= now:
+        if lease_now is not None:
+            judged = lease_now
+        else:
+            judged = real.lease_now() if record.get("lease_clock") == real.lease_clock else now
+        if record["state"] == "live" and record["expires_at"] + 2 * record["heartbeat"] >= judged:
             live = True
     if live:
         return []  # a running engine prunes on its own schedule

@@ -9,7 +9,7 @@ refused; it is checked before anything of the step is written, so a refused step
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from ..codec import pack_record, unpack_record
 from ..errors import FencedOut, WorkflowAlreadyExists, WorkflowNotFound
@@ -123,7 +123,7 @@ def _create_child(state: TxnState, parent: str, effect: CreateChild) -> tuple[st
     create = effect.create
     result = create_workflow(state, create)
     wid_raw = create.wid.encode()
-    record = unpack_record(txn.get(wid_raw, db=dbs.workflows))
+    record = unpack_record(cast(bytes, txn.get(wid_raw, db=dbs.workflows)))
     record["parent_run"] = effect.parent_run
     record["parent_seq"] = effect.parent_seq
     txn.put(wid_raw, pack_record(record), db=dbs.workflows)
@@ -140,7 +140,7 @@ def _continue_run(state: TxnState, intent: StepCommit, effect: ContinueRun, touc
     its children are settled here), which is what bounds history for endless workflows."""
     txn, dbs, wid = state.txn, state.dbs, intent.wid
     wid_raw = wid.encode()
-    record = unpack_record(txn.get(wid_raw, db=dbs.workflows))
+    record = unpack_record(cast(bytes, txn.get(wid_raw, db=dbs.workflows)))
     old = dict(record)
     old_run = record["run_id"]
     had_children = record.pop("children", None)

@@ -1,7 +1,9 @@
 """The engine registry: one record per engine, heartbeated, never a write per claim.
 
 A record is ``{slot, pid, state, heartbeat, ttl, expires_at, started, cursor, mode,
-incarnation, ended}``. ``state`` is ``live``, ``stopped`` (released gracefully), ``dead``
+incarnation, ended, lease_clock}``. ``expires_at`` and ``ended`` are readings of the lease
+clock the record names (``Clock.lease_now``, e.g. ``CLOCK_BOOTTIME`` of one boot), never of
+the wall clock: a jump of the wall clock expires nobody. ``started`` is wall time (for people). ``state`` is ``live``, ``stopped`` (released gracefully), ``dead``
 (death confirmed) or ``expired`` (another engine acted on its expiry). An engine in ``single``
 mode never heartbeats: its ``expires_at`` is infinite and only a confirmed death (or its own
 release) ends it.
@@ -47,17 +49,17 @@ def is_live(record: dict[str, Any], now: float) -> bool:
     return record["state"] == "live" and not is_expired(record, now)
 
 
-def engine_record(txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes) -> dict[str, Any] | None:
+def engine_record(txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes) -> dict[str, Any] | None:
     value = txn.get(engine_raw, db=dbs.engines)
     return None if value is None else unpack_record(value)
 
 
-def put_engine(txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes, record: dict[str, Any]) -> None:
+def put_engine(txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes, record: dict[str, Any]) -> None:
     txn.put(engine_raw, pack_record(record), db=dbs.engines)
 
 
 def check_live(
-    txn: lmdb.Transaction, dbs: Databases, engine_id: str, now: float, incarnation: str | None = None
+    txn: lmdb.Transaction[bytes], dbs: Databases, engine_id: str, now: float, incarnation: str | None = None
 ) -> dict[str, Any]:
     """Raise ``EngineDeposed`` unless ``engine_id``'s record is live and still the one this
     process registered (``incarnation``): a deposed engine commits nothing.
@@ -77,7 +79,7 @@ def check_live(
     return record
 
 
-def mark_expired(txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes, now: float) -> bool:
+def mark_expired(txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes, now: float) -> bool:
     """In a transaction about to act on ``engine_raw``'s expiry: mark a ``live`` record that
     has expired at ``now`` as ``expired``. True if that engine can never commit again (its
     record is gone, not live, or now marked), False if it is live after all (it renewed its
@@ -93,7 +95,7 @@ def mark_expired(txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes, now: 
     return True
 
 
-def refuse_second_single(txn: lmdb.Transaction, dbs: Databases, engine_id: str, now: float) -> None:
+def refuse_second_single(txn: lmdb.Transaction[bytes], dbs: Databases, engine_id: str, now: float) -> None:
     """In ``single`` mode a second live engine is refused."""
     for key, value in txn.cursor(db=dbs.engines):
         if key.hex() == engine_id:
@@ -105,7 +107,7 @@ def refuse_second_single(txn: lmdb.Transaction, dbs: Databases, engine_id: str, 
             )
 
 
-def live_records(txn: lmdb.Transaction, dbs: Databases, now: float) -> dict[str, dict[str, Any]]:
+def live_records(txn: lmdb.Transaction[bytes], dbs: Databases, now: float) -> dict[str, dict[str, Any]]:
     return {
         key.hex(): record
         for key, value in txn.cursor(db=dbs.engines)
@@ -113,7 +115,7 @@ def live_records(txn: lmdb.Transaction, dbs: Databases, now: float) -> dict[str,
     }
 
 
-def prune_engines(txn: lmdb.Transaction, dbs: Databases, now: float, keep: float) -> list[str]:
+def prune_engines(txn: lmdb.Transaction[bytes], dbs: Databases, now: float, keep: float) -> list[str]:
     """Delete the records of engines that can never commit again (stopped, dead, or expired),
     hold no claim any more, and ended more than ``keep`` seconds ago. Returns their ids."""
     gone: list[str] = []

@@ -9,13 +9,15 @@ from typing import Final
 import lmdb
 
 from ..errors import OwnershipModeMismatch, SchemaVersionError, StorageError
-from ._migrate import upgrade
+from .._clock import Clock, SystemClock
+from ._disk import storage_failure
+from ._migrate import adopt_lease_clock, upgrade
 
 __all__ = ["SCHEMA_VERSION", "DATABASES", "open_environment", "Databases", "lock_file_replaced"]
 
 log = logging.getLogger("weft_actors.store")
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 DEFAULT_MAP_SIZE: Final = 1 << 40  # sparse: LMDB only takes what it writes
 
 DATABASES: Final = (
@@ -101,7 +103,7 @@ def lock_file_replaced(path: str) -> StorageError | None:
 
 
 def open_environment(
-    path: str, *, map_size: int = DEFAULT_MAP_SIZE, sync: bool = True, readonly: bool = False
+    path: str, *, map_size: int = DEFAULT_MAP_SIZE, sync: bool = True, readonly: bool = False, clock: Clock | None = None
 ) -> tuple[lmdb.Environment, Databases]:
     """Open (creating if needed) the environment at ``path`` and check its schema version.
 
@@ -113,7 +115,7 @@ def open_environment(
     if shared is not None:
         shared[2] += 1
         return shared[0], shared[1]
-    env, dbs = _open(path, map_size=map_size, sync=sync, readonly=readonly)
+    env, dbs = _open(path, map_size=map_size, sync=sync, readonly=readonly, clock=clock or SystemClock())
     _OPEN[path] = [env, dbs, 1, None if readonly else _identity(os.path.join(path, LOCK_FILE))]
     return env, dbs
 
@@ -129,8 +131,11 @@ def close_environment(path: str) -> None:
         shared[0].close()
 
 
-def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb.Environment, Databases]:
-    os.makedirs(path, exist_ok=True)
+def _open(path: str, *, map_size: int, sync: bool, readonly: bool, clock: Clock) -> tuple[lmdb.Environment, Databases]:
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise storage_failure(exc, path, f"cannot create the store directory {path}") from exc
     try:
         env = lmdb.open(
             path,
@@ -142,8 +147,8 @@ def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb
             readonly=readonly,
             readahead=False,
         )
-    except lmdb.Error as exc:
-        raise StorageError(f"cannot open store at {path}: {exc}", path=path) from exc
+    except lmdb.Error as exc:  # not writable: says so (``_disk``)
+        raise storage_failure(exc, path, f"cannot open store at {path}") from exc
     try:
         dbs = Databases(env)
     except (lmdb.CorruptedError, lmdb.PageNotFoundError, lmdb.InvalidError) as exc:
@@ -188,10 +193,12 @@ def _open(path: str, *, map_size: int, sync: bool, readonly: bool) -> tuple[lmdb
                 upgrade(txn, dbs, version)
                 txn.put(b"schema", str(SCHEMA_VERSION).encode(), db=dbs.meta)
                 log.info("store at %s upgraded from schema version %s to %s", path, version, SCHEMA_VERSION)
+        if not readonly:
+            adopt_lease_clock(txn, dbs, clock)
     return env, dbs
 
 
-def check_ownership_mode(txn: lmdb.Transaction, dbs: Databases, mode: str) -> None:
+def check_ownership_mode(txn: lmdb.Transaction[bytes], dbs: Databases, mode: str) -> None:
     """Write the ownership-mode marker if absent; refuse a different one."""
     stored = txn.get(b"ownership-mode", db=dbs.meta)
     if stored is None:

@@ -21,12 +21,12 @@ def feed_entry(now: float, wid: str) -> bytes:
     return pack_u64(ms(now)) + wid.encode()
 
 
-def feed_head(txn: lmdb.Transaction, dbs: Databases) -> int:
+def feed_head(txn: lmdb.Transaction[bytes], dbs: Databases) -> int:
     raw = txn.get(b"feed_seq", db=dbs.meta)
     return 0 if raw is None else unpack_u64(raw)[0]
 
 
-def read_feed(txn: lmdb.Transaction, dbs: Databases, after: int, limit: int) -> list[tuple[int, str]]:
+def read_feed(txn: lmdb.Transaction[bytes], dbs: Databases, after: int, limit: int) -> list[tuple[int, str]]:
     """``(seq, wid)`` of the entries after ``after``, oldest first, at most ``limit``."""
     cursor = txn.cursor(db=dbs.feed)
     found: list[tuple[int, str]] = []
@@ -39,7 +39,7 @@ def read_feed(txn: lmdb.Transaction, dbs: Databases, after: int, limit: int) -> 
 
 
 def prune_feed(
-    txn: lmdb.Transaction,
+    txn: lmdb.Transaction[bytes],
     dbs: Databases,
     live_cursors: list[int],
     now: float,

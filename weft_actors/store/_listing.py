@@ -65,7 +65,7 @@ def decode_cursor(cursor: str, status: str | None, wf_type: str | None) -> bytes
     return last
 
 
-def _groups(txn: lmdb.Transaction, dbs: Databases, status: str | None, wf_type: str | None) -> list[bytes]:
+def _groups(txn: lmdb.Transaction[bytes], dbs: Databases, status: str | None, wf_type: str | None) -> list[bytes]:
     """Prefixes of the (status, type) groups the filter selects that have any entry."""
     if status is not None and wf_type is not None:
         return [visibility_group(status, wf_type)]
@@ -85,7 +85,7 @@ def _groups(txn: lmdb.Transaction, dbs: Databases, status: str | None, wf_type: 
     return found
 
 
-def _stream(txn: lmdb.Transaction, dbs: Databases, group: bytes, after: bytes) -> Iterator[tuple[bytes, bytes, bytes]]:
+def _stream(txn: lmdb.Transaction[bytes], dbs: Databases, group: bytes, after: bytes) -> Iterator[tuple[bytes, bytes, bytes]]:
     """``(wid bytes, key, value)`` of one group, ids strictly after ``after``, in id order."""
     scan = txn.cursor(db=dbs.visibility)
     start = group + after
@@ -101,7 +101,7 @@ def _stream(txn: lmdb.Transaction, dbs: Databases, group: bytes, after: bytes) -
 
 
 def list_workflows(
-    txn: lmdb.Transaction,
+    txn: lmdb.Transaction[bytes],
     dbs: Databases,
     status: str | None,
     wf_type: str | None,

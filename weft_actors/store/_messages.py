@@ -80,7 +80,7 @@ def append_and_consume(state: TxnState, intent: AppendAndConsume) -> tuple[int, 
     return seq, True
 
 
-def _has_inbox(txn: lmdb.Transaction, dbs: Databases, wid: str) -> bool:
+def _has_inbox(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> bool:
     prefix = prefixed(wid)
     cursor = txn.cursor(db=dbs.inbox)
     return cursor.set_range(prefix) and cursor.key().startswith(prefix)

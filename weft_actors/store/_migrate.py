@@ -2,25 +2,28 @@
 
 Version 1 kept ``updated`` inside visibility keys (``status || type || updated || wid``) and
 had no ``expiring`` index. Both indexes are derived from the workflow records, so the upgrade
-rebuilds them from the records; nothing else changed.
+rebuilds them from the records. Version 2 judged engine leases by the wall clock; version 3
+by a lease clock each engine record names (``adopt_lease_clock``, run at every read-write
+open, moves older records onto it).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..codec import unpack_record
+from ..codec import pack_record, unpack_record
 from ._keys import TERMINAL, expiring_key, visibility_key, visibility_value
 
 if TYPE_CHECKING:
     import lmdb
 
+    from .._clock import Clock
     from ._env import Databases
 
-__all__ = ["upgrade"]
+__all__ = ["upgrade", "adopt_lease_clock"]
 
 
-def rebuild_indexes(txn: lmdb.Transaction, dbs: Databases) -> int:
+def rebuild_indexes(txn: lmdb.Transaction[bytes], dbs: Databases) -> int:
     """Rewrite the visibility and ``expiring`` indexes from the records; returns their count."""
     txn.drop(dbs.visibility, delete=False)
     txn.drop(dbs.expiring, delete=False)
@@ -35,7 +38,44 @@ def rebuild_indexes(txn: lmdb.Transaction, dbs: Databases) -> int:
     return count
 
 
-def upgrade(txn: lmdb.Transaction, dbs: Databases, version: int) -> None:
+def upgrade(txn: lmdb.Transaction[bytes], dbs: Databases, version: int) -> None:
     """Bring a store of schema ``version`` to the current one (the caller writes the number)."""
     if version < 2:
         rebuild_indexes(txn, dbs)
+
+
+def adopt_lease_clock(txn: lmdb.Transaction[bytes], dbs: Databases, clock: Clock) -> int:
+    """Bring every engine record to ``clock``'s lease clock, in the transaction that opens the
+    store read-write; returns how many records changed (none, once they all agree).
+
+    A record without ``lease_clock`` was written by schema 2, whose lease times were wall-clock
+    times: they are moved onto the lease clock keeping the time each lease had left. A record
+    of the real lease clock of another boot is of a process that cannot be running any more
+    (its lease readings mean nothing now): a live one is dead, and an ended one ended now, so
+    its claims are reclaimable at once and its record is pruned in its time. Records of a fake
+    clock (tests) are never touched by a real one, and the other way round.
+    """
+    mine = clock.lease_clock
+    changed = 0
+    for key, value in list(txn.cursor(db=dbs.engines)):
+        record = unpack_record(value)
+        theirs = record.get("lease_clock")
+        if theirs == mine:
+            continue
+        if theirs is None:
+            shift = clock.lease_now() - clock.now()
+            for field in ("expires_at", "ended"):
+                if isinstance(record.get(field), (int, float)) and record[field] != float("inf"):
+                    record[field] += shift
+        elif theirs.partition(":")[0] == mine.partition(":")[0] and ":" in mine:
+            if record["state"] == "live":
+                record["state"] = "dead"
+            record["ended"] = clock.lease_now()
+            if record["expires_at"] != float("inf"):
+                record["expires_at"] = min(record["expires_at"], clock.lease_now())
+        else:
+            continue
+        record["lease_clock"] = mine
+        txn.put(key, pack_record(record), db=dbs.engines)
+        changed += 1
+    return changed

@@ -102,8 +102,8 @@ def note_lost_owner(state: TxnState, wid: str, record: dict[str, Any], stall: di
         tail.append((op_seq(key), cursor.value()))
         moved = cursor.prev()
     mark = [record["run_id"], tail[0][0], zlib.crc32(tail[0][1])] if tail else [record["run_id"], -1, 0]
-    previous = record.get("lost")
-    same = previous is not None and previous.get("mark") == mark
+    previous: dict[str, Any] = record.get("lost") or {}
+    same = previous.get("mark") == mark
     if stall is not None and stall.get("run_id") == record["run_id"]:
         reason = {"seq": stall.get("seq"), "kind": stall.get("kind"), "name": stall.get("name")}
     elif same and previous.get("reason"):

@@ -15,17 +15,17 @@ from ._keys import inbox_seq, op_seq, prefixed, run_prefix, unpack_u64
 __all__ = ["get_workflow", "get_epoch", "load_ops", "load_inbox", "by_engine"]
 
 
-def get_workflow(txn: lmdb.Transaction, dbs: Databases, wid: str) -> dict[str, Any] | None:
+def get_workflow(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> dict[str, Any] | None:
     raw = txn.get(wid.encode(), db=dbs.workflows)
     return None if raw is None else unpack_record(raw)
 
 
-def get_epoch(txn: lmdb.Transaction, dbs: Databases, wid: str) -> int:
+def get_epoch(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> int:
     raw = txn.get(wid.encode(), db=dbs.claim_epoch)
     return 0 if raw is None else unpack_u64(raw)[0]
 
 
-def _scan(txn: lmdb.Transaction, db: Any, prefix: bytes) -> list[tuple[bytes, bytes]]:
+def _scan(txn: lmdb.Transaction[bytes], db: Any, prefix: bytes) -> list[tuple[bytes, bytes]]:
     cursor = txn.cursor(db=db)
     found = []
     if cursor.set_range(prefix):
@@ -36,15 +36,15 @@ def _scan(txn: lmdb.Transaction, db: Any, prefix: bytes) -> list[tuple[bytes, by
     return found
 
 
-def load_ops(txn: lmdb.Transaction, dbs: Databases, wid: str, run_id: str) -> dict[int, dict[str, Any]]:
+def load_ops(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str, run_id: str) -> dict[int, dict[str, Any]]:
     return {op_seq(key): unpack_record(value) for key, value in _scan(txn, dbs.ops, run_prefix(wid, run_id))}
 
 
-def load_inbox(txn: lmdb.Transaction, dbs: Databases, wid: str) -> list[tuple[int, dict[str, Any]]]:
+def load_inbox(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> list[tuple[int, dict[str, Any]]]:
     return [(inbox_seq(key), unpack_record(value)) for key, value in _scan(txn, dbs.inbox, prefixed(wid))]
 
 
-def by_engine(txn: lmdb.Transaction, dbs: Databases, engine_raw: bytes) -> list[str]:
+def by_engine(txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes) -> list[str]:
     cursor = txn.cursor(db=dbs.by_engine)
     found = []
     if cursor.set_range(engine_raw):

@@ -48,7 +48,7 @@ class StorageReserve:
         at most ``MAX_BYTES``: 256 KiB of a 1 MiB map, 64 MiB of the default sparse 1 TiB."""
         return max(min(MIN_PAGES, map_pages // 4), min(map_pages // 32, MAX_BYTES // self._psize))
 
-    def check(self, txn: lmdb.Transaction) -> StorageFull | None:
+    def check(self, txn: lmdb.Transaction[bytes]) -> StorageFull | None:
         """The error for growth intents if the pages in use reach into the reserve, else None."""
         info = self._env.info()
         map_pages = info["map_size"] // self._psize

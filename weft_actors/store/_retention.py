@@ -33,7 +33,7 @@ class PruneResult(NamedTuple):
     more: bool
 
 
-def _delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes, budget: int) -> tuple[int, bool]:
+def _delete_prefix(txn: lmdb.Transaction[bytes], db: Any, prefix: bytes, budget: int) -> tuple[int, bool]:
     """Delete up to ``budget`` keys starting with ``prefix``; ``(deleted, all gone)``."""
     cursor = txn.cursor(db=db)
     deleted = 0
@@ -48,7 +48,7 @@ def _delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes, budget: int) -
     return deleted, True
 
 
-def prune_history(txn: lmdb.Transaction, dbs: Databases, now: float, retention: float, limit: int) -> PruneResult:
+def prune_history(txn: lmdb.Transaction[bytes], dbs: Databases, now: float, retention: float, limit: int) -> PruneResult:
     """Prune the history of finished workflows that ended more than ``retention`` seconds
     before ``now``, oldest first, deleting at most about ``limit`` keys.
 

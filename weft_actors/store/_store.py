@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 from typing import Any, Callable, Iterable
@@ -10,23 +9,28 @@ from typing import Any, Callable, Iterable
 import lmdb
 
 from .._clock import Clock, SystemClock
+from .._ratelimit import RateLimitedLog
 from ..codec import unpack_record
 from ..errors import StorageError, StorageFull, WeftError
 from . import _engines, _listing, _queries
-from ._apply import DEFAULT_MAX_INBOX, TxnState, next_epoch, release_claims
+from ._apply import DEFAULT_MAX_INBOX, TxnState
+from ._disk import storage_failure
 from ._dispatch import APPLIER_OF
-from ._quarantine import QUARANTINED, note_lost_owner, read_stall_note, stall_note_path
+from ._quarantine import QUARANTINED
 from ._feed import feed_head, read_feed
 from ._upkeep import UpkeepMixin
 from ._messages import RequestsMixin
-from ._env import DEFAULT_MAP_SIZE, check_ownership_mode, close_environment, lock_file_replaced, open_environment
+from ._env import DEFAULT_MAP_SIZE, close_environment, lock_file_replaced, open_environment
+from ._ownership import Ownership
 from ._reserve import GROWTH, StorageReserve
-from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, by_engine_key, engine_key, holder_value, split_holder
+from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, engine_key, split_holder
 
 
 __all__ = ["LmdbStore"]
 
 log = logging.getLogger("weft_actors.store")
+_WRITE_LOG = RateLimitedLog(log)
+"""A full or read-only disk fails every write: one line per interval says so."""
 
 
 class _ApplierCrashed(Exception):
@@ -66,18 +70,18 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.path = os.path.abspath(path)
         self.max_inbox = max_inbox
         self.clock = clock or SystemClock()
-        self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly)
+        self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly, clock=self.clock)
         self._real_path = os.path.realpath(self.path)
         """The path the environment was opened at (resolved once: ``verify_lock_file`` runs
         every maintenance pass, and resolving costs a ``stat`` per path component)."""
         self._reserve = StorageReserve(self.env, self.dbs)
         self.commits = 0
         self.writes = 0
-        self._locks: dict[str, int] = {}
         self._closed = False
-        self._incarnations: dict[str, str] = {}
-        """engine id -> the incarnation this instance registered: a record re-registered by
-        someone else is no longer ours, and every commit checks that."""
+        self._ownership = Ownership(self)
+        self._incarnations = self._ownership.incarnations  # the same dict: every commit reads it
+        self.write_failure: StorageError | StorageFull | None = None
+        """Why the last transaction failed for the store itself (``None`` once one commits)."""
         self._lock_lost: StorageError | None = None
         """Set once ``lock.mdb`` is found replaced: from then on nothing is written."""
         self.before_commit: Callable[[], None] | None = None
@@ -90,9 +94,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         from a hung one by it. ``None``: nothing is published."""
 
     def close(self) -> None:
-        for fd in self._locks.values():
-            os.close(fd)
-        self._locks.clear()
+        self._ownership.close()
         if not self._closed:  # the environment is shared: release this instance's use once
             self._closed = True
             close_environment(self.path)
@@ -141,7 +143,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         # This engine's own lease is judged by the time before it waited for the write lock:
         # a wait behind another process's stalled transaction is no stall of its own. A stale
         # time cannot pass once anyone acted on its expiry (they mark it; see ``_engines``).
-        started = self.clock.now()
+        clock = self.clock
+        started = clock.lease_now()
         wait = self.write_wait
         if wait is not None:
             wait[0] = started
@@ -150,15 +153,16 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 if wait is not None:
                     wait[0] = 0.0
                 record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
-                now = self.clock.now()  # for the records and the lease: read holding the lock
+                now = clock.now()  # for the records: read holding the lock
+                lease = clock.lease_now()  # for the lease (wall-clock jumps do not move it)
                 full = self._reserve.check(txn)
                 if full is not None and all(type(intent) in GROWTH for intent in intents):
                     raise full  # nothing to commit, not even the lease extension below
                 state = TxnState(txn, self.dbs, engine_key(engine_id), now, self.max_inbox)
-                if now >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
+                if lease >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
                     # A busy engine's commits carry its heartbeat: a long loop turn full of
                     # work must not let its own lease lapse.
-                    record["expires_at"] = now + record["ttl"]
+                    record["expires_at"] = lease + record["ttl"]
                     _engines.put_engine(txn, self.dbs, state.engine_raw, record)
                 for intent in intents:
                     kind = type(intent)
@@ -179,11 +183,13 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         except WeftError as exc:
             return [exc] * len(intents)
         except lmdb.MapFullError as exc:
-            error = StorageFull(f"store is full (map size {self.env.info()['map_size']} bytes): {exc}")
+            error: WeftError = StorageFull(f"store is full (map size {self.env.info()['map_size']} bytes): {exc}")
             return [error] * len(intents)
-        except lmdb.Error as exc:
-            error = StorageError(f"commit failed: {exc}")
+        except lmdb.Error as exc:  # a full disk is StorageFull too (``_disk``)
+            error = self._write_failed(storage_failure(exc, self.path, "commit failed"))
             return [error] * len(intents)
+        if self.write_failure is not None:
+            self._write_recovered()
         self.commits += 1
         self.writes += len(intents)
         return results
@@ -206,16 +212,43 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.verify_lock_file()
         wait = self.write_wait
         if wait is not None:
-            wait[0] = self.clock.now()
+            wait[0] = self.clock.lease_now()
         try:
             with self.env.begin(write=True) as txn:
                 if wait is not None:
                     wait[0] = 0.0
-                return fn(txn)
+                result = fn(txn)
         except lmdb.MapFullError as exc:
             raise StorageFull(f"store is full: {exc}") from exc
-        except lmdb.Error as exc:
-            raise StorageError(f"commit failed: {exc}") from exc
+        except (lmdb.Error, OSError) as exc:
+            raise self._write_failed(storage_failure(exc, self.path, "commit failed")) from exc
+        finally:
+            if wait is not None:
+                wait[0] = 0.0
+        if self.write_failure is not None:
+            self._write_recovered()
+        return result
+
+    def _write_failed(self, error: StorageError | StorageFull) -> StorageError | StorageFull:
+        """Note a transaction that failed for the store, not for its content (full, read-only,
+        I/O): reported by ``write_state`` until a commit succeeds, logged once per interval."""
+        self.write_failure = error
+        _WRITE_LOG.error("store", "store: writes fail: %s", error)
+        return error
+
+    def _write_recovered(self) -> None:
+        _WRITE_LOG.warning("recovered", "store: writes succeed again (they failed with: %s)", self.write_failure)
+        self.write_failure = None
+
+    def write_state(self) -> str:
+        """``ok``, or why the last write failed: ``disk_full``/``map_full``, ``read_only``, ``error``."""
+        failure = self.write_failure
+        if failure is None:
+            return "ok"
+        reason = getattr(failure, "reason", None)
+        return reason or ("map_full" if isinstance(failure, StorageFull) else "error")
+
+    # -- engines (the transactions are ``Ownership``'s) ---------------------------------
 
     def register_engine(
         self,
@@ -227,246 +260,37 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         slot: int | None = None,
         pid: int | None = None,
     ) -> None:
-        """Record a new live engine; check the ownership-mode marker first.
-
-        A refused engine (another mode, or a second live one in ``single`` mode) writes
-        nothing. Also takes an exclusive lock on a file named for the engine: the lock dies
-        with the process, so a peer on this machine can confirm the death without waiting for
-        expiry. In ``single`` mode the record never expires (there are no heartbeats).
-        """
-        incarnation = os.urandom(8).hex()
-        raw = engine_key(engine_id)
-
-        def txn_fn(txn: lmdb.Transaction) -> None:
-            now = self.clock.now()
-            check_ownership_mode(txn, self.dbs, mode)
-            if mode == "single":
-                # A single engine killed a moment ago must not block its own restart. Probed
-                # after the marker check, in this transaction: a refused engine writes nothing.
-                for key, value in list(txn.cursor(db=self.dbs.engines)):
-                    record = unpack_record(value)
-                    if key.hex() != engine_id and record["state"] == "live" and self.process_gone(key.hex()):
-                        record["state"] = "dead"
-                        record["ended"] = now
-                        _engines.put_engine(txn, self.dbs, key, record)
-                _engines.refuse_second_single(txn, self.dbs, engine_id, now)
-            if _engines.engine_record(txn, self.dbs, raw) is not None:
-                # The same id registered again: the old incarnation is deposed by its next
-                # commit, and whatever it held becomes reclaimable now instead of never.
-                release_claims(TxnState(txn, self.dbs, raw, now))
-            _engines.put_engine(
-                txn,
-                self.dbs,
-                raw,
-                {
-                    "slot": slot,
-                    "pid": pid if pid is not None else os.getpid(),
-                    "state": "live",
-                    "heartbeat": heartbeat,
-                    "ttl": ttl,
-                    "expires_at": float("inf") if mode == "single" else now + ttl,
-                    "started": now,
-                    "cursor": feed_head(txn, self.dbs),
-                    "mode": mode,
-                    "incarnation": incarnation,
-                    "ended": None,
-                },
-            )
-
-        # Locked before the record exists: a peer that sees the record live and probes the
-        # lock must never find it free while this engine is starting.
-        self._lock_engine_file(engine_id)
-        try:
-            self._write(txn_fn)
-        except BaseException:
-            fd = self._locks.pop(engine_id, None)
-            if fd is not None:  # refused: leave no trace, not even the lock file
-                try:
-                    os.unlink(self._lock_path(engine_id))
-                except OSError:
-                    pass
-                os.close(fd)
-            raise
-        self._incarnations[engine_id] = incarnation
+        """Record a new live engine and lock its lock file; a refused one writes nothing."""
+        self._ownership.register_engine(engine_id, heartbeat=heartbeat, ttl=ttl, mode=mode, slot=slot, pid=pid)
 
     def heartbeat(self, engine_id: str, feed_cursor: int | None = None) -> dict[str, Any]:
-        """Extend this engine's lease; ``EngineDeposed`` if it is dead, expired, gone or
-        registered again by someone else. One write, whatever the number of claims. The lease
-        is judged by the time before the wait for the write lock, and extended from the time
-        after it (see ``_engines``)."""
-        started = self.clock.now()
-
-        def txn_fn(txn: lmdb.Transaction) -> dict[str, Any]:
-            record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
-            now = self.clock.now()
-            if record["mode"] != "single":
-                record["expires_at"] = now + record["ttl"]
-            if feed_cursor is not None:
-                record["cursor"] = feed_cursor
-            _engines.put_engine(txn, self.dbs, engine_key(engine_id), record)
-            return record
-
-        return self._write(txn_fn)
+        """Extend this engine's lease (one write); ``EngineDeposed`` if it is no longer live."""
+        return self._ownership.heartbeat(engine_id, feed_cursor)
 
     def mark_engine_dead(self, engine_id: str) -> bool:
         """Confirmed death: the engine's claims become reclaimable at once. Idempotent."""
-
-        def txn_fn(txn: lmdb.Transaction) -> bool:
-            raw = engine_key(engine_id)
-            record = _engines.engine_record(txn, self.dbs, raw)
-            if record is None or record["state"] == "dead":
-                return False
-            record["state"] = "dead"
-            record["ended"] = self.clock.now()
-            _engines.put_engine(txn, self.dbs, raw, record)
-            return True
-
-        return self._write(txn_fn)
+        return self._ownership.mark_engine_dead(engine_id)
 
     def release_engine(self, engine_id: str) -> int:
-        """Graceful stop: release every claim of the engine and mark it stopped, so that any
-        live engine reclaims its running workflows at once. A no-op for an engine that is no
-        longer this instance's live registration (dead, expired, or registered again): a
-        deposed engine commits nothing, and its claims are reclaimable anyway."""
-        started = self.clock.now()  # its own lease, judged as in ``apply``
-
-        def txn_fn(txn: lmdb.Transaction) -> int:
-            raw = engine_key(engine_id)
-            record = _engines.engine_record(txn, self.dbs, raw)
-            mine = self._incarnations.get(engine_id)
-            now = self.clock.now()
-            if record is None or not _engines.is_live(record, started) or (mine is not None and record.get("incarnation") != mine):
-                return 0
-            moved = release_claims(TxnState(txn, self.dbs, raw, now))
-            record["state"] = "stopped"
-            record["ended"] = now
-            _engines.put_engine(txn, self.dbs, raw, record)
-            return moved
-
-        moved = self._write(txn_fn)
-        fd = self._locks.pop(engine_id, None)
-        if fd is not None:
-            os.close(fd)
-        return moved
+        """Graceful stop: release every claim of the engine and mark it stopped."""
+        return self._ownership.release_engine(engine_id)
 
     def takeover(self, engine_id: str, candidates: Iterable[tuple[str, bytes | None]]) -> dict[str, int | None]:
-        """CAS each ``(wid, holder bytes read)`` to this engine; epoch + 1 for every winner.
-
-        A candidate whose holder changed since it was read, or whose workflow is no longer
-        running, is lost (``None``). One transaction for the whole list. An engine taken from
-        that has expired is marked ``expired`` here (``_engines.mark_expired``), so it commits
-        nothing more however stale the time it judges its own lease by; one still live (it
-        renewed since the candidates were read) only loses that workflow: its writes for it
-        are fenced out by the new epoch.
-        """
-        me = engine_key(engine_id)
-        started = self.clock.now()  # its own lease, judged as in ``apply``
-
-        def txn_fn(txn: lmdb.Transaction) -> dict[str, int | None]:
-            mine = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
-            now = self.clock.now()  # others' expiry is judged holding the lock
-            if mine["mode"] != "single" and now >= mine["expires_at"] - mine["ttl"] + mine["heartbeat"]:
-                mine["expires_at"] = now + mine["ttl"]  # carries its heartbeat, as in apply
-                _engines.put_engine(txn, self.dbs, me, mine)
-            state = TxnState(txn, self.dbs, me, now)
-            won: dict[str, int | None] = {}
-            stalls: dict[bytes, dict[str, Any] | None] = {}  # lost engine -> its stall note
-            marked: set[bytes] = set()
-            for wid, expected in candidates:
-                wid_raw = wid.encode()
-                holder = txn.get(wid_raw, db=self.dbs.claim_holder)
-                record_raw = txn.get(wid_raw, db=self.dbs.workflows)
-                record = None if record_raw is None else unpack_record(record_raw)
-                if holder != expected or record is None or record["status"] != "running":
-                    won[wid] = None
-                    continue
-                if holder is not None:  # its owner was lost holding it (a release leaves no holder)
-                    lost_engine = holder[:16]
-                    if lost_engine not in stalls:
-                        stalls[lost_engine] = read_stall_note(stall_note_path(self.path, lost_engine.hex()))
-                    note_lost_owner(state, wid, record, stalls[lost_engine])
-                old_engine = NO_ENGINE if holder is None else holder[:16]
-                if holder is not None and old_engine not in marked:
-                    marked.add(old_engine)
-                    if old_engine != me:
-                        _engines.mark_expired(txn, self.dbs, old_engine, now)
-                txn.delete(by_engine_key(old_engine, wid), db=self.dbs.by_engine)
-                epoch = next_epoch(state, wid_raw)
-                txn.put(wid_raw, holder_value(me, epoch, now), db=self.dbs.claim_holder)
-                txn.put(by_engine_key(me, wid), b"", db=self.dbs.by_engine)
-                won[wid] = epoch
-            return won
-
-        return self._write(txn_fn)
-
-    # -- liveness by lock file ------------------------------------------------------------
-
-    def _lock_path(self, engine_id: str) -> str:
-        return os.path.join(self.path, "engines", engine_id + ".lock")
-
-    def _lock_engine_file(self, engine_id: str) -> None:
-        os.makedirs(os.path.join(self.path, "engines"), exist_ok=True)
-        fd = os.open(self._lock_path(engine_id), os.O_CREAT | os.O_RDWR, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            # The id's previous incarnation still runs and holds it; peers then see this id
-            # as alive until that process exits, which only delays a takeover.
-            os.close(fd)
-            log.warning("engine %s: lock file is held by its previous incarnation", engine_id)
-            return
-        self._locks[engine_id] = fd
-
-    def restore_lock_files(self) -> None:
-        """Recreate the lock file of each engine this instance holds if it was deleted or
-        replaced: without it peers cannot confirm this engine's death (they only wait for its
-        lease to expire). Cheap (one ``stat`` per engine); the maintenance pass runs it."""
-        for engine_id, fd in list(self._locks.items()):
-            path = self._lock_path(engine_id)
-            try:
-                held = os.fstat(fd)
-                current = os.stat(path)
-                if (held.st_dev, held.st_ino) == (current.st_dev, current.st_ino):
-                    continue
-            except FileNotFoundError:
-                pass
-            except OSError:
-                continue
-            log.warning("engine %s: its lock file %s was deleted or replaced; recreating it", engine_id, path)
-            del self._locks[engine_id]
-            self._lock_engine_file(engine_id)
-            if engine_id in self._locks:
-                os.close(fd)
-            else:
-                self._locks[engine_id] = fd  # someone else holds the new file: keep ours
+        """CAS each ``(wid, holder bytes read)`` to this engine; the new epoch, or ``None`` if lost."""
+        return self._ownership.takeover(engine_id, candidates)
 
     def process_gone(self, engine_id: str) -> bool:
-        """True when the process that registered ``engine_id`` has surely exited: its lock
-        file exists and is free. A missing lock file proves nothing (it may have been deleted
-        under a live engine): confirmed death then comes from the supervisor's reaping or
-        from the lease's expiry."""
-        if engine_id in self._locks:
-            return False
-        path = self._lock_path(engine_id)
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        return True
+        """True when the process that registered ``engine_id`` has surely exited (its lock
+        file exists and is free; a missing one proves nothing)."""
+        return self._ownership.process_gone(engine_id)
+
+    def restore_lock_files(self) -> None:
+        """Recreate the lock files of this instance's engines if they were deleted."""
+        self._ownership.restore_lock_files()
 
     # -- reads ----------------------------------------------------------------------------
 
-    def read(self) -> lmdb.Transaction:
+    def read(self) -> lmdb.Transaction[bytes]:
         return self.env.begin()
 
     def within_reserve(self) -> bool:
@@ -529,7 +353,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         """``(wid, holder bytes, type)`` of running workflows held by dead or expired engines,
         or held by nobody (the first ``limit`` of them, if given). The caller filters by
         preference and registered types."""
-        now = self.clock.now()
+        now = self.clock.lease_now()
         with self.env.begin() as txn:
             gone = [NO_ENGINE]
             for key, value in txn.cursor(db=self.dbs.engines):

@@ -3,7 +3,6 @@ of the feed, of the registry and of finished workflows' history, so none grows f
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from ..codec import unpack_record
@@ -17,6 +16,7 @@ if TYPE_CHECKING:
 
     from .._clock import Clock
     from ._env import Databases
+    from ._ownership import Ownership
 
 __all__ = ["UpkeepMixin"]
 
@@ -28,23 +28,21 @@ class UpkeepMixin:
     dbs: Databases
     clock: Clock
     _incarnations: dict[str, str]
+    _ownership: Ownership
 
     def _write(self, fn: Any) -> Any:  # provided by LmdbStore
-        raise NotImplementedError
-
-    def _lock_path(self, engine_id: str) -> str:  # provided by LmdbStore
         raise NotImplementedError
 
     def check_engine(self, engine_id: str) -> dict[str, Any]:
         """Read-only liveness check of this process's engine (for ``single`` mode, which has
         no heartbeat write): ``EngineDeposed`` if it is dead, expired or registered again."""
         with self.env.begin() as txn:
-            return _engines.check_live(txn, self.dbs, engine_id, self.clock.now(), self._incarnations.get(engine_id))
+            return _engines.check_live(txn, self.dbs, engine_id, self.clock.lease_now(), self._incarnations.get(engine_id))
 
     def live_engines(self) -> dict[str, dict[str, Any]]:
         """Records of the engines that are live now (state ``live`` and not expired)."""
         with self.env.begin() as txn:
-            return _engines.live_records(txn, self.dbs, self.clock.now())
+            return _engines.live_records(txn, self.dbs, self.clock.lease_now())
 
     def due_system_timers(self, limit: int = 1000) -> list[tuple[float, str, str, str]]:
         """``(fire_at, wid, kind, run_id)`` of due delayed starts and execution deadlines.
@@ -77,15 +75,16 @@ class UpkeepMixin:
         engine never writes it). Returns how many entries were deleted.
         """
 
-        def txn_fn(txn: lmdb.Transaction) -> int:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> int:
             now = self.clock.now()
-            live = _engines.live_records(txn, self.dbs, now)
+            lease = self.clock.lease_now()
+            live = _engines.live_records(txn, self.dbs, lease)
             cursors = [own_cursor if eid == engine_id else int(r.get("cursor") or 0) for eid, r in live.items()]
             if engine_id not in live:
                 return 0  # a deposed engine changes nothing
             for key in list(txn.cursor(db=self.dbs.engines).iternext(values=False)):
                 if key.hex() not in live:  # its cursor is passed over: it must never commit again
-                    _engines.mark_expired(txn, self.dbs, key, now)
+                    _engines.mark_expired(txn, self.dbs, key, lease)
             return prune_feed(txn, self.dbs, cursors, now, retention, limit)
 
         return self._write(txn_fn)
@@ -96,9 +95,9 @@ class UpkeepMixin:
         transaction). Records, results, listing entries and claim epochs stay. With
         ``engine_id``, a deposed engine changes nothing. ``more`` says another call has work."""
 
-        def txn_fn(txn: lmdb.Transaction) -> PruneResult:
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> PruneResult:
             now = self.clock.now()
-            if engine_id is not None and engine_id not in _engines.live_records(txn, self.dbs, now):
+            if engine_id is not None and engine_id not in _engines.live_records(txn, self.dbs, self.clock.lease_now()):
                 return PruneResult(0, 0, False)
             return prune_history(txn, self.dbs, now, retention, limit)
 
@@ -108,16 +107,12 @@ class UpkeepMixin:
         """Delete registry records of engines that ended more than ``keep`` seconds ago and
         hold no claim, and their lock files. Returns the ids deleted."""
 
-        def txn_fn(txn: lmdb.Transaction) -> list[str]:
-            return _engines.prune_engines(txn, self.dbs, self.clock.now(), keep)
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> list[str]:
+            return _engines.prune_engines(txn, self.dbs, self.clock.lease_now(), keep)
 
         gone = self._write(txn_fn)
         for engine_id in gone:
-            for path in (self._lock_path(engine_id), self._lock_path(engine_id)[: -len(".lock")] + ".stall"):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
+            self._ownership.remove_files(engine_id)
         return gone
 
     def engine(self, engine_id: str) -> dict[str, Any] | None:

@@ -55,11 +55,14 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     parser.add_argument("--ready-timeout", type=float, default=5.0, help="seconds a request waits for a shard to be ready (at start, or while every shard restarts) before it fails (default 5)")
     parser.add_argument("--restart-limit", type=int, default=5, help="restarts allowed per --restart-window")
     parser.add_argument("--restart-window", type=float, default=30.0)
-    limits = parser.add_argument_group("limits per shard (LimitExceeded beyond them; activities queue instead)")
+    limits = parser.add_argument_group("limits per shard (LimitExceeded or Overloaded beyond them; activities queue instead)")
     limits.add_argument("--max-live-actors", type=int, default=100_000, help="actors kept in memory; parked ones beyond are evicted")
     limits.add_argument("--max-active-workflows", type=int, help="starts refused beyond this many busy actors (default: max(200000, 2 x live))")
     limits.add_argument("--max-inbox", type=int, default=10_000, help="signals and updates pending per workflow")
     limits.add_argument("--max-inflight-activities", type=int, default=1000, help="activity attempts running at once; more wait in FIFO order")
+    limits.add_argument("--max-running", type=int, default=10_000, help="workflows in flight (not parked); starts beyond are refused at once with Overloaded (default 10000)")
+    limits.add_argument("--max-queued-starts", type=int, default=1000, help="starts a shard holds unanswered; more for it are refused at once with Overloaded (default 1000)")
+    limits.add_argument("--max-queued-requests", type=int, default=20_000, help="requests a shard holds unanswered; more for it are refused at once with Overloaded (default 20000)")
     poison = parser.add_argument_group("poison workflows")
     poison.add_argument("--quarantine-after", type=int, default=3, metavar="N", help="park a workflow after N owners in a row were lost running it without progress (default 3)")
     poison.add_argument("--stall-threshold", type=float, default=None, metavar="S", help="log a loop stall (with the workflow and activity blocking it) after S seconds (default: the lesser of 1 and ttl/3)")
@@ -74,8 +77,8 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         validate_timing(args.heartbeat, args.ttl)
     except ValueError as exc:
         parser.error(str(exc))
-    if min(args.max_live_actors, args.max_inbox, args.max_inflight_activities) < 1:
-        parser.error("--max-live-actors, --max-inbox and --max-inflight-activities must be at least 1")
+    if min(args.max_live_actors, args.max_inbox, args.max_inflight_activities, args.max_running, args.max_queued_requests, args.max_queued_starts) < 1:
+        parser.error("--max-live-actors, --max-inbox, --max-inflight-activities, --max-running and --max-queued-requests must be at least 1")
     if args.quarantine_after < 1 or (args.stall_threshold is not None and not args.stall_threshold > 0):
         parser.error("--quarantine-after must be at least 1 and --stall-threshold > 0")
     if args.max_active_workflows is not None and args.max_active_workflows <= args.max_live_actors:
@@ -102,6 +105,9 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         max_active_workflows=args.max_active_workflows,
         max_inbox=args.max_inbox,
         max_inflight_activities=args.max_inflight_activities,
+        max_running=args.max_running,
+        max_queued_requests=args.max_queued_requests,
+        max_queued_starts=args.max_queued_starts,
         quarantine_after=args.quarantine_after,
         stall_threshold=args.stall_threshold,
         payload_limit=args.payload_limit,

@@ -42,6 +42,12 @@ class SupervisorConfig:
     max_inflight_activities: int = 1000
     quarantine_after: int = 3
     stall_threshold: float | None = None
+    max_running: int = 10_000
+    max_queued_requests: int = 20_000
+    """Requests one shard may hold (sent it and not answered) before the front door refuses
+    more for it with ``Overloaded``; the shard bounds its own the same way."""
+    max_queued_starts: int = 1000
+    """Starts one shard may hold unanswered before the front door refuses more for it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +71,8 @@ class ShardConfig:
     max_inflight_activities: int = 1000
     quarantine_after: int = 3
     stall_threshold: float | None = None
+    max_running: int = 10_000
+    max_queued_requests: int = 20_000
 
 
 class _JsonFormatter(logging.Formatter):

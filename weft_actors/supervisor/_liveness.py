@@ -35,7 +35,8 @@ def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float
     """Why a ready shard whose engine record is ``record`` should be killed, or ``None``.
 
     ``waiting_since``: when it began to wait for the write lock (0.0: it does not wait);
-    ``wall``: the time now, as the records keep it; ``ready_at``: when the shard said it was
+    ``wall``: the time now on the records' lease clock (``Clock.lease_now``, blind to jumps of
+    the wall clock); ``ready_at``: when the shard said it was
     ready (it has a whole ttl from then to heartbeat, however long its start took). A
     record that is not live (another engine took over from it) means the shard is deposed
     and should be gone already.

@@ -19,7 +19,8 @@ import zmq
 
 from ..bus import decode_hint, decode_request, encode_error, encode_hint, encode_reply, hint_topic, publisher, shard_identity, subscriber
 from ..bus._frames import decode_batch, encode_batch, readable, recv_frames, send_frames
-from ..errors import WeftError
+from ..errors import Overloaded, StorageError, WeftError
+from ..store import is_read_only
 from ..shard import Engine
 from ._config import ShardConfig, configure_logging
 from ._shard_ops import ShardOps
@@ -29,6 +30,16 @@ __all__ = ["shard_main"]
 log = logging.getLogger("weft_actors.supervisor")
 
 EXIT_DEPOSED = 4
+EXIT_UNWRITABLE = 5
+"""The store could not be opened for writing (read-only filesystem, permissions): the
+supervisor starts the shard again once it may be writable, without counting a crash."""
+
+DRAIN_REQUESTS = 2000
+"""Requests taken from the front door per loop turn; the rest wait for the next turn, so a
+backlog never makes one turn long enough to miss a heartbeat."""
+REPLY_BATCH_BYTES = 4 << 20
+"""A batch of replies leaves once it holds this much, not only at the end of the turn: the
+front door then never holds one huge message of large results at once."""
 
 
 def shard_main(config: ShardConfig, control: Connection, write_wait: Any = None) -> None:
@@ -39,6 +50,13 @@ def shard_main(config: ShardConfig, control: Connection, write_wait: Any = None)
         import uvloop
 
         code = uvloop.run(ShardServer(config, control, write_wait).serve())
+    except StorageError as exc:
+        if not is_read_only(exc):
+            log.exception("shard %d crashed", config.slot)
+            code = 1
+        else:  # not a crash: one line, no traceback
+            log.error("shard %d cannot start: %s", config.slot, exc)
+            code = EXIT_UNWRITABLE
     except Exception:
         log.exception("shard %d crashed", config.slot)
         code = 1
@@ -62,6 +80,8 @@ class ShardServer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._replies: list[Any] = []
         """Replies of this loop turn not sent yet, flat: client, reply, request id, error code."""
+        self.requests_overloaded = 0
+        self._reply_bytes = 0
 
     async def serve(self) -> int:
         config = self.config
@@ -81,6 +101,7 @@ class ShardServer:
             max_active_workflows=config.max_active_workflows,
             max_inbox=config.max_inbox,
             max_inflight_activities=config.max_inflight_activities,
+            max_running=config.max_running,
             quarantine_after=config.quarantine_after,
             stall_threshold=config.stall_threshold,
             tune_gc=True,
@@ -96,10 +117,10 @@ class ShardServer:
         self.dealer.setsockopt(zmq.SNDHWM, 100_000)
         self.dealer.setsockopt(zmq.RCVHWM, 100_000)
         self.dealer.connect(config.backend)
-        loop.add_reader(self.dealer.getsockopt(zmq.FD), self._schedule_drain)
+        loop.add_reader(self.dealer.fileno(), self._schedule_drain)
         if config.hints:
             self.hints_in = subscriber(self.context, config.hints_subscribe)
-            loop.add_reader(self.hints_in.getsockopt(zmq.FD), self._drain_hints)
+            loop.add_reader(self.hints_in.fileno(), self._drain_hints)
         loop.add_reader(self.control.fileno(), self._on_control)
         self.control.send(("ready", self.engine.engine_id, os.getpid()))
         watcher = loop.create_task(self._watch())
@@ -118,14 +139,19 @@ class ShardServer:
             asyncio.get_running_loop().call_soon(self._drain_requests)
 
     def _drain_requests(self) -> None:
-        """Take every queued request; zmq's FD is edge-triggered, so drain until EVENTS is clear."""
+        """Take the queued requests, at most ``DRAIN_REQUESTS`` a turn; zmq's FD is edge-triggered, so drain until EVENTS is clear."""
         self._drain_scheduled = False
         dealer = self.dealer
         if dealer.closed:
             return  # a drain queued just before the sockets closed
         create_task = asyncio.get_running_loop().create_task
         limit = self.config.payload_limit + 64 * 1024
+        most = self.config.max_queued_requests
+        taken = 0
         while not self._stopping and readable(dealer):
+            if taken >= DRAIN_REQUESTS:
+                self._schedule_drain()  # after the tasks this turn made have run
+                return
             frames = recv_frames(dealer)
             try:
                 if len(frames) != 1:
@@ -134,6 +160,7 @@ class ShardServer:
             except ValueError as exc:
                 log.warning("dropped a front door message: %s", exc)
                 continue
+            taken += len(items) // 2
             for index in range(0, len(items) - 1, 2):
                 client, frame = items[index], items[index + 1]
                 try:
@@ -142,9 +169,22 @@ class ShardServer:
                     request_id = getattr(error, "request_id", None)
                     self._send(client, encode_error(request_id, error), request_id, error.code)
                     continue
+                if len(self._tasks) >= most:
+                    self._refuse(client, request["id"], most)
+                    continue
                 task = create_task(self._handle(client, request))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+
+    def _refuse(self, client: bytes, request_id: Any, most: int) -> None:
+        self.requests_overloaded += 1
+        error = Overloaded(
+            f"shard {self.config.slot} holds {len(self._tasks)} requests, its limit "
+            f"(max_queued_requests={most}): retry later, with backoff",
+            limit="max_queued_requests",
+            value=most,
+        )
+        self._send(client, encode_error(request_id, error), request_id, error.code)
 
     async def _handle(self, client: bytes, request: dict[str, Any]) -> None:
         request_id = request["id"]
@@ -166,9 +206,13 @@ class ShardServer:
         if not replies:
             asyncio.get_running_loop().call_soon(self._flush_replies)
         replies += (client, reply, request_id, code)
+        self._reply_bytes += len(reply)
+        if self._reply_bytes >= REPLY_BATCH_BYTES:
+            self._flush_replies()
 
     def _flush_replies(self) -> None:
         replies, self._replies = self._replies, []
+        self._reply_bytes = 0
         if not replies or self.dealer.closed:
             return
         try:
@@ -233,7 +277,7 @@ class ShardServer:
                 return
             if ticks % 10 == 0 and self.engine.state == "running":
                 try:
-                    self.control.send(("stats", self.engine.stats()))
+                    self.control.send(("stats", {**self.engine.stats(), "requests_held": len(self._tasks), "requests_overloaded_total": self.requests_overloaded}))
                 except (OSError, ValueError):
                     pass
 
@@ -242,7 +286,7 @@ class ShardServer:
         for sock in (self.dealer, getattr(self, "hints_in", None)):
             if sock is not None:
                 try:
-                    loop.remove_reader(sock.getsockopt(zmq.FD))
+                    loop.remove_reader(sock.fileno())
                 except Exception:
                     pass
         try:

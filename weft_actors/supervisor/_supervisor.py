@@ -21,17 +21,22 @@ from typing import Any
 
 import zmq
 
+from .._ratelimit import RateLimitedLog
 from ..bus import FrontDoor, HintProxy, RoutingTable
 from ..store import LmdbStore
 from ._config import ShardConfig, SupervisorConfig
 from ._curve import check_bind, server_keys, start_authenticator
 from ._liveness import DeathRecorder, hung_reason
 from ._metrics import MetricsServer
-from ._shard_process import shard_main
+from ._shard_process import EXIT_UNWRITABLE, shard_main
 
 __all__ = ["Supervisor", "EXIT_OK", "EXIT_STARTUP", "EXIT_RESTART_INTENSITY"]
 
 log = logging.getLogger("weft_actors.supervisor")
+_UNWRITABLE_LOG = RateLimitedLog(log, interval=30.0)
+
+UNWRITABLE_RETRY = 2.0
+"""Seconds between two starts of a shard refused because the store was not writable."""
 
 EXIT_OK = 0
 EXIT_STARTUP = 1
@@ -39,7 +44,7 @@ EXIT_RESTART_INTENSITY = 3
 
 
 class _Slot:
-    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready", "started_at", "write_wait", "killed", "ready_at")
+    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready", "started_at", "write_wait", "killed", "ready_at", "unwritable")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -57,6 +62,8 @@ class _Slot:
         self.killed = False
         """Killed as hung, not reaped yet."""
         self.ready_at = 0.0
+        self.unwritable = False
+        """Its last start failed because the store was not writable."""
 
 
 _IPC_PREFIX = "weft-ipc-"
@@ -142,6 +149,8 @@ class Supervisor:
             backend_bind=None if ipc is None else f"{ipc}/shards",
             ready_timeout=config.ready_timeout,
             keys=self.keys,
+            max_shard_requests=config.max_queued_requests,
+            max_shard_starts=config.max_queued_starts,
         )
         try:
             self.frontdoor.start()
@@ -194,6 +203,8 @@ class Supervisor:
             max_inflight_activities=config.max_inflight_activities,
             quarantine_after=config.quarantine_after,
             stall_threshold=config.stall_threshold,
+            max_running=config.max_running,
+            max_queued_requests=config.max_queued_requests,
         )
         write_wait = self._mp.RawArray("d", 1)
         process = self._mp.Process(target=shard_main, args=(shard, child, write_wait), name=f"shard-{slot.index}")
@@ -246,7 +257,8 @@ class Supervisor:
                 message = control.recv()
                 if message[0] == "ready":
                     slot.engine_id, slot.pid, slot.ready = message[1], message[2], True
-                    slot.ready_at = time.time()
+                    slot.unwritable = False
+                    slot.ready_at = self.store.clock.lease_now()  # judged against lease times
                     self.routing.set_live(slot.index, message[1])
                     log.info("shard %d ready (engine %s, pid %d)", slot.index, message[1], message[2])
                 elif message[0] == "stats":
@@ -279,7 +291,7 @@ class Supervisor:
         except Exception as exc:  # a read; the store may be briefly unreadable
             log.warning("cannot read the engine records: %s", exc)
             return
-        wall = time.time()
+        wall = self.store.clock.lease_now()  # the records' lease clock, blind to wall-clock jumps
         for slot in self.slots:
             if slot.process is None or not slot.ready or slot.killed or slot.engine_id is None:
                 continue
@@ -302,7 +314,10 @@ class Supervisor:
         restart intensity is exceeded."""
         process = slot.process
         process.join(0)
-        log.warning("shard %d (pid %s) exited with code %s%s", slot.index, slot.pid, process.exitcode, " (killed as hung)" if slot.killed else "")
+        unwritable = process.exitcode == EXIT_UNWRITABLE
+        if not unwritable:
+            log.warning("shard %d (pid %s) exited with code %s%s", slot.index, slot.pid, process.exitcode, " (killed as hung)" if slot.killed else "")
+        slot.unwritable = unwritable
         self.routing.set_dead(slot.index)
         self.frontdoor.shard_died(slot.index)
         if slot.engine_id is not None:
@@ -316,6 +331,15 @@ class Supervisor:
         slot.process, slot.control, slot.ready, slot.stats = None, None, False, {}
         slot.write_wait, slot.killed = None, False
         now = time.monotonic()
+        if unwritable:
+            # Not a crash: the store is read-only for now. Retried every few seconds (the
+            # shard says why, once per try), never counted toward the restart intensity:
+            # the shards still running keep serving, and this one starts once it can.
+            _UNWRITABLE_LOG.warning(
+                f"slot-{slot.index}", "shard %d cannot start while the store is not writable; trying again", slot.index
+            )
+            slot.next_start = now + UNWRITABLE_RETRY
+            return True
         self._restart_times.append(now)
         while self._restart_times and self._restart_times[0] < now - self.config.restart_window:
             self._restart_times.popleft()
@@ -357,8 +381,9 @@ class Supervisor:
                     self.deaths.record(slot.engine_id)
 
     def _close(self) -> None:
-        if getattr(self, "metrics", None) is not None:
-            self.metrics.stop()
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None:
+            metrics.stop()
         self.frontdoor.stop()
         self.deaths.stop()
         self.hints.stop()
@@ -383,7 +408,7 @@ class Supervisor:
         cached = self._live_cache
         if cached is not None and now - cached[0] < self.config.heartbeat / 2:
             return cached[1]
-        wall = time.time()
+        wall = self.store.clock.lease_now()
         live = frozenset(
             engine_id
             for engine_id, record in self.store.engines().items()
@@ -395,9 +420,11 @@ class Supervisor:
     def stats(self) -> dict[str, Any]:
         shards = []
         for slot in self.slots:
-            entry = {"slot": slot.index, "pid": slot.pid, "alive": slot.process is not None and slot.ready, "restarts": slot.restarts}
+            entry: dict[str, Any] = {"slot": slot.index, "pid": slot.pid, "alive": slot.process is not None and slot.ready, "restarts": slot.restarts}
             entry.update((key, value) for key, value in slot.stats.items() if not key.startswith("_"))
             entry["engine_id"] = slot.engine_id
+            if slot.unwritable:
+                entry["waiting_for"] = "a writable store"
             shards.append(entry)
         return {
             "ready": bool(self.routing.live_slots),
@@ -410,6 +437,7 @@ class Supervisor:
                 "shards_ready": len(self.routing.live_slots),
                 "frontdoor_requests": self.frontdoor.requests,
                 "frontdoor_errors": self.frontdoor.errors,
+                **self.frontdoor.bounds(),
             },
             "shards": shards,
         }

@@ -12,7 +12,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..codec import decode, decode_args, encode, pack_record
-from ..errors import InvalidRequest, UnknownQuery, UpdateRejected
+from ..errors import InvalidRequest, PayloadTooLarge, UnknownQuery, UpdateRejected
 from ._ops import HANDLER, UPDATE
 from ._records import Command, contained, error_record
 
@@ -81,18 +81,22 @@ class HandlersMixin:
             raise UpdateRejected(f"update {name!r} rejected by its validator", workflow_id=self.workflow_id, update=name)
 
     def record_update(
-        self, name: str, args: tuple[Any, ...], payload: bytes, inbox_seq: int, request_id: str | None
+        self, name: str, args: tuple[Any, ...], payload: bytes, inbox_seq: int, request_id: str | None, limit: int
     ) -> tuple[int, bytes, dict[str, Any]]:
         """Apply update handler ``name`` now, at the current await point, and record it with
-        its result. Call only with every earlier outcome delivered (the engine's poll does):
-        applying it here, before the commit, is then the same as applying it at delivery."""
+        its result (failed with ``PayloadTooLarge`` if that is over ``limit`` bytes). Call only
+        with every earlier outcome delivered (the engine's poll does): applying it here,
+        before the commit, is then the same as applying it at delivery."""
         seq = self.next_seq
         self.next_seq += 1
         record: dict[str, Any] = {"kind": UPDATE, "name": name, "t": self._next_t, "args": payload, "inbox": inbox_seq, "request_id": request_id}
         self._next_t += 1
         try:
             value = _call_plain(self.update_handlers[name][0], args, name)
-            record["ok"] = encode(value, "update result")
+            ok = encode(value, "update result")
+            if len(ok) > limit:
+                raise PayloadTooLarge(f"result of update {name!r} is {len(ok)} bytes; the limit is {limit}", size=len(ok), limit=limit)
+            record["ok"] = ok
         except BaseException as exc:  # the caller gets it; the workflow carries on
             record["err"] = error_record(contained(exc, f"update handler {name!r}"), "update")
         self._keep_outcome(seq, record)

@@ -1,0 +1,146 @@
+"""Overload: open-loop starts at multiples of the measured capacity, through a real supervisor.
+
+    python bench/overload.py --shards 2                       # 1x, 2x, 4x for 10 s each
+    python bench/overload.py --duration 30 --multipliers 1,2,4
+
+Starts ``python -m weft_actors.supervisor --app bench_app`` (durable commits), measures its
+capacity first (``--measure`` seconds of ``three_steps`` workflows through ``execute`` with
+``--concurrency`` in flight: workflows per second), then for each multiplier M sends starts
+of ``three_steps`` at M x capacity per second for ``--duration`` seconds without waiting for
+replies (open loop: a start is sent on schedule whether or not the last ones were answered).
+A start is accepted (its reply names the workflow) or refused with ``Overloaded``; after the
+load stops the bench waits for the result of every accepted workflow.
+
+Prints one JSON line per multiplier: multiplier, offered_per_s (what the client managed to
+send), accepted_per_s, refused_per_s, other_errors, p50_ms/p99_ms (latency of accepted
+starts: request to reply, in the client), drain_s (end of the load to the last accepted
+workflow's result), completed (must equal accepted), shards_removed (restarts and hung kills
+of the supervisor during the phase: must be 0), and the capacity measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _harness import Supervisor, percentile, report, sigterm_as_exit  # noqa: E402
+
+
+async def capacity(endpoint: str, seconds: float, concurrency: int) -> float:
+    """Workflows per second, closed loop: ``concurrency`` workers each ``execute`` again and again."""
+    from weft_actors import AsyncClient
+
+    done = 0
+    async with AsyncClient(endpoint, timeout=120) as client:
+        stop = time.monotonic() + seconds
+
+        async def worker(w: int) -> None:
+            nonlocal done
+            i = w
+            while time.monotonic() < stop:
+                await client.execute("three_steps", i, timeout=120)
+                done += 1
+                i += concurrency
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+        return done / (time.monotonic() - started)
+
+
+async def phase(endpoint: str, rate: float, seconds: float, base: int) -> dict[str, Any]:
+    """Send ``rate`` starts a second for ``seconds``; then wait for every accepted one's end."""
+    from weft_actors import AsyncClient
+    from weft_actors.errors import Overloaded
+
+    latencies: list[float] = []
+    accepted: list[tuple[str, int]] = []
+    refused = 0
+    other: dict[str, int] = {}
+    async with AsyncClient(endpoint, timeout=60) as client:
+
+        async def one(i: int) -> None:
+            nonlocal refused
+            started = time.perf_counter()
+            try:
+                handle = await client.start("three_steps", i, id=f"o{i}")
+            except Overloaded:
+                refused += 1
+                return
+            except Exception as exc:  # reported, not fatal: the JSON says how many
+                other[type(exc).__name__] = other.get(type(exc).__name__, 0) + 1
+                return
+            latencies.append(time.perf_counter() - started)
+            accepted.append((handle.id, i))
+
+        tasks: list[asyncio.Task[None]] = []
+        begin = time.monotonic()
+        sent = 0
+        while (now := time.monotonic()) < begin + seconds:
+            due = int((now - begin) * rate)
+            while sent < due:
+                tasks.append(asyncio.ensure_future(one(base + sent)))
+                sent += 1
+            await asyncio.sleep(0.002)
+        sending = time.monotonic() - begin
+        await asyncio.gather(*tasks)
+        load_end = time.monotonic()
+        results = await asyncio.gather(*(client.get_handle(wid).result(timeout=300) for wid, _ in accepted), return_exceptions=True)
+        drain = time.monotonic() - load_end
+    completed = sum(1 for (wid, i), result in zip(accepted, results) if result == i + 3)
+    return {
+        "offered_per_s": round(sent / sending, 1),
+        "accepted_per_s": round(len(accepted) / sending, 1),
+        "refused_per_s": round(refused / sending, 1),
+        "other_errors": other,
+        "p50_ms": round(percentile(latencies, 0.5) * 1000, 1),
+        "p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
+        "accepted": len(accepted),
+        "completed": completed,
+        "drain_s": round(drain, 2),
+    }
+
+
+def removed(endpoint: str) -> int:
+    from weft_actors import Client
+
+    with Client(endpoint, timeout=30) as client:
+        supervisor = client.stats()["supervisor"]
+    return int(supervisor["restarts"]) + int(supervisor["hung_kills"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of load per multiplier (default 10)")
+    parser.add_argument("--measure", type=float, default=5.0, help="seconds of the closed-loop capacity measurement (default 5)")
+    parser.add_argument("--concurrency", type=int, default=500, help="workflows in flight while measuring capacity")
+    parser.add_argument("--multipliers", default="1,2,4", help="comma-separated multiples of capacity (default 1,2,4)")
+    parser.add_argument("--supervisor-arg", action="append", default=[], help="extra supervisor option (repeatable)")
+    args = parser.parse_args()
+    with sigterm_as_exit(), Supervisor(shards=args.shards, args=tuple(args.supervisor_arg)) as supervisor:
+        measured = asyncio.run(capacity(supervisor.endpoint, args.measure, args.concurrency))
+        base = 1_000_000
+        for multiplier in (float(m) for m in args.multipliers.split(",")):
+            before = removed(supervisor.endpoint)
+            result = asyncio.run(phase(supervisor.endpoint, multiplier * measured, args.duration, base))
+            base += 10_000_000
+            result = {
+                "bench": "overload",
+                "shards": args.shards,
+                "multiplier": multiplier,
+                "capacity_per_s": round(measured, 1),
+                "duration_s": args.duration,
+                **result,
+                "shards_removed": removed(supervisor.endpoint) - before,
+            }
+            report(result, f"overload, {multiplier:g}x capacity")
+
+
+if __name__ == "__main__":
+    main()

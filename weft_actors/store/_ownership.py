@@ -1,0 +1,313 @@
+"""Engine liveness and ownership: registering an engine, its heartbeat, its end (confirmed
+dead, or released on a graceful stop), the takeover of workflows from lost engines, and the
+lock file by which a peer on this machine confirms a death without waiting for expiry."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from typing import TYPE_CHECKING, Any, Iterable
+
+from ..codec import unpack_record
+from . import _engines
+from ._apply import TxnState, next_epoch, release_claims
+from ._disk import storage_failure
+from ._env import check_ownership_mode
+from ._feed import feed_head
+from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value
+from ._quarantine import note_lost_owner, read_stall_note, stall_note_path
+
+if TYPE_CHECKING:
+    import lmdb
+
+    from ._store import LmdbStore
+
+__all__ = ["Ownership"]
+
+log = logging.getLogger("weft_actors.store")
+
+
+class Ownership:
+    """The engine registry transactions of one ``LmdbStore``, which holds this and delegates
+    to it. Keeps what is per store instance, not in the environment: the lock file held for
+    each engine this instance registered, and the incarnation it registered, which every
+    commit of that engine checks (``incarnations``, read by ``LmdbStore.apply`` too)."""
+
+    def __init__(self, store: LmdbStore) -> None:
+        self.store = store
+        self._locks: dict[str, int] = {}
+        self.incarnations: dict[str, str] = {}
+        """engine id -> the incarnation this instance registered: a record re-registered by
+        someone else is no longer ours, and every commit checks that."""
+
+    def close(self) -> None:
+        """Let go of every lock file this instance holds (its engines then read as gone)."""
+        for fd in self._locks.values():
+            os.close(fd)
+        self._locks.clear()
+
+    def register_engine(
+        self,
+        engine_id: str,
+        *,
+        heartbeat: float,
+        ttl: float,
+        mode: str = "workflow-lease",
+        slot: int | None = None,
+        pid: int | None = None,
+    ) -> None:
+        """Record a new live engine; check the ownership-mode marker first.
+
+        A refused engine (another mode, or a second live one in ``single`` mode) writes
+        nothing. Also takes an exclusive lock on a file named for the engine: the lock dies
+        with the process, so a peer on this machine can confirm the death without waiting for
+        expiry. In ``single`` mode the record never expires (there are no heartbeats).
+        """
+        store = self.store
+        incarnation = os.urandom(8).hex()
+        raw = engine_key(engine_id)
+
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> None:
+            now = store.clock.now()
+            lease = store.clock.lease_now()
+            check_ownership_mode(txn, store.dbs, mode)
+            if mode == "single":
+                # A single engine killed a moment ago must not block its own restart. Probed
+                # after the marker check, in this transaction: a refused engine writes nothing.
+                for key, value in list(txn.cursor(db=store.dbs.engines)):
+                    record = unpack_record(value)
+                    if key.hex() != engine_id and record["state"] == "live" and self.process_gone(key.hex()):
+                        record["state"] = "dead"
+                        record["ended"] = lease
+                        _engines.put_engine(txn, store.dbs, key, record)
+                _engines.refuse_second_single(txn, store.dbs, engine_id, lease)
+            if _engines.engine_record(txn, store.dbs, raw) is not None:
+                # The same id registered again: the old incarnation is deposed by its next
+                # commit, and whatever it held becomes reclaimable now instead of never.
+                release_claims(TxnState(txn, store.dbs, raw, now))
+            _engines.put_engine(
+                txn,
+                store.dbs,
+                raw,
+                {
+                    "slot": slot,
+                    "pid": pid if pid is not None else os.getpid(),
+                    "state": "live",
+                    "heartbeat": heartbeat,
+                    "ttl": ttl,
+                    "expires_at": float("inf") if mode == "single" else lease + ttl,
+                    "started": now,
+                    "lease_clock": store.clock.lease_clock,
+                    "cursor": feed_head(txn, store.dbs),
+                    "mode": mode,
+                    "incarnation": incarnation,
+                    "ended": None,
+                },
+            )
+
+        # Locked before the record exists: a peer that sees the record live and probes the
+        # lock must never find it free while this engine is starting.
+        try:
+            self._lock_engine_file(engine_id)
+        except OSError as exc:  # a read-only directory, most likely
+            raise storage_failure(exc, store.path, "cannot create the engine's lock file") from exc
+        try:
+            store._write(txn_fn)
+        except BaseException:
+            fd = self._locks.pop(engine_id, None)
+            if fd is not None:  # refused: leave no trace, not even the lock file
+                try:
+                    os.unlink(self._lock_path(engine_id))
+                except OSError:
+                    pass
+                os.close(fd)
+            raise
+        self.incarnations[engine_id] = incarnation
+
+    def heartbeat(self, engine_id: str, feed_cursor: int | None = None) -> dict[str, Any]:
+        """Extend this engine's lease; ``EngineDeposed`` if it is dead, expired, gone or
+        registered again by someone else. One write, whatever the number of claims. The lease
+        is judged by the time before the wait for the write lock, and extended from the time
+        after it (see ``_engines``)."""
+        store = self.store
+        started = store.clock.lease_now()
+
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> dict[str, Any]:
+            record = _engines.check_live(txn, store.dbs, engine_id, started, self.incarnations.get(engine_id))
+            if record["mode"] != "single":
+                record["expires_at"] = store.clock.lease_now() + record["ttl"]
+            if feed_cursor is not None:
+                record["cursor"] = feed_cursor
+            _engines.put_engine(txn, store.dbs, engine_key(engine_id), record)
+            return record
+
+        return store._write(txn_fn)
+
+    def mark_engine_dead(self, engine_id: str) -> bool:
+        """Confirmed death: the engine's claims become reclaimable at once. Idempotent."""
+        store = self.store
+
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> bool:
+            raw = engine_key(engine_id)
+            record = _engines.engine_record(txn, store.dbs, raw)
+            if record is None or record["state"] == "dead":
+                return False
+            record["state"] = "dead"
+            record["ended"] = store.clock.lease_now()
+            _engines.put_engine(txn, store.dbs, raw, record)
+            return True
+
+        return store._write(txn_fn)
+
+    def release_engine(self, engine_id: str) -> int:
+        """Graceful stop: release every claim of the engine and mark it stopped, so that any
+        live engine reclaims its running workflows at once. A no-op for an engine that is no
+        longer this instance's live registration (dead, expired, or registered again): a
+        deposed engine commits nothing, and its claims are reclaimable anyway."""
+        store = self.store
+        started = store.clock.lease_now()  # its own lease, judged as in ``apply``
+
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> int:
+            raw = engine_key(engine_id)
+            record = _engines.engine_record(txn, store.dbs, raw)
+            mine = self.incarnations.get(engine_id)
+            now = store.clock.now()
+            if record is None or not _engines.is_live(record, started) or (mine is not None and record.get("incarnation") != mine):
+                return 0
+            moved = release_claims(TxnState(txn, store.dbs, raw, now))
+            record["state"] = "stopped"
+            record["ended"] = store.clock.lease_now()
+            _engines.put_engine(txn, store.dbs, raw, record)
+            return moved
+
+        moved = store._write(txn_fn)
+        fd = self._locks.pop(engine_id, None)
+        if fd is not None:
+            os.close(fd)
+        return moved
+
+    def takeover(self, engine_id: str, candidates: Iterable[tuple[str, bytes | None]]) -> dict[str, int | None]:
+        """CAS each ``(wid, holder bytes read)`` to this engine; epoch + 1 for every winner.
+
+        A candidate whose holder changed since it was read, or whose workflow is no longer
+        running, is lost (``None``). One transaction for the whole list. An engine taken from
+        that has expired is marked ``expired`` here (``_engines.mark_expired``), so it commits
+        nothing more however stale the time it judges its own lease by; one still live (it
+        renewed since the candidates were read) only loses that workflow: its writes for it
+        are fenced out by the new epoch.
+        """
+        store = self.store
+        me = engine_key(engine_id)
+        started = store.clock.lease_now()  # its own lease, judged as in ``apply``
+
+        def txn_fn(txn: lmdb.Transaction[bytes]) -> dict[str, int | None]:
+            mine = _engines.check_live(txn, store.dbs, engine_id, started, self.incarnations.get(engine_id))
+            now = store.clock.now()
+            lease = store.clock.lease_now()  # others' expiry is judged holding the lock
+            if mine["mode"] != "single" and lease >= mine["expires_at"] - mine["ttl"] + mine["heartbeat"]:
+                mine["expires_at"] = lease + mine["ttl"]  # carries its heartbeat, as in apply
+                _engines.put_engine(txn, store.dbs, me, mine)
+            state = TxnState(txn, store.dbs, me, now)
+            won: dict[str, int | None] = {}
+            stalls: dict[bytes, dict[str, Any] | None] = {}  # lost engine -> its stall note
+            marked: set[bytes] = set()
+            for wid, expected in candidates:
+                wid_raw = wid.encode()
+                holder = txn.get(wid_raw, db=store.dbs.claim_holder)
+                record_raw = txn.get(wid_raw, db=store.dbs.workflows)
+                record = None if record_raw is None else unpack_record(record_raw)
+                if holder != expected or record is None or record["status"] != "running":
+                    won[wid] = None
+                    continue
+                if holder is not None:  # its owner was lost holding it (a release leaves no holder)
+                    lost_engine = holder[:16]
+                    if lost_engine not in stalls:
+                        stalls[lost_engine] = read_stall_note(stall_note_path(store.path, lost_engine.hex()))
+                    note_lost_owner(state, wid, record, stalls[lost_engine])
+                old_engine = NO_ENGINE if holder is None else holder[:16]
+                if holder is not None and old_engine not in marked:
+                    marked.add(old_engine)
+                    if old_engine != me:
+                        _engines.mark_expired(txn, store.dbs, old_engine, lease)
+                txn.delete(by_engine_key(old_engine, wid), db=store.dbs.by_engine)
+                epoch = next_epoch(state, wid_raw)
+                txn.put(wid_raw, holder_value(me, epoch, now), db=store.dbs.claim_holder)
+                txn.put(by_engine_key(me, wid), b"", db=store.dbs.by_engine)
+                won[wid] = epoch
+            return won
+
+        return store._write(txn_fn)
+
+    # -- liveness by lock file ------------------------------------------------------------
+
+    def _lock_path(self, engine_id: str) -> str:
+        return os.path.join(self.store.path, "engines", engine_id + ".lock")
+
+    def _lock_engine_file(self, engine_id: str) -> None:
+        os.makedirs(os.path.join(self.store.path, "engines"), exist_ok=True)
+        fd = os.open(self._lock_path(engine_id), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            # The id's previous incarnation still runs and holds it; peers then see this id
+            # as alive until that process exits, which only delays a takeover.
+            os.close(fd)
+            log.warning("engine %s: lock file is held by its previous incarnation", engine_id)
+            return
+        self._locks[engine_id] = fd
+
+    def remove_files(self, engine_id: str) -> None:
+        """Delete the lock file and stall note of an engine pruned from the registry."""
+        for path in (self._lock_path(engine_id), self._lock_path(engine_id)[: -len(".lock")] + ".stall"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def restore_lock_files(self) -> None:
+        """Recreate the lock file of each engine this instance holds if it was deleted or
+        replaced: without it peers cannot confirm this engine's death (they only wait for its
+        lease to expire). Cheap (one ``stat`` per engine); the maintenance pass runs it."""
+        for engine_id, fd in list(self._locks.items()):
+            path = self._lock_path(engine_id)
+            try:
+                held = os.fstat(fd)
+                current = os.stat(path)
+                if (held.st_dev, held.st_ino) == (current.st_dev, current.st_ino):
+                    continue
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+            log.warning("engine %s: its lock file %s was deleted or replaced; recreating it", engine_id, path)
+            del self._locks[engine_id]
+            self._lock_engine_file(engine_id)
+            if engine_id in self._locks:
+                os.close(fd)
+            else:
+                self._locks[engine_id] = fd  # someone else holds the new file: keep ours
+
+    def process_gone(self, engine_id: str) -> bool:
+        """True when the process that registered ``engine_id`` has surely exited: its lock
+        file exists and is free. A missing lock file proves nothing (it may have been deleted
+        under a live engine): confirmed death then comes from the supervisor's reaping or
+        from the lease's expiry."""
+        if engine_id in self._locks:
+            return False
+        path = self._lock_path(engine_id)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        finally:
+            os.close(fd)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return True
