@@ -9,17 +9,24 @@ of an engine whose record was not live must not advance the store's transaction 
 from __future__ import annotations
 
 import ast
+import gc
+import os
+import sys
 from typing import Any
 
 from weft_actors.codec import decode, decode_args, unpack_record
+from weft_actors.shard._actor import Actor
 from weft_actors.store import TERMINAL
 from weft_actors.store._check import check_environment
 
-from _workload import TRANSIENT, Ledger
+from _extras import TRAP_MODULE
+from _mirror import StoreMirror
+from _workload import AMBIGUOUS, TRANSIENT, Ledger
 
 __all__ = ["Checker"]
 
 FEED_RETENTION = 3600.0
+CROSS_CHECK = os.environ.get("SIM_CROSS_CHECK") == "1"
 
 
 class Checker:
@@ -29,6 +36,7 @@ class Checker:
         self.reported: set[str] = set()
         self.finished: dict[tuple[bytes, str], tuple[Any, ...]] = {}
         """(workflow, run) -> how it ended: a finished run never changes."""
+        self.mirror = StoreMirror(world.observer.dbs)
 
     def _report(self, what: str) -> None:
         if what not in self.reported:  # a broken state is reported once, not on every commit
@@ -36,29 +44,53 @@ class Checker:
             self.world.violation(what)
 
     def after_commit(self) -> None:
-        observer = self.world.observer
-        dbs = observer.dbs
+        """The store checker over what the commit changed (``_mirror``), epochs only grow,
+        a finished run never changes."""
+        world = self.world
+        observer = world.observer
+        mirror = self.mirror
+        now = world.clock.now()
         with observer.env.begin() as txn:
-            epochs = self.epochs
-            seen = 0
-            for key, value in txn.cursor(db=dbs.claim_epoch):
-                seen += 1
-                epoch = int.from_bytes(value, "big")
-                if epoch < epochs.get(key, 0):
-                    self._report(f"epoch of {key.decode()} went back from {epochs[key]} to {epoch}")
-                epochs[key] = epoch
-            if seen < len(epochs):
+            changes = mirror.update(txn, world.recording.take())
+            if CROSS_CHECK:
+                for difference in mirror.differences(txn):
+                    world.violation(f"a write the mirror did not see: {difference}")
+        epochs = self.epochs
+        for key, (_, after) in sorted(changes.get("claim_epoch", {}).items()):
+            if after is None:
                 self._report("a claim epoch was deleted")
-            finished = self.finished
-            for key, value in txn.cursor(db=dbs.workflows):
-                record = unpack_record(value)
-                if record["status"] in TERMINAL:
-                    ending = (record["status"], record.get("result"), record.get("error"))
-                    before = finished.setdefault((key, record["run_id"]), ending)
-                    if before != ending:
-                        self._report(f"finished run {record['run_id'][-8:]} of {key.decode()} changed from {before[0]} to {ending[0]}")
-            for problem in check_environment(txn, dbs, self.world.clock.now(), FEED_RETENTION, self.world.clock.lease_now()):
-                self._report(f"store: {problem}")
+                continue
+            epoch = int.from_bytes(after, "big")
+            if epoch < epochs.get(key, 0):
+                self._report(f"epoch of {key.decode()} went back from {epochs[key]} to {epoch}")
+            epochs[key] = epoch
+        finished = self.finished
+        for key, (_, after) in sorted(changes.get("workflows", {}).items()):
+            if after is None:
+                continue
+            record = unpack_record(after)
+            if record["status"] in TERMINAL:
+                ending = (record["status"], record.get("result"), record.get("error"))
+                before = finished.setdefault((key, record["run_id"]), ending)
+                if before != ending:
+                    self._report(f"finished run {record['run_id'][-8:]} of {key.decode()} changed from {before[0]} to {ending[0]}")
+        # Nothing to check if nothing the checker reads changed but lease renewals.
+        lease_now = world.clock.lease_now()
+        problems = [] if mirror.only_renewals(changes, lease_now) else mirror.check(mirror.touched(changes), now, FEED_RETENTION, lease_now)
+        for problem in problems:
+            self._report(f"store: {problem}")
+        if CROSS_CHECK:
+            self._cross_check(problems)
+
+    def _cross_check(self, problems: list[Any]) -> None:
+        """``SIM_CROSS_CHECK=1``: the whole-store check must find nothing the incremental one
+        did not find now or before (a test of ``_mirror``, not of the engine)."""
+        observer = self.world.observer
+        with observer.env.begin() as txn:
+            full = check_environment(txn, observer.dbs, self.world.clock.now(), FEED_RETENTION, self.world.clock.lease_now())
+        missed = [str(problem) for problem in full if f"store: {problem}" not in self.reported]
+        if missed:
+            self.world.violation(f"incremental store check missed {missed}")
 
     # -- at the end -----------------------------------------------------------------------
 
@@ -74,6 +106,9 @@ class Checker:
         world = self.world
         observer = world.observer
         self.after_commit()
+        with observer.env.begin() as txn:  # and once over the whole store
+            for problem in check_environment(txn, observer.dbs, world.clock.now(), FEED_RETENTION, world.clock.lease_now()):
+                self._report(f"store: {problem}")
         records = self.records()
         with observer.env.begin() as txn:
             for key, value in txn.cursor(db=observer.dbs.ops):
@@ -102,6 +137,35 @@ class Checker:
         self._check_signals(ledger, records)
         self._check_updates(ledger, records)
 
+    def after_collect(self) -> None:
+        """Once the run's garbage is collected: no live engine keeps an actor it dropped,
+        and no client payload made an engine import a module."""
+        self.check_leaks(None)
+        if sys.modules.pop(TRAP_MODULE, None) is not None:
+            self._report(f"a client payload made an engine import {TRAP_MODULE}")
+
+    def check_leaks(self, min_age: float | None) -> None:
+        """No running engine keeps an actor it dropped (a cancelled timer, a waiter or a
+        callback holding a finished run and its history). At the end (``min_age`` None) any
+        dropped actor counts; during the run (garbage collected first) only the actor of a
+        run that finished ``min_age`` seconds ago or more: until its last callbacks ran, a
+        dropped actor may still be referenced."""
+        engines = {id(node.engine): node for node in self.world.nodes if node.status == "up" and node.engine.state == "running"}
+        now = self.world.clock.now()
+        workflows = self.mirror.raw["workflows"]
+        leaked: dict[str, list[str]] = {}
+        for obj in gc.get_objects():
+            if type(obj) is not Actor or id(obj.engine) not in engines or obj.engine.actors.get(obj.wid) is obj:
+                continue
+            if min_age is not None:
+                raw = workflows.get(obj.wid.encode())
+                record = None if raw is None else self.mirror.decode(raw)
+                if record is None or record["run_id"] != obj.run_id or record["status"] not in TERMINAL or record["updated"] > now - min_age:
+                    continue
+            leaked.setdefault(engines[id(obj.engine)].name, []).append(f"{obj.wid} ({'closed' if obj.closed else 'open'})")
+        for name, actors in sorted(leaked.items()):
+            self._report(f"{name} keeps {len(actors)} actors it dropped: {sorted(actors)[:5]}")
+
     def _check_waiters(self, ledger: Ledger, records: dict[str, Any]) -> None:
         for node, wid, task in ledger.waiters:
             if node.status != "up" or node.engine.state != "running":
@@ -117,7 +181,7 @@ class Checker:
             if record is None or record["status"] != "completed" or record.get("type") != "collector":
                 continue
             result = decode(record["result"], "result")
-            got = result["got"]
+            got = [token if isinstance(token, str) else repr(token) for token in result["got"]]
             if len(got) != len(set(got)):
                 self._report(f"{wid} consumed a signal twice: {sorted(got)}")
             invented = set(got) - sent
@@ -133,6 +197,12 @@ class Checker:
                     break
                 chain.add(previous["run_id"])
             acked = {token for token, run_id in ledger.acked.get(wid, {}).items() if run_id in chain}
+            # The run read after the acknowledgement is the one the signal went to or a later
+            # one: a token acknowledged while a run outside this chain was current was that
+            # run's, and must not reach this one (messages belong to one run).
+            older = {token for token in got if ledger.acked.get(wid, {}).get(token, None) not in (None, AMBIGUOUS, *chain)}
+            if older:
+                self._report(f"{wid} consumed signals sent to an earlier run: {sorted(older)}")
             lost = acked - set(got) - pending
             if lost:
                 self._report(f"{wid} lost acknowledged signals {sorted(lost)} (got {sorted(got)}, pending {sorted(pending)})")

@@ -111,7 +111,7 @@ class SimLoop(asyncio.BaseEventLoop):
                 handle._context.run(callback, *handle._args)
             except SimDeath:
                 raise
-            except Exception as exc:  # an engine callback must never let one escape
+            except (Exception, SystemExit) as exc:  # an engine callback must never let one escape
                 self.errors.append(f"callback {name} raised {exc!r}")
             finally:
                 events._set_running_loop(previous)

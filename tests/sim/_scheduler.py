@@ -16,6 +16,7 @@ import hashlib
 import heapq
 import itertools
 import logging
+import os
 import random
 import shutil
 import tempfile
@@ -27,6 +28,7 @@ from weft_actors.codec import unpack_record
 from weft_actors.shard import _validate
 from weft_actors.store import TERMINAL
 
+from _extras import EXTRA_FEATURES, Extras
 from _invariants import Checker
 from _workload import Workload
 from _world import World
@@ -39,6 +41,7 @@ ALL_FEATURES = frozenset(
         "bad-input", "start-new-collector",
         "stall", "kill", "die-before", "die-after-apply", "die-after-commit", "fail-commit", "refuse-intent",
         "clock-jump", "mark-dead", "store-full", "hint-faults", "slow-turn",
+        *EXTRA_FEATURES,
     }
 )
 CI_EXCLUDED: frozenset[str] = frozenset()
@@ -48,6 +51,12 @@ WORKLOAD_SECONDS = 20.0
 DRAIN_SECONDS = 120.0
 MAX_STEPS = 200_000
 TICK = 0.001
+LEAK_CHECK_EVERY = 4.0
+LEAK_AGE = 3.0
+"""A dropped actor still referenced this long (simulated s) after its run ended is kept."""
+SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+"""Where each seed's store lives: a memory file system when there is one (the store is real
+LMDB either way; creating and removing one is cheaper there)."""
 
 
 @dataclass
@@ -117,12 +126,14 @@ class Run:
         self.world = World(seed, self.config, data_dir)
         self.world.rng = random.Random(self.rng.getrandbits(64))
         self.workload = Workload(self.world, random.Random(self.rng.getrandbits(64)))
+        self.extras = Extras(self, seed)
         self.checker = Checker(self.world)
         self.world.on_commit = self.checker.after_commit  # type: ignore[method-assign]
         self.events: list[tuple[float, int, str, Callable[[], None]]] = []
         self._seq = itertools.count()
         self.draining = False
         self.restarts_pending = 0
+        self.leaks_checked = self.now()
         self.steps = 0
         self.done = False
 
@@ -147,6 +158,7 @@ class Run:
             self.at(start + rng.uniform(0.2, WORKLOAD_SECONDS), kind, lambda kind=kind: self._fault(kind))
         self.at(start + WORKLOAD_SECONDS, "drain", self._drain)
         self.at(start + WORKLOAD_SECONDS + DRAIN_SECONDS, "deadline", self._deadline)
+        self.extras.plan(start, WORKLOAD_SECONDS)
 
     # -- events ---------------------------------------------------------------------------
 
@@ -155,6 +167,7 @@ class Run:
         return self.rng.choice(up) if up else None
 
     def _call(self) -> None:
+        self._check_leaks()
         node = self._target()
         if node is None:
             return
@@ -193,6 +206,15 @@ class Run:
             node.armed[batch] = kind if kind == "fail-commit" else kind.replace("die-", "die-", 1)
             world.note(f"{node.name} armed {kind} at batch {batch}")
 
+    def _check_leaks(self) -> None:
+        """Every few seconds (at a client call: no event of its own, so time stops nowhere
+        new), collect the garbage and look for actors kept after their run ended."""
+        now = self.now()
+        if now - self.leaks_checked >= LEAK_CHECK_EVERY:
+            self.leaks_checked = now
+            gc.collect()
+            self.checker.check_leaks(LEAK_AGE)
+
     def _supervise(self) -> None:
         """Keep ``engines`` processes: a dead or exited one is replaced after a backoff."""
         world = self.world
@@ -210,6 +232,8 @@ class Run:
         world = self.world
         self.draining = True
         world.note("drain")
+        self.leaks_checked = -LEAK_CHECK_EVERY
+        self._check_leaks()
         for node in world.nodes:
             node.armed.clear()
             node.refuse_at = None
@@ -239,7 +263,7 @@ class Run:
                 if lost < node.engine.quarantine_after:  # each counted loss: an owner that died or expired
                     world.violation(f"{wid} quarantined with only {lost} engines lost")
                 self.workload.issue(node, f"lift_quarantine {wid}", lambda engine, wid=wid: engine.lift_quarantine(wid))
-            elif wf_type in ("collector", "racer"):
+            elif wf_type in ("collector", "racer", "spinner", "kin", "kid"):
                 self.workload.issue(node, f"signal {wid} stop", lambda engine, wid=wid: engine.signal(wid, "s", "stop"))
         if not unfinished:
             self.at(self.now() + 4 * self.config.heartbeat + self.config.hint_delay, "finish", self._finish)
@@ -302,10 +326,29 @@ class Run:
                 node.loop.release_due()
 
 
+_frozen = False
+
+
+def _quiet_collector() -> bool:
+    """The garbage collector leaves alone what was there before the first seed (modules,
+    classes: a full collection after each seed would walk them all again), and runs no
+    automatic pass during a seed: each seed ends with a full collection of its own, which
+    is where a destroyed pending task is reported. Returns whether it was enabled."""
+    global _frozen
+    if not _frozen:
+        gc.collect()
+        gc.freeze()
+        _frozen = True
+    enabled = gc.isenabled()
+    gc.disable()
+    return enabled
+
+
 def run_seed(seed: int, features: frozenset[str] = ALL_FEATURES) -> Outcome:
     """Run the simulation for ``seed``; the outcome's ``violations`` are empty if it passed."""
     started = time.perf_counter()
-    data_dir = tempfile.mkdtemp(prefix=f"weft-sim-{seed}-")
+    collecting = _quiet_collector()
+    data_dir = tempfile.mkdtemp(prefix=f"weft-sim-{seed}-", dir=SCRATCH)
     saved_time, saved_state = _validate.time, _validate._random.getstate()
     _validate.time = _Wall  # type: ignore[assignment]
     run = None
@@ -320,6 +363,7 @@ def run_seed(seed: int, features: frozenset[str] = ALL_FEATURES) -> Outcome:
             run.run()
             run.checker.final(run.workload.ledger)
             gc.collect()
+            run.checker.after_collect()
             for node in run.world.nodes:
                 for error in node.loop.late_errors:
                     run.world.violation(f"{node.name}: {error}")
@@ -332,5 +376,7 @@ def run_seed(seed: int, features: frozenset[str] = ALL_FEATURES) -> Outcome:
             run.world.unpatch_dispatch()
             run.world.close()
         shutil.rmtree(data_dir, ignore_errors=True)
+        if collecting:
+            gc.enable()
     world = run.world
     return Outcome(seed, world.violations, world.trace, run.steps, world.clock.monotonic() - 1000.0, time.perf_counter() - started)

@@ -15,7 +15,10 @@ from weft_actors.errors import WeftError
 
 from sim_app import collector, looper, parent, racer, relay, steps
 
-__all__ = ["Ledger", "Workload", "TRANSIENT"]
+__all__ = ["Ledger", "Workload", "TRANSIENT", "AMBIGUOUS"]
+
+AMBIGUOUS = "?"
+"""The run of an acknowledged signal when a new run was created during the call."""
 
 TRANSIENT = frozenset({"engine_deposed", "engine_stopped", "storage_full", "storage_error", "fenced_out", "limit_exceeded", "timeout"})
 """Outcomes that say nothing about the workflow: the engine asked could not answer."""
@@ -159,7 +162,7 @@ class Workload:
         async def call(engine: Any) -> None:
             issued = engine.clock.now()
             await engine.terminate(wid, "sim")
-            record = engine.store.get_workflow(wid)
+            record = self.world.observer.get_workflow(wid)  # the engine's store may be closed by now
             if record["status"] == "terminated":
                 self.ledger.terminated.append((wid, record["run_id"]))
             elif record["created"] < issued:  # not a ``start_new`` run made since
@@ -186,11 +189,18 @@ class Workload:
         self.ledger.sent.setdefault(wid, set()).add(token)
         return token
 
-    def _acked(self, engine: Any, wid: str, token: str) -> None:
-        """Note the run that was current when the signal was acknowledged: a later
-        ``start_new`` run does not inherit what an earlier one left."""
-        record = engine.store.get_workflow(wid)
-        self.ledger.acked.setdefault(wid, {})[token] = None if record is None else record["run_id"]
+    def run_of(self, wid: str) -> str | None:
+        """The workflow's current run, as the store has it (the engine's store may be closed)."""
+        record = self.world.observer.get_workflow(wid)
+        return None if record is None else record["run_id"]
+
+    def _acked(self, wid: str, token: str, before: str | None) -> None:
+        """Note the run the acknowledged signal went to: a later ``start_new`` run does not
+        inherit what an earlier one left. The run current before the call and after it: if
+        they differ, a new run came in between and the signal's run is not known
+        (``AMBIGUOUS``: neither lost nor misdelivered can be told for it)."""
+        after = self.run_of(wid)
+        self.ledger.acked.setdefault(wid, {})[token] = after if after == before else AMBIGUOUS
 
     def _signal(self) -> tuple[str, Any]:
         roll = self.rng.random()
@@ -200,9 +210,10 @@ class Workload:
         token = "stop" if self.rng.random() < 0.05 else self._token(wid)
 
         async def call(engine: Any) -> None:
+            before = self.run_of(wid)
             await engine.signal(wid, "s", token)
             if token != "stop":
-                self._acked(engine, wid, token)
+                self._acked(wid, token, before)
 
         return f"signal {wid} {token}", call
 
@@ -239,8 +250,9 @@ class Workload:
         args = self._args("collector")
 
         async def call(engine: Any) -> None:
+            before = self.run_of(wid)
             await engine.signal_with_start(collector, *args, signal="s", payload=token, id=wid, if_exists="return")
-            self._acked(engine, wid, token)
+            self._acked(wid, token, before)
             self.ledger.started.add(wid)
 
         return f"signal_with_start {wid} {token}", call

@@ -16,15 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 from typing import Any, Callable
 
 from weft_actors import Engine
 from weft_actors.errors import StorageError, StorageFull
-from weft_actors.store import LmdbStore, _dispatch
+from weft_actors.store import LmdbStore, _dispatch, _env
 from weft_actors.store._engines import is_live
 
 from _loop import SimClock, SimDeath, SimLoop
+from _mirror import KEYSPACES
+from _recording import RecordingEnv, StoreEnv
 from sim_app import APP
 
 __all__ = ["Node", "World"]
@@ -87,6 +90,14 @@ class Node:
             del self.armed[self.batches]
             self.world.note(f"{self.name} dies at commit:{point} of batch {self.batches}")
             raise SimDeath(point)
+        if fault == "mark-dead" and point == "after-commit":
+            # The supervisor marks it dead right after this commit, and its heartbeat runs
+            # before the commit's callbacks: its callers resume on a deposed engine.
+            del self.armed[self.batches]
+            self.world.note(f"{self.name} marked dead after commit of batch {self.batches}")
+            self.world.confirm_dead(self, hints=False)
+            self.loop.call_soon(self.world._tick_once, self)
+            return
         if fault == "fail-commit" and point == "after-apply":
             del self.armed[self.batches]
             self.world.note(f"{self.name} batch {self.batches} fails whole")
@@ -110,6 +121,9 @@ class World:
         self.refusing: dict[bytes, Node] = {}
         self.observer = LmdbStore(data_dir, clock=self.clock, sync=False, **({} if config.map_size is None else {"map_size": config.map_size}))
         """The simulation's own view of the store (it also keeps the environment open)."""
+        shared = _env._OPEN[os.path.realpath(data_dir)]
+        self.recording = RecordingEnv(shared[0], shared[1], KEYSPACES + ("feed",))
+        shared[0] = self.recording  # every engine's store opens this one: its writes are recorded
 
     def close(self) -> None:
         for node in self.nodes:
@@ -143,6 +157,7 @@ class World:
             self.note(f"{node.name} failed to open: {type(exc).__name__}")
             node.status = "exited"
             return
+        node.engine.store.env = StoreEnv(self.recording, node.engine.store)  # type: ignore[assignment]
         node.engine.committer.failpoint = node  # type: ignore[assignment]
         node.engine.store.before_commit = lambda: node.hit("after-apply")
         node.status = "up"
@@ -154,6 +169,10 @@ class World:
             return
         node.loop.call_later(self.config.heartbeat, self._tick, node)
         node.engine.tick()
+
+    def _tick_once(self, node: Node) -> None:
+        if node.engine.state == "running":
+            node.engine.tick()
 
     def _hinted_pass(self, node: Node) -> None:
         if node.engine.state == "running":
@@ -170,12 +189,12 @@ class World:
         if confirm:
             self.confirm_dead(node)
 
-    def confirm_dead(self, node: Node) -> None:
+    def confirm_dead(self, node: Node, hints: bool = True) -> None:
         witness = next((other for other in self.nodes if other.status == "up"), None)
         if witness is None:
             return
         witness.engine.store.mark_engine_dead(node.engine_id)
-        for other in self.nodes:
+        for other in self.nodes if hints else ():
             if other.status == "up" and self.rng.random() >= self.config.hint_loss:
                 other.loop.call_later(self.rng.uniform(0, self.config.hint_delay), self._hinted_pass, other)
 

@@ -119,4 +119,47 @@ async def relay(ctx, left: int, plan: list[Any]) -> int:
     return left
 
 
-APP = [steps, collector, parent, racer, looper, relay]
+@workflow
+async def spinner(ctx, count: int, patience: float) -> int:
+    """``count`` activities that finish inline, so the run keeps going ahead of its commits
+    (a query must still be answered within a commit), then a wait for a ``stop`` signal with
+    a far timeout (an in-memory timer cancelled when the signal comes: it must not keep the
+    finished actor alive)."""
+    done = [0]
+    ctx.on_query("done", lambda: done[0])
+    for index in range(count):
+        await ctx.run(work, f"p{index}", 0.0)
+        done[0] += 1
+    try:
+        await ctx.wait_signal("s", timeout=patience)
+    except TimeoutError:
+        pass
+    return done[0]
+
+
+@workflow
+async def quitter(ctx, where: str) -> None:
+    """User code that raises ``SystemExit`` (``sys.exit()`` in workflow code): it must fail
+    this workflow only, never its host."""
+    if where == "after-step":
+        await ctx.run(work, "q", 0.0)
+    raise SystemExit(3)
+
+
+@workflow
+async def kid(ctx) -> Any:
+    """A child that ends on its first ``s`` signal."""
+    return await ctx.wait_signal("s")
+
+
+@workflow
+async def kin(ctx, kid_id: str, runs: int) -> Any:
+    """Races its child against a signal, then continues as new once: signalled together,
+    the child's end and the parent's continue-as-new land in one group commit."""
+    if runs == 0:
+        await ctx.race([ctx.child(kid, id=kid_id), ctx.wait_signal("s")])
+        return ctx.continue_as_new(kid_id, 1)
+    return "run 1"
+
+
+APP = [steps, collector, parent, racer, looper, relay, spinner, quitter, kid, kin]

@@ -83,8 +83,9 @@ def lock_file_replaced(path: str) -> StorageError | None:
     LMDB keeps its write mutex and reader table in that file: a process that opens the store
     after it was deleted creates a new one and takes a different mutex, so two processes would
     write at once and corrupt the store. One ``stat``; callers run it off the commit path.
+    ``path`` is the store's resolved path (``os.path.realpath``, as the caller resolved it
+    once when it opened the store).
     """
-    path = os.path.realpath(path)
     shared = _OPEN.get(path)
     if shared is None or shared[3] is None:
         return None

@@ -71,6 +71,9 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.max_inbox = max_inbox
         self.clock = clock or SystemClock()
         self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly, clock=self.clock)
+        self._real_path = os.path.realpath(self.path)
+        """The path the environment was opened at (resolved once: ``verify_lock_file`` runs
+        every maintenance pass, and resolving costs a ``stat`` per path component)."""
         self._reserve = StorageReserve(self.env, self.dbs)
         self.commits = 0
         self.writes = 0
@@ -199,7 +202,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         hint), so the commit path itself pays only one attribute test.
         """
         if self._lock_lost is None:
-            self._lock_lost = lock_file_replaced(self.path)
+            self._lock_lost = lock_file_replaced(self._real_path)
             if self._lock_lost is not None:
                 log.error("%s", self._lock_lost)
         if self._lock_lost is not None:
