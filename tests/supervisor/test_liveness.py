@@ -35,3 +35,11 @@ def test_a_shard_whose_engine_was_taken_over_or_marked_dead_is_hung_even_while_i
 def test_a_shard_gets_a_whole_ttl_from_the_time_it_was_ready():
     assert hung_reason(_record(10 * TTL), 0.0, NOW, TTL, ready_at=NOW - 1.0) is None
     assert hung_reason(_record(10 * TTL), 0.0, NOW, TTL, ready_at=NOW - TTL - 0.1) is not None
+
+
+def test_a_shard_that_just_got_the_write_lock_after_a_wait_is_spared_while_it_commits():
+    # It waited behind a stalled holder past its own ttl; the holder was killed and it got the
+    # lock: its renewal is being committed. One that has held the lock for a ttl is hung.
+    record = _record(1.5 * TTL)
+    assert hung_reason(record, -(NOW - 0.1), NOW, TTL) is None
+    assert hung_reason(record, -(NOW - TTL - 0.1), NOW, TTL) is not None

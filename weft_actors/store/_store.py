@@ -89,9 +89,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         commit: the crash-test failpoint ``commit:after-apply`` (``None`` otherwise)."""
         self.write_wait: Any = None
         """A shared slot (``write_wait[0]``, e.g. a ``multiprocessing.RawArray("d", 1)``) where
-        this process publishes when it began to wait for the write lock (0.0 while it does
-        not wait): its supervisor tells a shard blocked behind another's stalled transaction
-        from a hung one by it. ``None``: nothing is published."""
+        this process publishes when it began to wait for the write lock, and then, negated,
+        when it got it, until its transaction has committed (0.0 outside a write): its
+        supervisor tells a shard blocked behind another's stalled transaction, or one that got
+        the lock a moment ago and is committing the renewal it could not make meanwhile, from
+        a hung one by it. ``None``: nothing is published."""
 
     def close(self) -> None:
         self._ownership.close()
@@ -151,7 +153,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         try:
             with self.env.begin(write=True) as txn:
                 if wait is not None:
-                    wait[0] = 0.0
+                    wait[0] = -clock.lease_now()
                 record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
                 now = clock.now()  # for the records: read holding the lock
                 lease = clock.lease_now()  # for the lease (wall-clock jumps do not move it)
@@ -188,6 +190,9 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         except lmdb.Error as exc:  # a full disk is StorageFull too (``_disk``)
             error = self._write_failed(storage_failure(exc, self.path, "commit failed"))
             return [error] * len(intents)
+        finally:
+            if wait is not None:
+                wait[0] = 0.0
         if self.write_failure is not None:
             self._write_recovered()
         self.commits += 1
@@ -216,7 +221,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         try:
             with self.env.begin(write=True) as txn:
                 if wait is not None:
-                    wait[0] = 0.0
+                    wait[0] = -self.clock.lease_now()
                 result = fn(txn)
         except lmdb.MapFullError as exc:
             raise StorageFull(f"store is full: {exc}") from exc

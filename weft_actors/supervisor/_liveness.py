@@ -34,7 +34,8 @@ ours, is killed after one ttl. Past that (a shard stopped while it waited) it is
 def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float, ttl: float, ready_at: float = 0.0) -> str | None:
     """Why a ready shard whose engine record is ``record`` should be killed, or ``None``.
 
-    ``waiting_since``: when it began to wait for the write lock (0.0: it does not wait);
+    ``waiting_since``: when it began to wait for the write lock, negated once it holds it
+    (until that transaction commits), 0.0 outside a write;
     ``wall``: the time now on the records' lease clock (``Clock.lease_now``, blind to jumps of
     the wall clock); ``ready_at``: when the shard said it was
     ready (it has a whole ttl from then to heartbeat, however long its start took). A
@@ -48,8 +49,10 @@ def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float
     silent = wall - max(record["expires_at"] - record["ttl"], ready_at)
     if silent <= ttl:
         return None
-    if waiting_since and wall - waiting_since < LOCK_WAIT_GRACE * ttl:
+    if waiting_since > 0 and wall - waiting_since < LOCK_WAIT_GRACE * ttl:
         return None  # blocked behind another process's transaction, not hung itself
+    if waiting_since < 0 and wall + waiting_since < ttl:
+        return None  # it got the lock a moment ago and commits what it could not meanwhile
     return f"it has not heartbeated for {silent:.1f} s (ttl {ttl:g} s)"
 
 
