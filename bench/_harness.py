@@ -317,6 +317,22 @@ def open_store_readonly(data_dir: str) -> Any:
 
 
 @contextlib.contextmanager
+def role_process(script: str, role: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """``script --role ROLE ARGS...`` in a child process, yielded with its ``ready ...`` line
+    (split) once it printed it; killed and reaped on the way out, whatever happened."""
+    child = subprocess.Popen([sys.executable, os.path.abspath(script), "--role", role, *args], stdout=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline().split()  # type: ignore[union-attr]
+        if not line or line[0] != "ready":
+            raise SystemExit(f"the {role} process did not start: {line!r}")
+        yield child, line
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+@contextlib.contextmanager
 def sigterm_as_exit() -> Iterator[None]:
     """SIGTERM raises SystemExit, so ``finally`` blocks reap what the bench started."""
     previous = signal.getsignal(signal.SIGTERM)

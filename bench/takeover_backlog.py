@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -34,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import uvloop  # noqa: E402
 
-from _harness import report, scratch_dir  # noqa: E402
+from _harness import report, role_process, scratch_dir  # noqa: E402
 from weft_actors import Engine, activity, workflow  # noqa: E402
 
 HOLD = False  # set in engine A's process: its last activity never returns there
@@ -101,7 +100,7 @@ class Ticker:
         if engine is not None and engine.state == "running":
             record = engine.store.engines().get(engine.engine_id)
             if record is not None:
-                self.min_lease_left = min(self.min_lease_left, record["expires_at"] - time.time())
+                self.min_lease_left = min(self.min_lease_left, record["expires_at"] - engine.clock.lease_now())
         self._due = self._loop.time() + self.interval
         self._handle = self._loop.call_later(self.interval, self._tick)
 
@@ -111,23 +110,11 @@ class Ticker:
 
 async def measure(data_dir: str, workflows: int, steps: int, window: int, heartbeat: float, ttl: float, timeout: float) -> dict:
     built = time.perf_counter()
-    child = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--role", "build", "--data", data_dir,
-         "--workflows", str(workflows), "--steps", str(steps), "--window", str(window)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = child.stdout.readline().split()  # type: ignore[union-attr]
-        if not line or line[0] != "ready":
-            raise SystemExit(f"engine A did not start: {line!r}")
+    args = ("--data", data_dir, "--workflows", str(workflows), "--steps", str(steps), "--window", str(window))
+    with role_process(__file__, "build", *args) as (child, _):
         build_s = time.perf_counter() - built
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     engine = Engine(data_dir, app=APP, heartbeat=heartbeat, ttl=ttl, tune_gc=True)
     ticker = Ticker()
     started = time.perf_counter()

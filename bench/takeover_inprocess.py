@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -28,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import uvloop  # noqa: E402
 
-from _harness import report, scratch_dir  # noqa: E402
+from _harness import report, role_process, scratch_dir  # noqa: E402
 from _progress import Progress  # noqa: E402
 from weft_actors import Engine, activity, workflow  # noqa: E402
 from weft_actors.codec import decode  # noqa: E402
@@ -67,16 +66,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def measure(data_dir: str, workflows: int, heartbeat: float, ttl: float, hint: bool) -> dict:
-    child = subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), "--role", "doomed", "--data", data_dir,
-         "--workflows", str(workflows), "--heartbeat", str(heartbeat), "--ttl", str(ttl)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = child.stdout.readline().split()  # type: ignore[union-attr]
-        if not line or line[0] != "ready":
-            raise SystemExit(f"engine A did not start: {line!r}")
+    args = ("--data", data_dir, "--workflows", str(workflows), "--heartbeat", str(heartbeat), "--ttl", str(ttl))
+    with role_process(__file__, "doomed", *args) as (child, line):
         doomed_id = line[1]
         options = {"heartbeat": heartbeat, "ttl": ttl, "probe_peers": False, "tune_gc": True}
         async with Engine(data_dir, app=APP, **options) as b, Engine(data_dir, app=APP, **options) as c:
@@ -101,10 +92,6 @@ async def measure(data_dir: str, workflows: int, heartbeat: float, ttl: float, h
                 record = b.store.get_workflow(f"w-{i}")
                 latencies.append((decode(record["result"]) - marked) * 1000)
             stats_b, stats_c = b.stats(), c.stats()
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     return {
         "workflows": workflows,
         "hinted": hint,
