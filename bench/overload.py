@@ -1,7 +1,7 @@
 """Overload: open-loop starts at multiples of the measured capacity, through a real supervisor.
 
     python bench/overload.py --shards 2                       # 1x, 2x, 4x for 10 s each
-    python bench/overload.py --duration 30 --multipliers 1,2,4
+    python bench/overload.py --duration 30 --multipliers 1,2,4 --clients 2
 
 Starts ``python -m weft_actors.supervisor --app bench_app`` (durable commits), measures its
 capacity first (``--measure`` seconds of ``three_steps`` workflows through ``execute`` with
@@ -9,7 +9,9 @@ capacity first (``--measure`` seconds of ``three_steps`` workflows through ``exe
 of ``three_steps`` at M x capacity per second for ``--duration`` seconds without waiting for
 replies (open loop: a start is sent on schedule whether or not the last ones were answered).
 A start is accepted (its reply names the workflow) or refused with ``Overloaded``; after the
-load stops the bench waits for the result of every accepted workflow.
+load stops the bench waits for the result of every accepted workflow. ``--clients N`` splits
+the offered rate over N client processes (one asyncio client cannot offer much more than
+~10k requests/s, and its own loop lag would count as the server's latency).
 
 Prints one JSON line per multiplier: multiplier, offered_per_s (what the client managed to
 send), accepted_per_s, refused_per_s, other_errors, p50_ms/p99_ms (latency of accepted
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import sys
 import time
@@ -35,6 +38,7 @@ from _harness import Supervisor, percentile, report, sigterm_as_exit  # noqa: E4
 async def capacity(endpoint: str, seconds: float, concurrency: int) -> float:
     """Workflows per second, closed loop: ``concurrency`` workers each ``execute`` again and again."""
     from weft_actors import AsyncClient
+    from weft_actors.errors import Overloaded
 
     done = 0
     async with AsyncClient(endpoint, timeout=120) as client:
@@ -44,7 +48,11 @@ async def capacity(endpoint: str, seconds: float, concurrency: int) -> float:
             nonlocal done
             i = w
             while time.monotonic() < stop:
-                await client.execute("three_steps", i, timeout=120)
+                try:
+                    await client.execute("three_steps", i, timeout=120)
+                except Overloaded:
+                    await asyncio.sleep(0.01)  # as a client must: back off, then try again
+                    continue
                 done += 1
                 i += concurrency
 
@@ -54,7 +62,8 @@ async def capacity(endpoint: str, seconds: float, concurrency: int) -> float:
 
 
 async def phase(endpoint: str, rate: float, seconds: float, base: int) -> dict[str, Any]:
-    """Send ``rate`` starts a second for ``seconds``; then wait for every accepted one's end."""
+    """Send ``rate`` starts a second for ``seconds``; then wait for every accepted one's end.
+    The raw counts and latencies of one client (``combine`` sums the clients)."""
     from weft_actors import AsyncClient
     from weft_actors.errors import Overloaded
 
@@ -93,16 +102,50 @@ async def phase(endpoint: str, rate: float, seconds: float, base: int) -> dict[s
         results = await asyncio.gather(*(client.get_handle(wid).result(timeout=300) for wid, _ in accepted), return_exceptions=True)
         drain = time.monotonic() - load_end
     completed = sum(1 for (wid, i), result in zip(accepted, results) if result == i + 3)
+    return {"sent": sent, "sending": sending, "latencies": latencies, "accepted": len(accepted), "refused": refused, "other": other, "completed": completed, "drain": drain}
+
+
+def _client_process(endpoint: str, rate: float, seconds: float, base: int, out: Any) -> None:
+    out.put(asyncio.run(phase(endpoint, rate, seconds, base)))
+
+
+def run_phase(endpoint: str, rate: float, seconds: float, base: int, clients: int) -> dict[str, Any]:
+    """One phase offered by ``clients`` processes at ``rate / clients`` each (1: in this process)."""
+    if clients == 1:
+        return combine([asyncio.run(phase(endpoint, rate, seconds, base))])
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    processes = [context.Process(target=_client_process, args=(endpoint, rate / clients, seconds, base + k * 1_000_000, out)) for k in range(clients)]
+    for process in processes:
+        process.start()
+    try:
+        parts = [out.get(timeout=seconds + 600) for _ in processes]
+    finally:
+        for process in processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+    return combine(parts)
+
+
+def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    sending = max(part["sending"] for part in parts)
+    latencies = [value for part in parts for value in part["latencies"]]
+    other: dict[str, int] = {}
+    for part in parts:
+        for name, n in part["other"].items():
+            other[name] = other.get(name, 0) + n
+    accepted = sum(part["accepted"] for part in parts)
     return {
-        "offered_per_s": round(sent / sending, 1),
-        "accepted_per_s": round(len(accepted) / sending, 1),
-        "refused_per_s": round(refused / sending, 1),
+        "offered_per_s": round(sum(part["sent"] for part in parts) / sending, 1),
+        "accepted_per_s": round(accepted / sending, 1),
+        "refused_per_s": round(sum(part["refused"] for part in parts) / sending, 1),
         "other_errors": other,
         "p50_ms": round(percentile(latencies, 0.5) * 1000, 1),
         "p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
-        "accepted": len(accepted),
-        "completed": completed,
-        "drain_s": round(drain, 2),
+        "accepted": accepted,
+        "completed": sum(part["completed"] for part in parts),
+        "drain_s": round(max(part["drain"] for part in parts), 2),
     }
 
 
@@ -121,6 +164,7 @@ def main() -> None:
     parser.add_argument("--measure", type=float, default=5.0, help="seconds of the closed-loop capacity measurement (default 5)")
     parser.add_argument("--concurrency", type=int, default=500, help="workflows in flight while measuring capacity")
     parser.add_argument("--multipliers", default="1,2,4", help="comma-separated multiples of capacity (default 1,2,4)")
+    parser.add_argument("--clients", type=int, default=2, help="client processes offering the load (default 2)")
     parser.add_argument("--supervisor-arg", action="append", default=[], help="extra supervisor option (repeatable)")
     args = parser.parse_args()
     with sigterm_as_exit(), Supervisor(shards=args.shards, args=tuple(args.supervisor_arg)) as supervisor:
@@ -128,18 +172,21 @@ def main() -> None:
         base = 1_000_000
         for multiplier in (float(m) for m in args.multipliers.split(",")):
             before = removed(supervisor.endpoint)
-            result = asyncio.run(phase(supervisor.endpoint, multiplier * measured, args.duration, base))
-            base += 10_000_000
+            result = run_phase(supervisor.endpoint, multiplier * measured, args.duration, base, args.clients)
+            base += 100_000_000
             result = {
                 "bench": "overload",
                 "shards": args.shards,
                 "multiplier": multiplier,
                 "capacity_per_s": round(measured, 1),
                 "duration_s": args.duration,
+                "clients": args.clients,
                 **result,
                 "shards_removed": removed(supervisor.endpoint) - before,
             }
             report(result, f"overload, {multiplier:g}x capacity")
+            if result["shards_removed"]:  # why: the supervisor's log says
+                sys.stderr.write("".join(supervisor.stderr_lines[-150:]))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ The fault-isolation faults have their own workflows:
 - ``exits(how)``: raises ``SystemExit`` or ``KeyboardInterrupt`` from workflow code; it must
   fail alone (``UserCodeExit``), never stop the shard hosting it.
 - ``parked(n, seconds)``: one timer, then ``n``: the backlog of a large takeover.
+- ``napper(seconds)``: one timer, returning ``ctx.now()`` before and after it (epoch seconds):
+  a timer must never wake before its time on the wall clock, whatever the clock jumps.
 """
 
 from __future__ import annotations
@@ -122,6 +124,14 @@ async def exits(ctx, how: str, n: int) -> int:
 async def parked(ctx, n: int, seconds: float) -> int:
     await ctx.sleep(seconds)
     return n
+
+
+@workflow
+async def napper(ctx, seconds: float) -> list[float]:
+    before = await ctx.now()
+    await ctx.sleep(seconds)
+    after = await ctx.now()
+    return [before.timestamp(), after.timestamp()]
 
 
 def expected_parent(n: int) -> int:

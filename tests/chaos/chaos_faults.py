@@ -2,7 +2,8 @@
 its lease then SIGCONT (it must depose itself and exit), a crash (kill -9 of the supervisor and
 every shard) or a drain (SIGTERM) of the whole supervisor followed by a restart, and the
 fault-isolation faults of ``chaos_isolation`` (a hung shard, a stall holding the write lock, a
-large takeover); and a sampler that checks that no claim epoch ever shrinks or vanishes. Shards are found through /proc as
+large takeover), and with root the faults of ``chaos_faults_store`` (disk full, read-only) and
+``chaos_faults_clock`` (wall-clock jumps); and a sampler that checks that no claim epoch ever shrinks or vanishes. Shards are found through /proc as
 the supervisor's children, so a restarted slot's new process is found too."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from _processes import RunningSupervisor
 from chaos_faults_store import STORE_KINDS, STORE_WEIGHTS, open_reader
@@ -82,6 +84,9 @@ class FaultsMixin:
     def count(self, name: str, n: int = 1) -> None:
         raise NotImplementedError
 
+    def _start(self, client: Any, wf_type: str, wid: str, args: tuple[Any, ...], expect: tuple[str, Any]) -> None:
+        raise NotImplementedError
+
     def _track_shards(self) -> list[int]:
         process = self.sup.process
         pids = [] if process is None or process.poll() is not None else shard_pids(process.pid)
@@ -99,6 +104,10 @@ class FaultsMixin:
         store = getattr(self, "store_faults", None)  # chaos_faults_store: disk full, read-only
         if store is not None and store.available:
             kinds, weights = kinds + STORE_KINDS, weights + STORE_WEIGHTS
+        clock = getattr(self, "clock_faults", None)  # chaos_faults_clock: wall-clock jumps
+        if clock is not None and clock.available:
+            kinds, weights = kinds + ("clock_jump",), weights + (8,)
+            forced[4] = "clock_jump"
         while not self.stop_faults.wait(rng.uniform(*self.fault_gap)):
             index += 1
             if not any(i >= index for i in forced):
@@ -127,6 +136,17 @@ class FaultsMixin:
                 self._stall(rng.choice(pids), rng.uniform(EXPIRY + 0.3, EXPIRY + 1.5) if kind == "stall" else rng.uniform(0.1, TTL / 2))
             elif kind == "hung":
                 self._hung(rng.choice(pids))
+            elif kind == "clock_jump":
+                # Alone (no kill, stall or poison meanwhile): any shard lost is the jump's doing.
+                if self.exclusive.acquire(timeout=20 if index in forced else 8):
+                    try:
+                        hold = rng.uniform(3 * TTL, 3 * TTL + 3.0)
+                        self._naps_across(rng, index, hold)
+                        clock.run(rng, hold, self._track_shards, self._live_engine_pids, self.sup, self.count, self.violation)
+                    finally:
+                        self.exclusive.release()
+                elif index in forced:
+                    forced[index + 1] = kind
             elif kind in ("lock_stall", "takeover"):
                 # Alone: no poison meanwhile, whose lost owners would blur "no other shard removed".
                 if not self.exclusive.acquire(timeout=20 if index in forced else 8):
@@ -156,6 +176,16 @@ class FaultsMixin:
                         self.count("drain_restarts")
                     self.sup.start()
             self._track_shards()
+
+    def _naps_across(self, rng: random.Random, index: int, hold: float) -> None:
+        """Timers due during a clock fault's hold: none may wake before its wall-clock time."""
+        from weft_actors import Client
+
+        with Client(self.sup.endpoint, timeout=3.0) as client:
+            for k in range(4):
+                seconds = round(rng.uniform(0.3, hold), 3)
+                self._start(client, "napper", f"nap-{self.seed}-fault{index}-{k}", (seconds,), ("nap", seconds))
+                self.count("naps")
 
     def _stall(self, pid: int, seconds: float) -> None:
         os.kill(pid, signal.SIGSTOP)

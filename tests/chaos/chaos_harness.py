@@ -45,6 +45,7 @@ from chaos_faults import HEARTBEAT, TTL, FaultsMixin  # noqa: E402
 from chaos_isolation import LOCK_FAILPOINT, IsolationMixin  # noqa: E402
 from chaos_summary import Acc, GaveUp, Summary  # noqa: E402
 from chaos_faults_store import StoreFaults  # noqa: E402
+from chaos_faults_clock import ClockFaults  # noqa: E402
 from _processes import RunningSupervisor  # noqa: E402
 from weft_actors import Client  # noqa: E402
 from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, StorageFull, WeftError, WorkflowClosed  # noqa: E402
@@ -52,8 +53,8 @@ from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, 
 RETRYABLE = (ServerUnavailable, EngineDeposed, EngineStopped, StorageFull)  # full: refused, not applied
 """No answer, or the engine that took the request stopped under it: it may have been applied."""
 
-OPS = ("acc", "signal", "update", "close", "query", "parent", "counter", "racer", "cancel", "terminate", "exit")
-WEIGHTS = (12, 34, 14, 7, 4, 11, 9, 9, 3, 3, 1)
+OPS = ("acc", "signal", "update", "close", "query", "parent", "counter", "racer", "cancel", "terminate", "exit", "nap")
+WEIGHTS = (12, 34, 14, 7, 4, 11, 9, 9, 3, 3, 1, 2)
 MAX_OPEN = 6
 """Accumulators one worker keeps open at once (each closes after a random number of adds)."""
 
@@ -76,9 +77,11 @@ class ChaosRun(FaultsMixin, IsolationMixin):
         app: str = "chaos_app",
         log: Callable[[str], None] = print,
         store_faults: bool = False,
+        clock_faults: bool = False,
     ) -> None:
         self.data_dir = data_dir
         self.store_faults = StoreFaults(data_dir) if store_faults else None
+        self.clock_faults = ClockFaults() if clock_faults else None
         self.seed = seed
         self.seconds = seconds
         self.shards = shards
@@ -174,6 +177,8 @@ class ChaosRun(FaultsMixin, IsolationMixin):
             self._scan_exits()
             if self.store_faults is not None:
                 self.store_faults.close()
+            if self.clock_faults is not None:
+                self.clock_faults.close()
             self.summary.elapsed = time.monotonic() - started
         self.log(self.summary.line())
         return self.summary
@@ -275,6 +280,11 @@ class ChaosRun(FaultsMixin, IsolationMixin):
                     how = rng.choice(("exit", "interrupt"))
                     self._start(client, "exits", wid, (how, rng.randrange(1000)), ("failed", "UserCodeExit"))
                     self.count("user_exits")
+                elif op == "nap":
+                    # A timer, checked against the wall clock it keeps (never early, jumps or not).
+                    seconds = round(rng.uniform(0.2, 4.0), 3)
+                    self._start(client, "napper", wid, (seconds,), ("nap", seconds))
+                    self.count("naps")
                 else:
                     n, go = rng.randrange(1000), rng.randrange(1000)
                     self._start(client, "racer", wid, (n,), ("value", n + go))
@@ -370,7 +380,11 @@ class ChaosRun(FaultsMixin, IsolationMixin):
                 except TimeoutError:
                     self.violation(f"{wid}: no result within 20s after the chaos ended")
                     continue
-                if kind == "acc":
+                if kind == "nap":
+                    before, after = value
+                    if after < before + expect - 1e-3:
+                        self.violation(f"{wid}: a {expect}s timer woke {after - before:.3f}s after it was set, on the wall clock")
+                elif kind == "acc":
                     acc: Acc = expect
                     want = {"sum": 2 * acc.n + acc.total, "count": len(acc.values)}
                     got = {"sum": value.get("sum"), "count": value.get("count")}
@@ -394,12 +408,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--keep", action="store_true", help="keep each run's data directory")
     parser.add_argument("--store-faults", action="store_true", help="add disk-full and read-only faults (root)")
+    parser.add_argument("--clock-faults", action="store_true", help="add wall-clock jumps of the whole machine (root; the clock is stepped back after each)")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     total = Summary(seed=seed, seconds=args.seconds, runs=0)
     for run_index in range(args.runs):
         data = Path(tempfile.mkdtemp(prefix=f"weft-chaos-{seed + run_index}-")) / "data"
-        summary = ChaosRun(data, seed + run_index, args.seconds, shards=args.shards, workers=args.workers, store_faults=args.store_faults).run()
+        summary = ChaosRun(data, seed + run_index, args.seconds, shards=args.shards, workers=args.workers, store_faults=args.store_faults, clock_faults=args.clock_faults).run()
         total.merge(summary)
         for violation in summary.violations:
             print(f"  {violation}")

@@ -27,6 +27,8 @@ class Summary:
     queries: int = 0
     cancels: int = 0
     terminates: int = 0
+    naps: int = 0
+    """Timer workflows whose wake was checked against the wall clock (never early)."""
     retries: int = 0
     duplicates: int = 0
     epoch_samples: int = 0
@@ -45,6 +47,7 @@ class Summary:
     hung_kill_max_s: float = 0.0
     lock_stalls: int = 0
     large_takeovers: int = 0
+    clock_jumps: int = 0
     takeover_workflows: int = 0
     takeover_max_s: float = 0.0
     takeover_max_loop_stall_s: float = 0.0
@@ -61,13 +64,13 @@ class Summary:
             f"restarts={self.crash_restarts + self.drain_restarts} (crash {self.crash_restarts}, drain {self.drain_restarts}) "
             f"workflows={self.workflows} children={self.children} continued={self.continued} "
             f"signals={self.signals} updates={self.updates} queries={self.queries} cancels={self.cancels} "
-            f"terminates={self.terminates} retries={self.retries} "
+            f"terminates={self.terminates} naps={self.naps} retries={self.retries} "
             f"maybe-applied-duplicates={self.duplicates} epoch-samples={self.epoch_samples} "
             f"checker-runs={self.checker_runs} "
             f"poisons={self.poisons} (quarantined {self.quarantined}, lifted {self.quarantine_lifted}, terminated {self.quarantine_terminated}) "
             f"user-exits={self.user_exits} hung={self.hung_faults} lock-stalls={self.lock_stalls} "
             f"(killed {self.hung_kills}, slowest {self.hung_kill_max_s:.2f}s; supervisor hung kills {self.supervisor_hung_kills}) "
-            f"large-takeovers={self.large_takeovers} "
+            f"large-takeovers={self.large_takeovers} clock-jumps={self.clock_jumps} "
             f"(workflows {self.takeover_workflows}, slowest {self.takeover_max_s:.2f}s, loop stall {self.takeover_max_loop_stall_s:.2f}s) "
             f"shard-exits={dict(sorted(self.shard_exits.items()))} supervisor-exits={self.supervisor_exits} "
             f"violations={len(self.violations)} elapsed={self.elapsed:.1f}s"

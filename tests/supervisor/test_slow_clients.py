@@ -1,10 +1,13 @@
 """What one client can make the supervisor hold is bounded: the replies of a client that
 never reads them (zmq's queue per client, then a byte budget in the front door, then they are
-dropped and counted), and a message of many large parts (cut on arrival). Measured on a real
-supervisor process by its resident set size."""
+dropped and counted), a message of many parts (cut on arrival), and one of many large parts
+that libzmq assembles whole before the front door can see it (its connection is cut once the
+supervisor has grown past ``--max-intake-mb``). Measured on a real supervisor process by its
+resident set size."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -90,4 +93,47 @@ def test_a_message_of_many_large_parts_is_cut_on_arrival_and_answered(tmp_path):
             assert client.ping() == "pong"
         finally:
             sock.close(0)
+            context.term()
+
+
+@pytest.mark.timeout(90)
+def test_a_huge_unfinished_message_has_its_connection_cut_and_the_rest_is_served(tmp_path):
+    """libzmq keeps every part of a message until the last arrives, whatever ``MAXMSGSIZE``
+    says of each: at 1202ca8 30 parts of 50 MB took the supervisor to 1.6 GB. Now the
+    connection sending it is cut once the process has grown past the intake budget."""
+    budget_mb, parts, part_mb = 64, 60, 8
+    with RunningSupervisor(tmp_path / "data", shards=1, app="supervisor.test_slow_clients", args=("--max-intake-mb", str(budget_mb))) as sup, Client(sup.endpoint, timeout=20) as client:
+        pid = sup.process.pid
+        before = _rss(pid)
+        peak = [before]
+        sampling = threading.Event()
+
+        def sample() -> None:
+            while not sampling.is_set():
+                peak[0] = max(peak[0], _rss(pid))
+                time.sleep(0.005)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        context = zmq.Context()
+        hostile = context.socket(zmq.DEALER)
+        hostile.setsockopt(zmq.LINGER, 0)
+        hostile.connect(sup.endpoint)
+        try:
+            part = zmq.Frame(b"p" * (part_mb << 20))
+            hostile.send_multipart([encode_request(1, "ping")] + [part] * parts, copy=False)
+            wait_until(lambda: client.stats()["supervisor"]["frontdoor_connections_cut_total"] == 1, timeout=30, what="the hostile connection cut")
+            assert client.ping() == "pong"  # the other client was never cut
+            sampling.set()
+            sampler.join(5)
+            grown = peak[0] - before
+            assert grown < (budget_mb + 200) << 20, f"the supervisor grew {grown >> 20} MiB for a {parts * part_mb} MiB message"
+            wait_until(lambda: _rss(pid) - before < 64 << 20, timeout=10, what="the memory back")
+            # The cut client reconnects by itself and is served like any other.
+            hostile.send(encode_request(2, "ping"))
+            assert hostile.poll(10_000), "the cut client got no answer after reconnecting"
+            assert decode_reply(hostile.recv())["ok"] == "pong"
+        finally:
+            sampling.set()
+            hostile.close(0)
             context.term()

@@ -19,7 +19,8 @@ requests, or ``max_shard_starts`` starts not answered yet, gets no more (of them
 goes to the next shard in line, or is refused at once with ``Overloaded``. The second bound
 keeps the latency of accepted starts short: starts queue no deeper than that per shard. A client's replies queue in zmq up to ``CLIENT_HWM`` messages, then here
 up to ``client_budget`` bytes, and beyond that are dropped: a client that never reads cannot
-grow the supervisor. A message of more parts than a request has is cut on arrival.
+grow the supervisor. A message of more parts than a request has is cut on arrival; while
+libzmq still assembles one (it holds every part until the last), ``IntakeGuard`` bounds it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import zmq
 
 from ..errors import InvalidRequest, OutcomeUnknown, Overloaded, ServerUnavailable, WeftError
 from ._access import KeyRing, drain_with_users
+from ._intake import DEFAULT_INTAKE_BUDGET, IntakeGuard
 from ._frames import bind_internal, decode_batch, drain, encode_batch, send_frames
 from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
 from ._routing import RoutingTable
@@ -111,11 +113,13 @@ class FrontDoor:
         max_shard_requests: int = DEFAULT_MAX_SHARD_REQUESTS,
         max_shard_starts: int = DEFAULT_MAX_SHARD_STARTS,
         client_budget: int = DEFAULT_CLIENT_BUDGET,
+        intake_budget: int = DEFAULT_INTAKE_BUDGET,
     ) -> None:
         """``backend_bind``: where the shards connect (an ``ipc://`` path is cheapest; by
         default a free loopback TCP port). ``ready_timeout``: how long a request that finds
         no shard ready waits for one. ``keys``: the authorised CURVE keys, checked on every
-        request (with CURVE only)."""
+        request (with CURVE only). ``intake_budget``: how far unfinished client messages may
+        grow this process before the connection sending one is cut (``IntakeGuard``; 0: off)."""
         self._context = context
         self._backend_bind = backend_bind
         self.endpoint = endpoint
@@ -159,6 +163,8 @@ class FrontDoor:
         self.refused_overloaded = 0
         self.replies_dropped = 0
         self.messages_cut = 0
+        self.intake_budget = intake_budget
+        self._guard: IntakeGuard | None = None
 
     def bounds(self) -> dict[str, int]:
         """What the bounds refused so far, and the replies held for slow clients now (read
@@ -167,6 +173,7 @@ class FrontDoor:
             "frontdoor_overloaded_total": self.refused_overloaded,
             "frontdoor_replies_dropped_total": self.replies_dropped,
             "frontdoor_messages_cut_total": self.messages_cut,
+            "frontdoor_connections_cut_total": self._guard.cuts if self._guard is not None else 0,
             "frontdoor_replies_held_bytes": sum(self._held_bytes.values()),
         }
 
@@ -219,13 +226,20 @@ class FrontDoor:
             self._error = exc
             self._ready.set()
             return
+        guard = self._guard = IntakeGuard(frontend, self.intake_budget) if self.intake_budget else None
         self._ready.set()
         poller = zmq.Poller()
         poller.register(frontend, zmq.POLLIN)
         poller.register(backend, zmq.POLLIN)
+        if guard is not None:
+            poller.register(guard.monitor, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                events = dict(poller.poll(20 if self._parked or self._held else 100))
+                events = dict(poller.poll(20 if self._parked or self._held else 50))
+                if guard is not None:
+                    if guard.monitor in events:
+                        guard.on_events()
+                    guard.check()
                 if self._keys is not None:
                     self._keys.poll()
                 while not self._deaths.empty():
@@ -243,6 +257,8 @@ class FrontDoor:
                 if self._deadlines:
                     self._deadlines.clear()
         finally:
+            if guard is not None:
+                guard.close()
             frontend.close(0)
             backend.close(0)
 

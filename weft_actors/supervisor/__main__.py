@@ -62,6 +62,7 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     limits.add_argument("--max-inflight-activities", type=int, default=1000, help="activity attempts running at once; more wait in FIFO order")
     limits.add_argument("--max-running", type=int, default=10_000, help="workflows in flight (not parked); starts beyond are refused at once with Overloaded (default 10000)")
     limits.add_argument("--max-queued-starts", type=int, default=1000, help="starts a shard holds unanswered; more for it are refused at once with Overloaded (default 1000)")
+    limits.add_argument("--max-intake-mb", type=int, default=512, help="MiB that clients' unfinished multi-part messages may grow the supervisor by before the connection sending the most is cut (0: never; default 512)")
     limits.add_argument("--max-queued-requests", type=int, default=20_000, help="requests a shard holds unanswered; more for it are refused at once with Overloaded (default 20000)")
     poison = parser.add_argument_group("poison workflows")
     poison.add_argument("--quarantine-after", type=int, default=3, metavar="N", help="park a workflow after N owners in a row were lost running it without progress (default 3)")
@@ -79,6 +80,8 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         parser.error(str(exc))
     if min(args.max_live_actors, args.max_inbox, args.max_inflight_activities, args.max_running, args.max_queued_requests, args.max_queued_starts) < 1:
         parser.error("--max-live-actors, --max-inbox, --max-inflight-activities, --max-running and --max-queued-requests must be at least 1")
+    if args.max_intake_mb < 0:
+        parser.error("--max-intake-mb must be 0 (off) or more")
     if args.quarantine_after < 1 or (args.stall_threshold is not None and not args.stall_threshold > 0):
         parser.error("--quarantine-after must be at least 1 and --stall-threshold > 0")
     if args.max_active_workflows is not None and args.max_active_workflows <= args.max_live_actors:
@@ -108,6 +111,7 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         max_running=args.max_running,
         max_queued_requests=args.max_queued_requests,
         max_queued_starts=args.max_queued_starts,
+        max_intake_bytes=args.max_intake_mb << 20,
         quarantine_after=args.quarantine_after,
         stall_threshold=args.stall_threshold,
         payload_limit=args.payload_limit,

@@ -48,6 +48,9 @@ class SupervisorConfig:
     more for it with ``Overloaded``; the shard bounds its own the same way."""
     max_queued_starts: int = 1000
     """Starts one shard may hold unanswered before the front door refuses more for it."""
+    max_intake_bytes: int = 512 << 20
+    """How far clients' unfinished messages (libzmq holds every part until the last) may grow
+    the supervisor before the connection sending the most is cut; 0: never."""
 
 
 @dataclasses.dataclass(frozen=True)

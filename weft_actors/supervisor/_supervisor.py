@@ -151,6 +151,7 @@ class Supervisor:
             keys=self.keys,
             max_shard_requests=config.max_queued_requests,
             max_shard_starts=config.max_queued_starts,
+            intake_budget=config.max_intake_bytes,
         )
         try:
             self.frontdoor.start()
