@@ -12,10 +12,7 @@ never drawn), so that:
   is refused while files are open for writing; the self-bind affects every file opened after
   it, as a ``chmod`` would for a non-root owner.)
 
-A clock jump is not among them: the wall clock of real processes cannot be moved without
-changing the system clock (or ``faketime``, which is not installed here). It is covered by
-the deterministic simulation's ``clock-jump`` fault (``tests/sim``) and by
-``tests/shard/test_clock_jump.py`` (leases are judged on the lease clock, ``CLOCK_BOOTTIME``).
+Clock jumps are in ``chaos_faults_clock`` (``--clock-faults``): they step the machine's clock.
 """
 
 from __future__ import annotations

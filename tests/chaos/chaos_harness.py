@@ -12,6 +12,7 @@ timing still varies from run to run). Run it from pytest (``tests/chaos/test_cha
 directly for longer runs::
 
     python tests/chaos/chaos_harness.py --seconds 300 [--seed N] [--runs K] [--shards 3]
+    sudo python tests/chaos/chaos_harness.py --seconds 600 --store-faults --clock-faults
 
 Clients tolerate faults the way a real client must: a request without an answer
 (``ServerUnavailable``, or an engine that stopped under it) may or may not have been applied,
