@@ -15,7 +15,9 @@ the offered rate over N client processes (one asyncio client cannot offer much m
 
 Prints one JSON line per multiplier: multiplier, offered_per_s (what the client managed to
 send), accepted_per_s, refused_per_s, other_errors, p50_ms/p99_ms (latency of accepted
-starts: request to reply, in the client), drain_s (end of the load to the last accepted
+starts: request to reply, in the client, whose own loop lag is in it), server_p50_ms/
+server_p99_ms (the same inside the service: arrival at the front door to the reply leaving
+it, sampled one start in 16 over the phase's last ~30,000 accepted starts), drain_s (end of the load to the last accepted
 workflow's result), completed (must equal accepted), shards_removed (restarts and hung kills
 of the supervisor during the phase: must be 0), and the capacity measured.
 """
@@ -149,12 +151,16 @@ def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def removed(endpoint: str) -> int:
+def supervisor_stats(endpoint: str) -> dict[str, Any]:
     from weft_actors import Client
 
     with Client(endpoint, timeout=30) as client:
-        supervisor = client.stats()["supervisor"]
-    return int(supervisor["restarts"]) + int(supervisor["hung_kills"])
+        stats: dict[str, Any] = client.stats()["supervisor"]
+    return stats
+
+
+def removed(stats: dict[str, Any]) -> int:
+    return int(stats["restarts"]) + int(stats["hung_kills"])
 
 
 def main() -> None:
@@ -171,8 +177,9 @@ def main() -> None:
         measured = asyncio.run(capacity(supervisor.endpoint, args.measure, args.concurrency))
         base = 1_000_000
         for multiplier in (float(m) for m in args.multipliers.split(",")):
-            before = removed(supervisor.endpoint)
+            before = removed(supervisor_stats(supervisor.endpoint))
             result = run_phase(supervisor.endpoint, multiplier * measured, args.duration, base, args.clients)
+            after = supervisor_stats(supervisor.endpoint)
             base += 100_000_000
             result = {
                 "bench": "overload",
@@ -182,7 +189,9 @@ def main() -> None:
                 "duration_s": args.duration,
                 "clients": args.clients,
                 **result,
-                "shards_removed": removed(supervisor.endpoint) - before,
+                "server_p50_ms": after.get("frontdoor_start_latency_p50_ms"),
+                "server_p99_ms": after.get("frontdoor_start_latency_p99_ms"),
+                "shards_removed": removed(after) - before,
             }
             report(result, f"overload, {multiplier:g}x capacity")
             if result["shards_removed"]:  # why: the supervisor's log says

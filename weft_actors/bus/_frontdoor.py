@@ -63,6 +63,8 @@ DEFAULT_MAX_SHARD_STARTS = 1000
 _STARTS = frozenset({"start", "signal_with_start", "execute"})
 DEFAULT_CLIENT_BUDGET = 16 << 20
 """Bytes of replies held here for one client whose zmq queue is full."""
+LATENCY_SAMPLE = 16
+LATENCY_WINDOW = 2048
 CLIENT_HWM = 64
 """Messages zmq queues per client, each way (a reply is at most a payload and its envelope)."""
 _REQUEST_PARTS = 3
@@ -163,10 +165,15 @@ class FrontDoor:
         self.refused_overloaded = 0
         self.replies_dropped = 0
         self.messages_cut = 0
+        self._start_count = 0
+        self._timed: dict[tuple[bytes, Any], float] = {}
+        """One start in ``LATENCY_SAMPLE`` (client, id) -> when it came in, until its answer."""
+        self._start_latency: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
+        """Seconds from arrival to the reply, of the last accepted starts timed."""
         self.intake_budget = intake_budget
         self._guard: IntakeGuard | None = None
 
-    def bounds(self) -> dict[str, int]:
+    def bounds(self) -> dict[str, float]:
         """What the bounds refused so far, and the replies held for slow clients now (read
         from another thread: plain ints, a moment stale at worst)."""
         return {
@@ -175,6 +182,18 @@ class FrontDoor:
             "frontdoor_messages_cut_total": self.messages_cut,
             "frontdoor_connections_cut_total": self._guard.cuts if self._guard is not None else 0,
             "frontdoor_replies_held_bytes": sum(self._held_bytes.values()),
+            **self._latency(),
+        }
+
+    def _latency(self) -> dict[str, float]:
+        """The service's own latency of accepted starts (arrival here to the reply leaving),
+        which a client's clock blurs with its own loop's delays."""
+        window = sorted(self._start_latency)
+        if not window:
+            return {}
+        return {
+            "frontdoor_start_latency_p50_ms": round(window[len(window) // 2] * 1000, 1),
+            "frontdoor_start_latency_p99_ms": round(window[min(len(window) - 1, len(window) * 99 // 100)] * 1000, 1),
         }
 
     def start(self) -> None:
@@ -325,6 +344,12 @@ class FrontDoor:
                 continue
             if start:
                 self._starts[slot] = self._starts.get(slot, 0) + 1
+                if fresh:
+                    self._start_count += 1
+                    if self._start_count % LATENCY_SAMPLE == 0:
+                        if len(self._timed) > LATENCY_WINDOW:
+                            self._timed.clear()  # starts answered OutcomeUnknown are never timed out
+                        self._timed[(client, request_id)] = time.monotonic()
             held[(client, request_id)] = (frame, op, wid)
             self._outbox.setdefault(slot, []).append((client, frame, request_id, op, wid))
             return
@@ -417,6 +442,10 @@ class FrontDoor:
                 request = held.pop((client, request_id), None) if held else None
                 if request is not None and request[1] in _STARTS:
                     self._starts[slot] -= 1
+                    if self._timed:
+                        arrived = self._timed.pop((client, request_id), None)
+                        if arrived is not None and code is None:
+                            self._start_latency.append(time.monotonic() - arrived)
                 if request is None and abandoned and (client, request_id) in abandoned:
                     abandoned.discard((client, request_id))  # answered or sent on already
                     continue
