@@ -29,6 +29,8 @@ __all__ = ["shard_main"]
 
 log = logging.getLogger("weft_actors.supervisor")
 
+STARTS = frozenset({"start", "signal_with_start", "execute"})
+"""The ops that make a workflow (``Engine.admit`` refuses them when the shard is full)."""
 EXIT_DEPOSED = 4
 EXIT_UNWRITABLE = 5
 """The store could not be opened for writing (read-only filesystem, permissions): the
@@ -172,9 +174,29 @@ class ShardServer:
                 if len(self._tasks) >= most:
                     self._refuse(client, request["id"], most)
                     continue
+                if request.get("op") in STARTS and self._engine_full() and request.get("start_delay") is None and request.get("start_at") is None:
+                    self._refuse_start(client, request["id"])
+                    continue
                 task = create_task(self._handle(client, request))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+
+    def _engine_full(self) -> bool:
+        engine = self.engine
+        return engine.max_running is not None and engine.in_flight() >= engine.max_running
+
+    def _refuse_start(self, client: bytes, request_id: Any) -> None:
+        """As ``Engine.admit`` would, before any work: a refusal must cost a saturated shard
+        almost nothing (no task, no dispatch), or refusing takes the time serving needs."""
+        engine = self.engine
+        engine.starts_overloaded += 1
+        error = Overloaded(
+            f"engine {engine.engine_id} has {engine.in_flight()} workflows in flight, its limit "
+            f"(max_running={engine.max_running}): retry later, with backoff",
+            limit="max_running",
+            value=engine.max_running,
+        )
+        self._send(client, encode_error(request_id, error), request_id, error.code)
 
     def _refuse(self, client: bytes, request_id: Any, most: int) -> None:
         self.requests_overloaded += 1
