@@ -119,8 +119,16 @@ class SimLoop(asyncio.BaseEventLoop):
         return None
 
     def discard(self) -> None:
-        """The process is gone: drop every pending callback and timer without running them."""
+        """The process is gone: drop every pending callback and timer without running them.
+
+        A future whose exception a pending wakeup was about to deliver (a task awaiting it) is
+        marked retrieved: that task would have taken it had the process lived, and a real
+        process that dies says nothing of it. An exception nobody was woken for is still
+        reported ("never retrieved") when the future is collected."""
         for handle in self._ready:
+            for arg in handle._args or ():
+                if isinstance(arg, asyncio.Future) and arg.done() and not arg.cancelled():
+                    arg.exception()
             handle.cancel()
         self._ready.clear()
         for handle in self._scheduled:

@@ -111,3 +111,31 @@ def test_a_cancelled_timer_that_keeps_its_actor_is_found(monkeypatch: pytest.Mon
         if found:
             break
     assert found, "no seed saw a dropped actor kept alive"
+
+
+@pytest.mark.timeout(30)
+def test_a_killed_engine_is_not_blamed_for_the_exception_its_pending_wakeup_would_have_taken() -> None:
+    """Finding F5 (seed 22201): an update's caller awaited a future that the deposition failed
+    with ``EngineDeposed``; the engine was killed before the caller's wakeup ran, and the
+    garbage collector reported "Future exception was never retrieved" as a violation. A real
+    process that dies says nothing: the wakeup it had pending is dropped with it. An exception
+    nobody was waiting for is still reported."""
+    import gc
+
+    from _loop import SimClock, SimLoop
+
+    loop = SimLoop(SimClock(), "e0")
+    awaited, orphan = loop.create_future(), loop.create_future()
+
+    async def caller() -> None:
+        await awaited
+
+    task = loop.create_task(caller())
+    loop.run_one()  # the caller now waits on ``awaited``
+    awaited.set_exception(RuntimeError("deposed"))  # its wakeup is queued, not run
+    orphan.set_exception(RuntimeError("nobody waits for this"))
+    assert loop.has_ready()
+    loop.discard()  # killed
+    del awaited, orphan, task, caller
+    gc.collect()
+    assert len(loop.late_errors) == 1 and "nobody waits for this" in loop.late_errors[0], loop.late_errors
