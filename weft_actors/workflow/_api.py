@@ -123,6 +123,18 @@ class _ActivityDecorator:
     """``@activity`` / ``@activity(retry=..., start_to_close=..., schedule_to_close=...)``;
     ``activity.info()`` inside a running activity."""
 
+    @overload
+    def __call__(self, fn: F) -> F: ...
+    @overload
+    def __call__(
+        self,
+        *,
+        name: str | None = None,
+        retry: RetryPolicy | None = None,
+        start_to_close: float | None = None,
+        schedule_to_close: float | None = None,
+    ) -> Callable[[F], F]: ...
+
     def __call__(
         self,
         fn: Any = None,
