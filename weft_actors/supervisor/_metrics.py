@@ -21,23 +21,65 @@ _COUNTERS = {
 }
 
 
-_LABELS = {"claim_attempts_total": "outcome", "wakes_discarded_total": "kind"}
+_LABELS = {"claim_attempts_total": "outcome", "wakes_discarded_total": "kind", "reclaim_pass_seconds": "stat"}
+
+_HELP = {
+    "supervisor_uptime_s": "Seconds since the supervisor started.",
+    "supervisor_restarts": "Shard restarts by the supervisor (crashes, hung kills, deposed exits).",
+    "supervisor_hung_kills": "Shards the supervisor killed because they stopped heartbeating.",
+    "supervisor_shards": "Shard slots configured.",
+    "supervisor_shards_ready": "Shards ready to take requests.",
+    "supervisor_frontdoor_requests": "Client requests the front door received.",
+    "supervisor_frontdoor_errors": "Client requests the front door answered with an error itself.",
+    "supervisor_frontdoor_overloaded_total": "Requests refused with Overloaded by the front door.",
+    "supervisor_frontdoor_replies_dropped_total": "Replies dropped for clients that do not read them.",
+    "supervisor_frontdoor_messages_cut_total": "Client messages cut for having more parts than a request.",
+    "supervisor_frontdoor_connections_cut_total": "Client connections cut by the intake guard (--max-intake-mb).",
+    "supervisor_frontdoor_replies_held_bytes": "Bytes of replies held for slow clients now.",
+    "supervisor_frontdoor_start_latency_p50_ms": "Median latency of accepted starts inside the service (ms).",
+    "supervisor_frontdoor_start_latency_p99_ms": "99th percentile latency of accepted starts inside the service (ms).",
+    "shard_alive": "1 if the shard process is alive.",
+    "shard_restarts": "Times this slot's shard was restarted.",
+    "shard_live_actors": "Workflows in memory on the shard.",
+    "shard_parked_actors": "Workflows in memory waiting on a signal or timer.",
+    "shard_claims_active": "Workflows the shard's engine owns.",
+    "shard_commits_total": "Group commits (store transactions) made.",
+    "shard_commits_per_s": "Group commits per second, recently.",
+    "shard_writes_total": "Writes (intents) committed.",
+    "shard_timers": "Timers armed in the shard's timer service.",
+    "shard_workflows_in_flight": "Workflows running now, not parked (bounded by --max-running).",
+    "shard_starts_overloaded_total": "Starts refused with Overloaded by the shard.",
+    "shard_quarantined_workflows": "Workflows quarantined in the store.",
+    "shard_loop_stalls_total": "Event loop stalls the watchdog reported.",
+    "shard_claim_attempts_total": "Claim attempts by outcome.",
+    "shard_heartbeat_failures_total": "Heartbeats that failed to commit.",
+    "shard_workflows_completed": "Workflows completed on the shard.",
+}
 
 
 def render(stats: dict[str, Any]) -> str:
-    """Numeric figures as ``weft_<name>{slot="N"}``; workflow ids are never labels."""
-    lines = []
+    """Numeric figures as ``weft_<name>{slot="N"}``, each family with its HELP and TYPE
+    lines; workflow ids are never labels."""
+    lines: list[str] = []
+    seen: set[str] = set()
+
+    def declare(metric: str, kind: str) -> None:
+        if metric not in seen:
+            seen.add(metric)
+            short = metric.removeprefix("weft_")
+            lines.append(f"# HELP {metric} {_HELP.get(short, short.replace('_', ' ').capitalize() + '.')}")
+            lines.append(f"# TYPE {metric} {kind}")
+
+    def add(metric: str, kind: str, labels: str, value: Any) -> None:
+        declare(metric, kind)
+        lines.append(f"{metric}{{{labels}}} {value}")
+
     supervisor = stats.get("supervisor", {})
     for name, value in sorted(supervisor.items()):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            lines.append(f"weft_supervisor_{name} {value}")
-    seen: set[str] = set()
-
-    def add(metric: str, kind: str, labels: str, value: Any) -> None:
-        if metric not in seen:
-            seen.add(metric)
-            lines.append(f"# TYPE {metric} {kind}")
-        lines.append(f"{metric}{{{labels}}} {value}")
+            metric = f"weft_supervisor_{name}"
+            declare(metric, "counter" if name.endswith("_total") or name in ("restarts", "hung_kills", "frontdoor_requests", "frontdoor_errors") else "gauge")
+            lines.append(f"{metric} {value}")
 
     for shard in stats.get("shards", []):
         slot = shard.get("slot")
