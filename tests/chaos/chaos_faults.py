@@ -183,8 +183,9 @@ class FaultsMixin:
 
         with Client(self.sup.endpoint, timeout=3.0) as client:
             for k in range(4):
-                seconds = round(rng.uniform(0.3, hold), 3)
-                self._start(client, "napper", f"nap-{self.seed}-fault{index}-{k}", (seconds,), ("nap", seconds))
+                # Due inside the hold: the clock steps back about 0.5 s after these start.
+                seconds = round(rng.uniform(1.2, max(1.3, hold)), 3)
+                self._start(client, "napper", f"nap-{self.seed}-fault{index}-{k}", (seconds,), ("nap", (seconds, time.monotonic())))
                 self.count("naps")
 
     def _stall(self, pid: int, seconds: float) -> None:

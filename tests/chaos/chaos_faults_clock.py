@@ -14,8 +14,9 @@ which would stretch the run by minutes.) Meanwhile it must hold that:
 - the supervisor keeps serving (the load runs on throughout);
 - no timer fires early: the ``napper`` workflows of the load sleep across the jumps, and each
   must wake no earlier on the wall clock than it asked (checked on its result, which carries
-  ``ctx.now()`` before and after the sleep). The forward step may wake it early in elapsed
-  time: timers keep wall time, as users see it.
+  ``ctx.now()`` before and after the sleep; a nap whose due time is near a backward step is
+  not judged, since the step may fall between its wake and that second reading). The forward
+  step may wake it early in elapsed time: timers keep wall time, as users see it.
 
 The step is undone in a ``finally`` and again by ``close()``, so an interrupted run leaves the
 clock as it found it (apart from the time a step takes, microseconds).
@@ -43,6 +44,8 @@ class ClockFaults:
         self.available = False
         self._applied = 0.0
         self._lock = threading.Lock()
+        self.steps: list[tuple[float, float]] = []
+        """(monotonic time, seconds) of every step taken, back (negative) and forward."""
         if os.geteuid() != 0:
             return
         try:
@@ -56,6 +59,7 @@ class ClockFaults:
         with self._lock:
             if self._applied:
                 _step(-self._applied)
+                self.steps.append((time.monotonic(), -self._applied))
                 self._applied = 0.0
 
     def run(
@@ -74,6 +78,7 @@ class ClockFaults:
         before = live_before
         with self._lock:
             _step(jump)
+            self.steps.append((time.monotonic(), jump))
             self._applied = jump
         try:
             deadline = time.monotonic() + hold
