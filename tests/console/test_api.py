@@ -3,9 +3,11 @@ workflows; actions refused without the token; CURVE; the refusal of a non-loopba
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import zmq.auth
@@ -144,3 +146,10 @@ def test_a_non_loopback_console_needs_curve_or_insecure_bind(tmp_path):
     assert done.returncode == 1 and "refusing to serve the console on 0.0.0.0" in done.stderr
     bad = subprocess.run([*command[:-1], "nonsense:port"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "--http wants HOST:PORT" in bad.stderr
+
+
+def test_bench_console_list_prints_its_json_line():
+    bench = Path(__file__).resolve().parents[2] / "bench" / "console_list.py"
+    done = subprocess.run([sys.executable, str(bench), "--workflows", "2000", "--repeat", "1"], capture_output=True, text=True, timeout=120, check=True)
+    result = json.loads(done.stdout.strip())
+    assert result["workflows"] == 2000 and result["page_html_ms_p50"] > 0
