@@ -238,3 +238,15 @@ def test_the_supervisor_refuses_a_non_loopback_bind_without_curve(tmp_path):
     assert result.returncode == 1
     assert "refusing to bind" in result.stderr and "--insecure-bind" in result.stderr
     assert not (tmp_path / "data").exists()  # refused before anything was opened
+
+
+def test_an_admitted_key_has_full_access_through_reloads(tmp_path):
+    full, readonly = tmp_path / "full", tmp_path / "readonly"
+    full.mkdir(), readonly.mkdir()
+    keys = KeyRing(str(full), str(readonly))
+    public, _ = zmq.curve_keypair()
+    assert keys.denied(public, "cancel") is not None
+    keys.admit(public)
+    assert keys.callback("*", public) and keys.denied(public, "cancel") is None
+    keys.reload()  # the directories do not hold it: it stays admitted
+    assert keys.denied(public, "terminate") is None and list(full.iterdir()) == []

@@ -72,6 +72,8 @@ class KeyRing:
         self.full: frozenset[bytes] = frozenset()
         self.readonly: frozenset[bytes] = frozenset()
         self._lock = threading.Lock()
+        self._admitted: frozenset[bytes] = frozenset()
+        """Full-access keys admitted in memory (``admit``), kept through every reload."""
         self._stamps: tuple[float | None, float | None] = (None, None)
         self._next_poll = 0.0
         self.reload()
@@ -80,12 +82,21 @@ class KeyRing:
         """Read both directories again (a key in both counts as full access)."""
         with self._lock:
             stamps = (_mtime(self.full_dir), _mtime(self.readonly_dir))
-            full = _load_dir(self.full_dir)
+            full = _load_dir(self.full_dir) | self._admitted
             readonly = _load_dir(self.readonly_dir) - full if self.readonly_dir else frozenset()
             changed = (full, readonly) != (self.full, self.readonly)
             self.full, self.readonly, self._stamps = full, readonly, stamps
         if changed:
             log.info("CURVE keys loaded: %d full access, %d read-only", len(full), len(readonly))
+
+    def admit(self, public_key: bytes) -> None:
+        """Give the z85 ``public_key`` full access for this process's life, whatever the
+        directories hold: the supervisor's own clients (the web console) use an ephemeral key
+        pair that is never written to disk."""
+        with self._lock:
+            self._admitted = self._admitted | {bytes(public_key)}
+            self.full = self.full | self._admitted
+            self.readonly = self.readonly - self._admitted
 
     def poll(self) -> None:
         """Reload if a directory changed; cheap to call often (two ``stat`` a second)."""

@@ -15,6 +15,7 @@ import sys
 from ..errors import WeftError
 from ..shard import validate_timing
 from ._config import SupervisorConfig, configure_logging
+from ._console import parse_http
 from ._supervisor import EXIT_STARTUP, Supervisor
 
 log = logging.getLogger("weft_actors.supervisor")
@@ -41,7 +42,14 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         action="store_true",
         help="allow a non-loopback --bind without CURVE (any client that connects has full access)",
     )
-    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
+    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics (and /healthz) on 127.0.0.1:PORT (default: off; the --http console serves them too)")
+    parser.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        help="serve the web console, its JSON API, /metrics and /healthz here (default: off; HOST defaults to 127.0.0.1; "
+        "a non-loopback HOST needs CURVE or --insecure-bind)",
+    )
+    parser.add_argument("--http-token-file", metavar="FILE", help="read the console's action token from FILE (default: a random token, logged at start)")
     parser.add_argument("--no-hints", action="store_true", help="disable the hint bus (polling only)")
     parser.add_argument(
         "--routing",
@@ -70,6 +78,13 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     args = parser.parse_args(argv)
     if args.curve_readonly_keys and not args.curve_secret_key:
         parser.error("--curve-readonly-keys needs --curve-secret-key")
+    if args.http_token_file and not args.http:
+        parser.error("--http-token-file needs --http")
+    if args.http:
+        try:
+            parse_http(args.http)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.shards < 1:
         parser.error("--shards must be at least 1")
     if args.ready_timeout < 0:
@@ -100,6 +115,8 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         curve_readonly_keys=args.curve_readonly_keys,
         insecure_bind=args.insecure_bind,
         metrics_port=args.metrics_port,
+        http=args.http,
+        http_token_file=args.http_token_file,
         hints=not args.no_hints,
         restart_limit=args.restart_limit,
         restart_window=args.restart_window,

@@ -26,6 +26,10 @@ class SupervisorConfig:
     curve_readonly_keys: str | None = None
     insecure_bind: bool = False
     metrics_port: int | None = None
+    http: str | None = None
+    """``HOST:PORT`` (or ``PORT``, on loopback) of the web console; ``None``: no console."""
+    http_token_file: str | None = None
+    """A file holding the console's action token; ``None``: a random one, logged at start."""
     hints: bool = True
     restart_limit: int = 5
     restart_window: float = 30.0

@@ -1,7 +1,9 @@
-"""``--metrics-port``: the supervisor's and shards' figures in Prometheus text format."""
+"""``--metrics-port``: the supervisor's and shards' figures in Prometheus text format, and
+``/healthz``. The web console (``--http``) serves both on its own port too."""
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -103,12 +105,20 @@ class MetricsServer:
     def __init__(self, port: int, stats: Callable[[], dict[str, Any]]) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                if self.path.rstrip("/") not in ("/metrics", ""):
+                path = self.path.rstrip("/")
+                if path not in ("/metrics", "", "/healthz"):
                     self.send_error(404)
                     return
-                body = render(stats()).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                status, content_type = 200, "text/plain; version=0.0.4"
+                if path == "/healthz":  # as the console's: 200 once a shard is ready, 503 before
+                    figures = stats()
+                    ready = bool(figures["ready"])
+                    body = json.dumps({"ready": ready, "shards_ready": figures["supervisor"]["shards_ready"], "shards": figures["supervisor"]["shards"]}).encode()
+                    status, content_type = (200 if ready else 503), "application/json"
+                else:
+                    body = render(stats()).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)

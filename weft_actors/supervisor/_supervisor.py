@@ -25,9 +25,10 @@ from .._ratelimit import RateLimitedLog
 from ..bus import FrontDoor, HintProxy, RoutingTable
 from ..store import LmdbStore
 from ._config import ShardConfig, SupervisorConfig
+from ._console import check_http_bind, parse_http, start_console
 from ._curve import check_bind, server_keys, start_authenticator
 from ._liveness import DeathRecorder, hung_reason
-from ._metrics import MetricsServer
+from ._metrics import MetricsServer, render
 from ._shard_process import EXIT_UNWRITABLE, shard_main
 
 __all__ = ["Supervisor", "EXIT_OK", "EXIT_STARTUP", "EXIT_RESTART_INTENSITY"]
@@ -114,6 +115,8 @@ class Supervisor:
     def run(self) -> int:
         config = self.config
         check_bind(config.bind, bool(config.curve_secret_key), config.insecure_bind)
+        if config.http is not None:
+            check_http_bind(parse_http(config.http)[0], bool(config.curve_secret_key), config.insecure_bind)
         self.store = LmdbStore(config.data_dir)
         self.context = zmq.Context()
         self.authenticator = None
@@ -159,7 +162,26 @@ class Supervisor:
             log.error("cannot bind the front door to %s: %s", config.bind, exc)
             self._close()
             return EXIT_STARTUP
-        self.metrics = MetricsServer(config.metrics_port, self.stats) if config.metrics_port else None
+        self.console = self.console_client = None
+        if config.http is not None:
+            try:
+                self.console, self.console_client = start_console(
+                    config.http,
+                    bind=config.bind,
+                    store=self.store,
+                    stats=self.stats,
+                    metrics=lambda: render(self.stats()),
+                    token_file=config.http_token_file,
+                    curve_public_key=curve[1] if curve else None,
+                    keys=self.keys,
+                )
+            except (OSError, ValueError) as exc:
+                log.error("cannot start the web console on %s: %s", config.http, exc)
+                self._close()
+                return EXIT_STARTUP
+        # The console serves /metrics too: --metrics-port naming its port is that same server.
+        port = config.metrics_port
+        self.metrics = MetricsServer(port, self.stats) if port and (self.console is None or port != self.console.port) else None
         self._install_signals()
         for slot in self.slots:
             self._spawn(slot)
@@ -385,6 +407,12 @@ class Supervisor:
         metrics = getattr(self, "metrics", None)
         if metrics is not None:
             metrics.stop()
+        console = getattr(self, "console", None)
+        if console is not None:
+            console.stop()  # before the store closes: its requests read the store
+        client = getattr(self, "console_client", None)
+        if client is not None:
+            client.close()
         self.frontdoor.stop()
         self.deaths.stop()
         self.hints.stop()

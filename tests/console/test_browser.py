@@ -1,0 +1,112 @@
+"""The web console in a real headless Chromium against a real supervisor: what each of the
+three pages shows, and one action (terminate) through the browser-rendered form, driven over
+the DevTools protocol. Skipped only when no Chromium binary can be found.
+
+``WEFT_UPDATE_SCREENSHOTS=1`` also writes the three pages' screenshots to ``docs/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from _chromium import DevTools, dump_dom, find_chromium, screenshot
+from _console import TOKEN, console_supervisor, wid_url
+from _processes import wait_until
+from weft_actors import Client
+
+pytestmark = [
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(find_chromium() is None, reason="no chromium binary (apt-get install -y chromium)"),
+]
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+ODD = "b-<i>odd</i> & \"quoted\""
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("console-browser")
+    sup, base = console_supervisor(tmp)
+    with sup, Client(sup.endpoint, timeout=10) as client:
+        for i in range(3):
+            client.start("echo", f"order {i}", id=f"b-order-{i}").result(timeout=10)
+        client.start("parent", "b-kid", id="b-parent").result(timeout=10)
+        client.start("failing", "card declined", id="b-failing")
+        client.start("waiter", "t", id="b-waiting")
+        client.start("waiter", "t", id=ODD)
+        wait_until(lambda: client.get_handle("b-failing").describe()["status"] == "failed", timeout=10)
+        yield sup, base, client
+
+
+def test_overview_page_shows_shards_readiness_and_totals(served):
+    sup, base, _ = served
+    dom = dump_dom(base + "/")
+    assert "<h1>Overview</h1>" in dom and 'id="ready"><span class="badge yes">yes' in dom
+    for pid in sup.shard_pids:
+        assert f"<td>{pid}</td>" in dom
+    for column in ("engine id", "alive", "restarts", "live actors", "parked actors", "claims", "commits/s"):
+        assert f"<th>{column}</th>" in dom
+    assert "completed</span> 5" in dom and "failed</span> 1" in dom and "quarantined</span> 0" in dom
+
+
+def test_workflows_page_lists_newest_first_with_filters(served):
+    _, base, _ = served
+    dom = dump_dom(base + "/workflows?prefix=b-order-")
+    rows = [dom.index(f">b-order-{i}</a>") for i in range(3)]
+    assert rows == sorted(rows, reverse=True)  # the newest (started last) first
+    assert '<select name="status">' in dom and '<option value="quarantined">' in dom
+    assert "3 match the type, id and time filters" in dom
+    failed = dump_dom(base + "/workflows?status=failed")
+    assert ">b-failing</a>" in failed and "b-order-0" not in failed
+    assert ">b-&lt;i&gt;odd&lt;/i&gt; &amp; " in dump_dom(base + "/workflows?prefix=b-%3C")  # escaped, not markup
+
+
+def test_workflow_page_shows_describe_links_and_traceback(served):
+    sup, base, _ = served
+    failing = dump_dom(wid_url(base, "b-failing"))
+    assert 'id="status"><span class="badge failed">failed' in failing
+    assert "card declined" in failing and 'id="traceback">Traceback' in failing
+    assert "<dt>created</dt><dd>20" in failing and "+00:00" in failing
+    parent = dump_dom(wid_url(base, "b-parent"))
+    assert '<a href="/workflows/b-kid">b-kid</a>' in parent and "<td>child</td>" in parent
+    assert '<a href="/workflows/b-parent">b-parent</a>' in dump_dom(wid_url(base, "b-kid"))
+    odd = dump_dom(wid_url(base, ODD))
+    assert "<i>odd</i>" not in odd and "&lt;i&gt;odd&lt;/i&gt;" in odd
+    assert any(f"pid {pid}" in odd for pid in sup.shard_pids)  # the owner's shard
+    assert TOKEN not in odd  # the server never writes the token into a page
+
+
+def test_screenshots_of_the_three_pages(served, tmp_path):
+    _, base, _ = served
+    pages = {"overview": base + "/", "workflows": base + "/workflows", "workflow": wid_url(base, "b-failing")}
+    for name, url in pages.items():
+        path = tmp_path / f"console-{name}.png"
+        screenshot(url, path)
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+        if os.environ.get("WEFT_UPDATE_SCREENSHOTS"):
+            shutil.copyfile(path, DOCS / path.name)
+
+
+def test_terminate_through_the_rendered_form(served):
+    _, base, client = served
+    url = wid_url(base, "b-waiting")
+    with DevTools() as browser:
+        browser.open(url)
+        browser.evaluate(
+            "(() => { const f = document.querySelector('#terminate');"
+            f" f.querySelector('[name=token]').value = {TOKEN!r};"
+            " f.querySelector('[name=reason]').value = 'ended from the browser';"
+            " f.querySelector('button').click(); })()"
+        )
+        browser.wait_for("location.search === '?done=terminate' && document.readyState === 'complete'")
+        assert browser.evaluate("document.querySelector('#status').innerText") == "terminated"
+        assert "ended from the browser" in browser.evaluate("document.querySelector('#error').innerText")
+        assert browser.evaluate("document.querySelector('#notice').innerText") == "terminate: done"
+        # The token is remembered for the tab: the next page's forms carry it already.
+        browser.open(wid_url(base, ODD))
+        assert browser.evaluate("document.querySelector('#cancel [name=token]').value") == TOKEN
+    assert client.get_handle("b-waiting").describe()["status"] == "terminated"

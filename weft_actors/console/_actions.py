@@ -1,0 +1,55 @@
+"""The console's actions, each one client call on the supervisor's endpoint, as the CLI's.
+
+``retry`` lifts a quarantine (the CLI's ``retry`` command: ``lift_quarantine``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable, Mapping
+
+from ..bus import Client
+from ..errors import InvalidRequest
+
+__all__ = ["ACTIONS", "run_action"]
+
+
+def _cancel(client: Client, wid: str, form: Mapping[str, str]) -> None:
+    client.get_handle(wid).cancel()
+
+
+def _terminate(client: Client, wid: str, form: Mapping[str, str]) -> None:
+    client.get_handle(wid).terminate(form.get("reason") or None)
+
+
+def _signal(client: Client, wid: str, form: Mapping[str, str]) -> None:
+    name = form.get("name", "").strip()
+    if not name:
+        raise InvalidRequest("a signal needs a name")
+    text = form.get("payload", "").strip()
+    try:
+        payload: Any = json.loads(text) if text else None
+    except ValueError as exc:
+        raise InvalidRequest(f"the signal's payload must be JSON (e.g. true, 42, \"text\" or {{\"k\": 1}}): {exc}") from None
+    client.get_handle(wid).signal(name, payload)
+
+
+def _retry(client: Client, wid: str, form: Mapping[str, str]) -> None:
+    client.get_handle(wid).lift_quarantine()
+
+
+ACTIONS: dict[str, Callable[[Client, str, Mapping[str, str]], None]] = {
+    "cancel": _cancel,
+    "terminate": _terminate,
+    "signal": _signal,
+    "retry": _retry,
+}
+
+
+def run_action(client: Client, wid: str, action: str, form: Mapping[str, str]) -> None:
+    """Do ``action`` on ``wid`` with the form's fields (``reason``; ``name`` and ``payload``);
+    raises the client's error (``WorkflowNotFound``, ``InvalidRequest``, ...)."""
+    handler = ACTIONS.get(action)
+    if handler is None:
+        raise InvalidRequest(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
+    handler(client, wid, form)

@@ -1,0 +1,135 @@
+"""The console's data, as the JSON API serves it and the pages render it.
+
+Everything the CLI shows comes through a ``Client`` on the supervisor's own endpoint
+(``stats``, ``describe``, the actions), so the console and ``python -m weft_actors`` never
+disagree; only the newest-first list reads the store's visibility index directly
+(``_listing``), since no client call orders by time.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+from typing import Any, Mapping
+
+from ..bus import Client
+from ..errors import InvalidRequest
+from ..store import LmdbStore
+from ._listing import STATUSES, ListQuery, newest_first
+
+__all__ = ["overview", "workflows", "workflow", "list_query", "iso", "encode_cursor", "MAX_LIMIT"]
+
+MAX_LIMIT = 500
+DEFAULT_LIMIT = 50
+
+
+def iso(epoch: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC with milliseconds, ``None`` for ``None``."""
+    if epoch is None:
+        return None
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _parse_time(text: str, what: str) -> float:
+    """Epoch seconds from epoch seconds or ISO 8601 (UTC unless it names a zone)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidRequest(f"{what} must be ISO 8601 or epoch seconds, not {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment.timestamp()
+
+
+def encode_cursor(cursor: tuple[int, str] | None) -> str | None:
+    if cursor is None:
+        return None
+    return base64.urlsafe_b64encode(f"{cursor[0]}:{cursor[1]}".encode()).decode()
+
+
+def _decode_cursor(text: str) -> tuple[int, str]:
+    try:
+        updated, _, wid = base64.urlsafe_b64decode(text.encode()).decode().partition(":")
+        return int(updated), wid
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        raise InvalidRequest(f"malformed cursor {text!r}") from None
+
+
+def list_query(params: Mapping[str, str]) -> ListQuery:
+    """The Workflows filter from query parameters ``status``, ``type``, ``prefix``, ``from``,
+    ``to`` (ISO 8601 or epoch seconds), ``limit`` and ``cursor``; empty ones are ignored."""
+    status = params.get("status") or None
+    if status is not None and status not in STATUSES:
+        raise InvalidRequest(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
+    try:
+        limit = int(params.get("limit") or DEFAULT_LIMIT)
+    except ValueError:
+        raise InvalidRequest("limit must be a whole number") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}")
+    updated_from = _parse_time(params["from"], "from") if params.get("from") else None
+    updated_to = _parse_time(params["to"], "to") if params.get("to") else None
+    return ListQuery(
+        status=status,
+        type=params.get("type") or None,
+        prefix=params.get("prefix") or "",
+        updated_from=updated_from,
+        updated_to=updated_to,
+        limit=limit,
+        after=_decode_cursor(params["cursor"]) if params.get("cursor") else None,
+    )
+
+
+def _counts(store: LmdbStore) -> dict[str, int]:
+    with store.read() as txn:
+        return newest_first(txn, store.dbs.visibility, ListQuery(limit=1))["counts"]
+
+
+def overview(client: Client, store: LmdbStore) -> dict[str, Any]:
+    """``stats`` (readiness, the supervisor's figures, one entry per shard) and the number of
+    workflows in the store by status."""
+    stats = client.stats()
+    return {"ready": stats["ready"], "supervisor": stats["supervisor"], "shards": stats["shards"], "counts": _counts(store)}
+
+
+def workflows(store: LmdbStore, query: ListQuery) -> dict[str, Any]:
+    """One page of the newest-first list (``_listing.newest_first``), its cursor encoded for
+    a URL, and the filter it answers."""
+    with store.read() as txn:
+        page = newest_first(txn, store.dbs.visibility, query)
+    for item in page["items"]:
+        item["updated_iso"] = iso(item["updated"])
+    page["cursor"] = encode_cursor(page["cursor"])
+    page["filter"] = {
+        "status": query.status,
+        "type": query.type,
+        "prefix": query.prefix,
+        "from": iso(query.updated_from),
+        "to": iso(query.updated_to),
+        "limit": query.limit,
+    }
+    return page
+
+
+def workflow(client: Client, wid: str) -> dict[str, Any]:
+    """``describe`` as the CLI gets it, with ISO 8601 times beside the raw ones and the
+    owner's shard (slot and pid) beside its engine id when a shard of this supervisor runs
+    that engine."""
+    described = client.get_handle(wid).describe()
+    described["created_iso"] = iso(described.get("created"))
+    described["updated_iso"] = iso(described.get("updated"))
+    lost = described.get("lost_owners")
+    if isinstance(lost, dict) and lost.get("at") is not None:
+        lost["at_iso"] = iso(lost["at"])
+    owner = described.get("owner")
+    described["owner_shard"] = None
+    if owner is not None:
+        for shard in client.stats()["shards"]:
+            if shard.get("engine_id") == owner:
+                described["owner_shard"] = {"slot": shard["slot"], "pid": shard["pid"]}
+    return described
