@@ -15,10 +15,13 @@
 Test ids are ``<file>:<block number>:L<line>`` (blocks numbered from 1 per file, counting
 every fenced block), so a failure points at the block.
 
-README.md is not collected: its tour imports a user module ``orders`` that does not exist
-(it shows the layout of a user's app), its ``cart`` snippet is a fragment, and its client
-example needs a server on the default port. The user guide carries runnable versions of the
-same examples.
+The README is run as a whole (``test_readme_runs_in_order_twice``): its blocks in order, twice,
+as a new user would paste them, against a supervisor started as its first block says (on a
+free port instead of 5555). Its set-up blocks (``pip install``) are what the test environment
+already is; a ``python`` block whose first line is ``# NAME.py ...`` is saved as that module
+(the tour's ``orders.py``) for the blocks after it; ``.venv/bin/python`` runs this interpreter.
+Every block of the docs that needs a server runs twice in a row too
+(``test_server_examples_run_twice``): an example with a fixed workflow id must survive that.
 """
 
 from __future__ import annotations
@@ -33,9 +36,13 @@ from typing import Any, NamedTuple
 import pytest
 
 from _processes import RunningSupervisor
+from weft_actors.bus import DEFAULT_ENDPOINT
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+SETUP_MARK = "pip install"  # a README block that sets up the environment the test runs in
+_MODULE_BLOCK = re.compile(r"^# (?P<name>[A-Za-z_]\w*)\.py\b")
 TIMEOUT = 30.0
 RUN_MARK = "# doctest: run"
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
@@ -88,8 +95,7 @@ def parse_blocks(path: Path) -> list[Block]:
 
 
 def doc_files() -> list[Path]:
-    # docs/ only: the repository's README.md is left out on purpose (see the module docstring:
-    # its examples import a user module that does not exist, or are fragments).
+    # docs/ only: the README runs as one sequence (see the module docstring).
     return sorted(DOCS.glob("*.md"))
 
 
@@ -130,6 +136,34 @@ def _normalise(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.strip().splitlines())
 
 
+def run_python(block: Block, cwd: Path, endpoint: str | None) -> subprocess.CompletedProcess[str]:
+    """Run a python block as a program in ``cwd``; fail the test if it does not finish."""
+    match = _MODULE_BLOCK.match(block.code)
+    script = cwd / (f"{match.group('name')}.py" if match else f"example_{block.number}.py")
+    script.write_text(block.code, encoding="utf-8")
+    try:
+        return subprocess.run([sys.executable, str(script)], cwd=cwd, env=_env(endpoint), capture_output=True, text=True, timeout=TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{block.id}: did not finish within {TIMEOUT}s\n{exc.stdout}\n{exc.stderr}")
+
+
+def run_shell(block: Block, cwd: Path, endpoint: str) -> subprocess.CompletedProcess[str]:
+    """Run a shell block with ``bash -e`` in ``cwd``, the CLI pointed at ``endpoint``."""
+    try:
+        return subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", block.code],
+            cwd=cwd, env=_env(endpoint), capture_output=True, text=True, timeout=TIMEOUT * 2,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{block.id}: did not finish within {TIMEOUT * 2}s\n{exc.stdout}\n{exc.stderr}")
+
+
+def check_python(block: Block, result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, _report(block, result)
+    if block.output is not None:
+        assert _normalise(result.stdout) == _normalise(block.output), f"{block.id}: output differs from the docs\n" + _report(block, result)
+
+
 def test_docs_exist_and_have_examples() -> None:
     names = {path.name for path in doc_files()}
     assert {"README.md", "user-guide.md", "guarantees.md", "operations.md", "architecture.md"} <= names
@@ -139,30 +173,59 @@ def test_docs_exist_and_have_examples() -> None:
 @pytest.mark.parametrize("block", PYTHON, ids=[block.id for block in PYTHON])
 def test_python_example(block: Block, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     endpoint = request.getfixturevalue("supervisor").endpoint if needs_server(block) else None
-    script = tmp_path / f"example_{block.number}.py"
-    script.write_text(block.code, encoding="utf-8")
-    try:
-        result = subprocess.run(
-            [sys.executable, str(script)], cwd=tmp_path, env=_env(endpoint), capture_output=True, text=True, timeout=TIMEOUT
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{block.id}: did not finish within {TIMEOUT}s\n{exc.stdout}\n{exc.stderr}")
-    assert result.returncode == 0, _report(block, result)
-    if block.output is not None:
-        assert _normalise(result.stdout) == _normalise(block.output), f"{block.id}: output differs from the docs\n" + _report(block, result)
+    check_python(block, run_python(block, tmp_path, endpoint))
 
 
 @pytest.mark.parametrize("block", SHELL, ids=[block.id for block in SHELL])
 def test_shell_example(block: Block, supervisor: Any) -> None:
-    try:
-        result = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", "-c", block.code],
-            cwd=supervisor.workdir,
-            env=_env(supervisor.endpoint),
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT * 2,
-        )
-    except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"{block.id}: did not finish within {TIMEOUT * 2}s\n{exc.stdout}\n{exc.stderr}")
+    result = run_shell(block, supervisor.workdir, supervisor.endpoint)
     assert result.returncode == 0, _report(block, result) + "\n--- supervisor log ---\n" + supervisor.log_text()[-4000:]
+
+
+@pytest.mark.timeout(240)
+def test_server_examples_run_twice(tmp_path: Path) -> None:
+    """Each docs example that talks to a server, in order, then all of them again: a second
+    run finds the first one's workflows in the store."""
+    blocks = [block for block in ALL_BLOCKS if (block in PYTHON and needs_server(block)) or block in SHELL]
+    assert len(blocks) >= 5
+    with RunningSupervisor(tmp_path / "weft-data", shards=2) as running:
+        for attempt in (1, 2):
+            for block in blocks:
+                if block.lang == "python":
+                    cwd = tmp_path / f"run{attempt}-{block.file}-{block.number}"
+                    cwd.mkdir()
+                    check_python(block, run_python(block, cwd, running.endpoint))
+                else:
+                    result = run_shell(block, tmp_path, running.endpoint)
+                    assert result.returncode == 0, f"run {attempt}: " + _report(block, result) + "\n--- supervisor log ---\n" + running.log_text()[-4000:]
+
+
+def readme_steps() -> list[Block]:
+    """The README's examples in order, less the set-up blocks (the test environment is set up
+    already, and the supervisor their last command starts is started by the test)."""
+    return [block for block in parse_blocks(README) if block.lang in ("python", "sh") and SETUP_MARK not in block.code]
+
+
+def _fake_venv(workdir: Path) -> None:
+    """``.venv/bin/python`` in ``workdir``, as the README's set-up leaves it: this interpreter."""
+    python = workdir / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n', encoding="utf-8")
+    python.chmod(0o755)
+
+
+@pytest.mark.timeout(240)
+def test_readme_runs_in_order_twice(tmp_path: Path) -> None:
+    steps = readme_steps()
+    assert [block.lang for block in steps].count("python") >= 3 and any(block.lang == "sh" for block in steps)
+    assert any(block.lang == "sh" and SETUP_MARK in block.code and "weft_actors.supervisor" in block.code for block in parse_blocks(README))
+    _fake_venv(tmp_path)
+    with RunningSupervisor(tmp_path / "weft-data", shards=2) as running:  # the first block's supervisor
+        for attempt in (1, 2):
+            for block in steps:
+                if block.lang == "python":  # the default endpoint is this supervisor's
+                    block = block._replace(code=block.code.replace(DEFAULT_ENDPOINT, running.endpoint))
+                    result = run_python(block, tmp_path, running.endpoint)
+                else:
+                    result = run_shell(block, tmp_path, running.endpoint)
+                assert result.returncode == 0, f"run {attempt}: " + _report(block, result) + "\n--- supervisor log ---\n" + running.log_text()[-4000:]

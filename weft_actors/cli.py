@@ -2,7 +2,9 @@
 
 Every command is one ``Client`` call. Values are given and printed as JSON; with ``--json``
 the output is exactly one JSON document (for scripts), otherwise a readable form. A failure
-prints ``error: <code>: <message>`` on stderr and exits 1 (2 for a usage error).
+prints ``error: <code>: <message>`` on stderr and exits 1 (2 for a usage error, 130 when
+interrupted). The operator commands (``backup``, ``purge``, ``replay``) work on a data
+directory and are handed to ``weft_actors.admin``.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import decimal
 import enum
 import json
 import os
+import socket
 import sys
 import uuid
 from typing import Any, Sequence, TextIO
@@ -22,9 +25,19 @@ from typing import Any, Sequence, TextIO
 import zmq.auth
 
 from .bus import DEFAULT_ENDPOINT, Client
-from .errors import WeftError
+from .errors import OutcomeUnknown, ServerUnavailable, WeftError
 
 __all__ = ["main"]
+
+EXIT_INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C (128 + SIGINT)
+_TRANSPORTS = ("tcp://", "ipc://", "inproc://")
+_GLOBAL_OPTIONS_WITH_VALUE = ("--data", "--endpoint", "--timeout", "--curve-server-key", "--curve-key")
+# Handed to weft_actors.admin (they open the store, not a connection); listed here for --help.
+_OPERATOR_COMMANDS = {
+    "backup": "write a consistent, compacted copy of a data directory (DEST [--data DIR])",
+    "purge": "delete finished workflows (--status, --older-than, --id; a dry run unless --yes)",
+    "replay": "check recorded histories against new code without writing (ID --app MODULE)",
+}
 
 
 def _json_default(value: Any) -> Any:
@@ -68,7 +81,13 @@ def _json_value(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from None
+        raise argparse.ArgumentTypeError(f"{text!r} is not valid JSON ({exc}): {_json_hint(text)}") from None
+
+
+def _json_hint(text: str) -> str:
+    """What the argument should look like: users type ``start hello world`` for ``'["world"]'``."""
+    quoted = json.dumps(text)
+    return f"write a string in double quotes, e.g. '{quoted}', or the arguments as a JSON array, e.g. '[{quoted}]'"
 
 
 def _json_args(text: str) -> tuple[Any, ...]:
@@ -77,35 +96,68 @@ def _json_args(text: str) -> tuple[Any, ...]:
     return tuple(value) if isinstance(value, list) else (value,)
 
 
-def _parser() -> argparse.ArgumentParser:
-    # Options shared by every command may also follow the command name (SUPPRESS keeps the
-    # top-level value when they do not).
+def _reply_timeout(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"seconds to wait for each reply, more than 0, not {text!r}")
+    return seconds
+
+
+def _endpoint(text: str) -> str:
+    """A ZeroMQ endpoint; a bare ``host:port`` is refused with the fix, not a socket error."""
+    if not text.startswith(_TRANSPORTS):
+        raise argparse.ArgumentTypeError(f"{text!r} names no transport: write tcp://{text.split('://')[-1]} (a ZeroMQ endpoint)")
+    return text
+
+
+def _common_options(*, with_timeout: bool) -> argparse.ArgumentParser:
+    """The global options again, for after the command name (SUPPRESS keeps the value given
+    before it, or the default, when they are absent)."""
     common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
-    common.add_argument("--endpoint", help="supervisor front door (env WEFT_ENDPOINT)")
+    common.add_argument("--endpoint", type=_endpoint, help="supervisor front door (env WEFT_ENDPOINT)")
     common.add_argument("--json", action="store_true", help="print one JSON document")
+    if with_timeout:
+        common.add_argument("--timeout", type=_reply_timeout, metavar="S", help="seconds to wait for each reply")
     common.add_argument("--curve-server-key", metavar="FILE", help="server public key file (enables CURVE)")
     common.add_argument("--curve-key", metavar="FILE", help="client secret key file (.key_secret)")
+    return common
 
-    parser = argparse.ArgumentParser(prog="python -m weft_actors", description="Client commands for a weft_actors supervisor.")
-    parser.add_argument("--endpoint", default=os.environ.get("WEFT_ENDPOINT", DEFAULT_ENDPOINT), help="default: %(default)s")
-    parser.add_argument("--json", action="store_true", default=False, help="print one JSON document")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each reply (default: %(default)s)")
-    parser.add_argument("--curve-server-key", metavar="FILE", default=None, help="server public key file (enables CURVE)")
-    parser.add_argument("--curve-key", metavar="FILE", default=None, help="client secret key file (.key_secret)")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help, description=help, parents=[common])
-
-    p = command("start", "start a workflow")
+def _start_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("workflow")
-    p.add_argument("args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON", help="JSON array of arguments, or one JSON value")
-    p.add_argument("--id")
-    p.add_argument("--if-exists", choices=("error", "return", "start_new"), default="error")
+    p.add_argument(
+        "args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON",
+        help="JSON array of the workflow's arguments, or one JSON value (e.g. '[\"world\"]')",
+    )
+    p.add_argument("--id", help="workflow id (generated if absent)")
+    p.add_argument("--if-exists", choices=("error", "return", "start_new"), default="error", help="when the id is taken (default: %(default)s)")
     p.add_argument("--start-delay", type=float, metavar="S")
     p.add_argument("--start-at", type=float, metavar="EPOCH_S")
     p.add_argument("--execution-timeout", type=float, metavar="S")
     p.add_argument("--memo", type=_json_value, metavar="JSON")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = _common_options(with_timeout=True)
+    parser = argparse.ArgumentParser(prog="python -m weft_actors", description="Client commands for a weft_actors supervisor.")
+    parser.add_argument("--endpoint", type=_endpoint, default=os.environ.get("WEFT_ENDPOINT", DEFAULT_ENDPOINT), help="default: %(default)s")
+    parser.add_argument("--json", action="store_true", default=False, help="print one JSON document")
+    parser.add_argument("--timeout", type=_reply_timeout, default=10.0, metavar="S", help="seconds to wait for each reply (default: %(default)s)")
+    parser.add_argument("--curve-server-key", metavar="FILE", default=None, help="server public key file (enables CURVE)")
+    parser.add_argument("--curve-key", metavar="FILE", default=None, help="client secret key file (.key_secret)")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, parent: argparse.ArgumentParser = common) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, parents=[parent])
+
+    _start_options(command("start", "start a workflow"))
+    p = command("signal-with-start", "signal a workflow, starting it first if it does not exist (one step)")
+    _start_options(p)
+    p.add_argument("--signal", required=True, metavar="NAME", help="the signal to send")
+    p.add_argument("--payload", type=_json_value, default=None, metavar="JSON", help="the signal's payload")
     p = command("signal", "send a signal")
     p.add_argument("id")
     p.add_argument("name")
@@ -119,7 +171,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON")
     p.add_argument("--request-id", help="idempotency key (generated if absent)")
-    p = command("result", "wait for a workflow's result")
+    # After `result`, --timeout is how long to wait for the result (each reply waits that long too).
+    p = command("result", "wait for a workflow's result", _common_options(with_timeout=False))
     p.add_argument("id")
     p.add_argument("--timeout", dest="wait_timeout", type=float, default=None, metavar="S", help="give up after S seconds")
     for name, help in (("cancel", "request cancellation"), ("describe", "show a workflow's record and history")):
@@ -138,16 +191,49 @@ def _parser() -> argparse.ArgumentParser:
     p = command("keygen", "write a CURVE key pair")
     p.add_argument("dir")
     p.add_argument("--name", default="client")
+    for name, help in _OPERATOR_COMMANDS.items():  # parsed by weft_actors.admin (see main)
+        commands.add_parser(name, help=help, add_help=False)
     return parser
 
 
 def _client(args: argparse.Namespace) -> Client:
+    _check_listening(args.endpoint, args.timeout)
     return Client(
         args.endpoint,
         timeout=args.timeout,
         curve_server_key=args.curve_server_key,
         curve_secret_key=args.curve_key,
     )
+
+
+def _tcp_address(endpoint: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a plain ``tcp://host:port`` endpoint; None for anything else."""
+    if not endpoint.startswith("tcp://"):
+        return None
+    host, sep, port = endpoint[len("tcp://"):].rpartition(":")
+    if not sep or not port.isdigit() or ";" in host or host in ("", "*"):
+        return None
+    return host.strip("[]"), int(port)
+
+
+def _check_listening(endpoint: str, timeout: float) -> None:
+    """Fail at once when nothing accepts connections at ``endpoint``: ZeroMQ would otherwise
+    retry quietly until the reply timeout (for ``result``, on top of the wait)."""
+    address = _tcp_address(endpoint)
+    if address is None:
+        return
+    try:
+        socket.create_connection(address, timeout=timeout).close()
+    except OSError as exc:
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise ServerUnavailable(f"nothing is listening at {endpoint} ({reason})", endpoint=endpoint) from None
+
+
+def _start_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "id": args.id, "if_exists": args.if_exists, "start_delay": args.start_delay, "start_at": args.start_at,
+        "execution_timeout": args.execution_timeout, "memo": args.memo,
+    }
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> None:
@@ -159,11 +245,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
         _emit(args, out, {"public": public, "secret": secret}, f"public key: {public}\nsecret key: {secret}")
         return
     with _client(args) as client:
-        if command == "start":
-            handle = client.start(
-                args.workflow, *args.args, id=args.id, if_exists=args.if_exists, start_delay=args.start_delay,
-                start_at=args.start_at, execution_timeout=args.execution_timeout, memo=args.memo,
-            )
+        if command in ("start", "signal-with-start"):
+            if command == "start":
+                handle = client.start(args.workflow, *args.args, **_start_kwargs(args))
+            else:
+                handle = client.signal_with_start(args.workflow, *args.args, signal=args.signal, payload=args.payload, **_start_kwargs(args))
             _emit(args, out, {"id": handle.id, "run_id": handle.run_id}, f"{handle.id} (run {handle.run_id})")
         elif command in ("list", "stats", "ping"):
             if command == "list":
@@ -219,17 +305,44 @@ def _emit(args: argparse.Namespace, out: TextIO, value: Any, readable: str) -> N
     print(_dumps(value) if args.json else readable, file=out)
 
 
+def _first_positional(argv: Sequence[str]) -> str | None:
+    """The command name: the first argument that is neither an option nor an option's value."""
+    args = iter(argv)
+    for arg in args:
+        if arg in _GLOBAL_OPTIONS_WITH_VALUE:
+            next(args, None)
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def _print_error(exc: WeftError) -> None:
+    print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
+    if isinstance(exc, ServerUnavailable) and not isinstance(exc, OutcomeUnknown):
+        print(
+            "hint: is a supervisor running there? Start one with `python -m weft_actors.supervisor`, "
+            "or name its endpoint with --endpoint (or WEFT_ENDPOINT), e.g. tcp://127.0.0.1:5555",
+            file=sys.stderr,
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (0 ok, 1 failed, 2 bad usage)."""
+    """Run the CLI; returns the exit status (0 ok, 1 failed, 2 bad usage, 130 interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if _first_positional(argv) in _OPERATOR_COMMANDS:
+        from . import admin  # opens the store: not needed by the client commands
+
+        return admin.main(argv)
     parser = _parser()
     try:
         args = parser.parse_args(argv)
+        _run(args, sys.stdout)
     except SystemExit as exc:  # argparse has printed the usage error (or the help)
         return exc.code if isinstance(exc.code, int) else 2
-    try:
-        _run(args, sys.stdout)
+    except KeyboardInterrupt:  # Ctrl-C, while waiting for a result say: no traceback
+        return EXIT_INTERRUPTED
     except WeftError as exc:
-        print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
+        _print_error(exc)
         return 1
     except TimeoutError as exc:
         print(f"error: timeout: {exc}", file=sys.stderr)

@@ -21,20 +21,36 @@ from ._supervisor import EXIT_STARTUP, Supervisor
 log = logging.getLogger("weft_actors.supervisor")
 
 
-def parse_args(argv: list[str] | None) -> SupervisorConfig:
-    parser = argparse.ArgumentParser(prog="python -m weft_actors.supervisor", description=__doc__.splitlines()[0])
-    parser.add_argument("--shards", type=int, default=os.cpu_count() or 1, help="shard processes (default: CPU count)")
-    parser.add_argument("--app", default="weft_actors.examples", help="module holding the @workflow functions")
-    parser.add_argument("--data", default="./weft-data", help="data directory (LMDB)")
-    parser.add_argument("--bind", default="tcp://127.0.0.1:5555", help="client endpoint")
-    parser.add_argument("--heartbeat", type=float, default=0.5)
-    parser.add_argument("--ttl", type=float, default=3.0)
-    parser.add_argument("--log-level", default="INFO")
-    parser.add_argument("--log-json", action="store_true")
-    parser.add_argument("--curve-secret-key", help="server secret key file (enables CURVE)")
-    parser.add_argument("--curve-authorized-keys", help="directory of authorized client public keys (full access)")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class _HelpWithDefaults(argparse.HelpFormatter):
+    """Every flag's help ends with its default, unless the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help = action.help or ""
+        if "default" in help or action.default is argparse.SUPPRESS or not action.option_strings:
+            return help
+        if action.default is None or action.default is False:
+            return f"{help} (default: {'off' if action.default is False else 'none'})"
+        return f"{help} (default: %(default)s)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m weft_actors.supervisor", description=__doc__.splitlines()[0], formatter_class=_HelpWithDefaults)
+    parser.add_argument("--shards", type=int, metavar="N", default=os.cpu_count() or 1, help="shard processes (default: CPU count)")
+    parser.add_argument("--app", metavar="MODULE", default="weft_actors.examples", help="module holding the @workflow functions (default: the bundled example app, %(default)s)")
+    parser.add_argument("--data", metavar="DIR", default="./weft-data", help="data directory (LMDB)")
+    parser.add_argument("--bind", metavar="ENDPOINT", default="tcp://127.0.0.1:5555", help="client endpoint")
+    parser.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="seconds between a shard's lease renewals")
+    parser.add_argument("--ttl", type=float, default=3.0, metavar="S", help="seconds a lease lasts: a shard silent for this long loses its workflows to the others")
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="least severe level logged")
+    parser.add_argument("--log-json", action="store_true", help="log one JSON object per line")
+    parser.add_argument("--curve-secret-key", metavar="FILE", help="server secret key file (enables CURVE)")
+    parser.add_argument("--curve-authorized-keys", metavar="DIR", help="directory of authorized client public keys (full access)")
     parser.add_argument(
         "--curve-readonly-keys",
+        metavar="DIR",
         help="directory of client public keys that may only read (result, query, describe, list, stats)",
     )
     parser.add_argument(
@@ -42,7 +58,7 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         action="store_true",
         help="allow a non-loopback --bind without CURVE (any client that connects has full access)",
     )
-    parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics (and /healthz) on 127.0.0.1:PORT (default: off; the --http console serves them too)")
+    parser.add_argument("--metrics-port", type=int, metavar="PORT", help="serve Prometheus metrics (and /healthz) on 127.0.0.1:PORT (default: off; the --http console serves them too)")
     parser.add_argument(
         "--http",
         metavar="[HOST:]PORT",
@@ -50,31 +66,36 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         "a non-loopback HOST needs CURVE or --insecure-bind)",
     )
     parser.add_argument("--http-token-file", metavar="FILE", help="read the console's action token from FILE (default: a random token, logged at start)")
-    parser.add_argument("--no-hints", action="store_true", help="disable the hint bus (polling only)")
+    parser.add_argument("--no-hints", action="store_true", help="disable the hint bus (polling only; default: hints on)")
     parser.add_argument(
         "--routing",
         choices=("owner", "round-robin"),
         default="owner",
         help="send requests to the workflow's owner (default) or to any shard (shows that any shard answers correctly)",
     )
-    parser.add_argument("--payload-limit", type=int, default=1 << 20, help="bytes per argument/signal/update payload (default 1 MiB)")
-    parser.add_argument("--retention", type=float, default=7 * 86400.0, help="seconds a finished workflow keeps its history (default 7 days)")
-    parser.add_argument("--drain-timeout", type=float, default=10.0, help="seconds shards get to drain on SIGTERM before they are killed")
-    parser.add_argument("--ready-timeout", type=float, default=5.0, help="seconds a request waits for a shard to be ready (at start, or while every shard restarts) before it fails (default 5)")
-    parser.add_argument("--restart-limit", type=int, default=5, help="restarts allowed per --restart-window")
-    parser.add_argument("--restart-window", type=float, default=30.0)
+    parser.add_argument("--payload-limit", type=int, default=1 << 20, metavar="B", help="bytes per argument/signal/update payload (default 1 MiB)")
+    parser.add_argument("--retention", type=float, default=7 * 86400.0, metavar="S", help="seconds a finished workflow keeps its history (default 7 days)")
+    parser.add_argument("--drain-timeout", type=float, default=10.0, metavar="S", help="seconds shards get to drain on SIGTERM before they are killed")
+    parser.add_argument("--ready-timeout", type=float, default=5.0, metavar="S", help="seconds a request waits for a shard to be ready (at start, or while every shard restarts) before it fails (default 5)")
+    parser.add_argument("--restart-limit", type=int, default=5, metavar="N", help="restarts allowed per --restart-window; beyond them the supervisor exits 3")
+    parser.add_argument("--restart-window", type=float, default=30.0, metavar="S", help="seconds over which --restart-limit counts restarts")
     limits = parser.add_argument_group("limits per shard (LimitExceeded or Overloaded beyond them; activities queue instead)")
-    limits.add_argument("--max-live-actors", type=int, default=100_000, help="actors kept in memory; parked ones beyond are evicted")
-    limits.add_argument("--max-active-workflows", type=int, help="starts refused beyond this many busy actors (default: max(200000, 2 x live))")
-    limits.add_argument("--max-inbox", type=int, default=10_000, help="signals and updates pending per workflow")
-    limits.add_argument("--max-inflight-activities", type=int, default=1000, help="activity attempts running at once; more wait in FIFO order")
-    limits.add_argument("--max-running", type=int, default=10_000, help="workflows in flight (not parked); starts beyond are refused at once with Overloaded (default 10000)")
-    limits.add_argument("--max-queued-starts", type=int, default=1000, help="starts a shard holds unanswered; more for it are refused at once with Overloaded (default 1000)")
-    limits.add_argument("--max-intake-mb", type=int, default=512, help="MiB that clients' unfinished multi-part messages may grow the supervisor by before the connection sending the most is cut (0: never; default 512)")
-    limits.add_argument("--max-queued-requests", type=int, default=20_000, help="requests a shard holds unanswered; more for it are refused at once with Overloaded (default 20000)")
+    limits.add_argument("--max-live-actors", type=int, default=100_000, metavar="N", help="actors kept in memory; parked ones beyond are evicted")
+    limits.add_argument("--max-active-workflows", type=int, metavar="N", help="starts refused beyond this many busy actors (default: max(200000, 2 x live))")
+    limits.add_argument("--max-inbox", type=int, default=10_000, metavar="N", help="signals and updates pending per workflow")
+    limits.add_argument("--max-inflight-activities", type=int, default=1000, metavar="N", help="activity attempts running at once; more wait in FIFO order")
+    limits.add_argument("--max-running", type=int, default=10_000, metavar="N", help="workflows in flight (not parked); starts beyond are refused at once with Overloaded (default 10000)")
+    limits.add_argument("--max-queued-starts", type=int, default=1000, metavar="N", help="starts a shard holds unanswered; more for it are refused at once with Overloaded (default 1000)")
+    limits.add_argument("--max-intake-mb", type=int, default=512, metavar="MB", help="MiB that clients' unfinished multi-part messages may grow the supervisor by before the connection sending the most is cut (0: never; default 512)")
+    limits.add_argument("--max-queued-requests", type=int, default=20_000, metavar="N", help="requests a shard holds unanswered; more for it are refused at once with Overloaded (default 20000)")
     poison = parser.add_argument_group("poison workflows")
     poison.add_argument("--quarantine-after", type=int, default=3, metavar="N", help="park a workflow after N owners in a row were lost running it without progress (default 3)")
     poison.add_argument("--stall-threshold", type=float, default=None, metavar="S", help="log a loop stall (with the workflow and activity blocking it) after S seconds (default: the lesser of 1 and ttl/3)")
+    return parser
+
+
+def parse_args(argv: list[str] | None) -> SupervisorConfig:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.curve_readonly_keys and not args.curve_secret_key:
         parser.error("--curve-readonly-keys needs --curve-secret-key")
