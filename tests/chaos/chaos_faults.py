@@ -183,9 +183,9 @@ class FaultsMixin:
 
         with Client(self.sup.endpoint, timeout=3.0) as client:
             for k in range(4):
-                # Due inside the hold: the clock steps back about 0.5 s after these start.
-                seconds = round(rng.uniform(1.2, max(1.3, hold)), 3)
-                self._start(client, "napper", f"nap-{self.seed}-fault{index}-{k}", (seconds,), ("nap", (seconds, time.monotonic())))
+                # Due inside the hold: the clock steps back a second after these start.
+                seconds = round(rng.uniform(1.5, max(1.6, hold + 0.7)), 3)
+                self._start(client, "napper", f"nap-{self.seed}-fault{index}-{k}", (seconds,), ("nap", (seconds, time.monotonic(), True)))
                 self.count("naps")
 
     def _stall(self, pid: int, seconds: float) -> None:

@@ -14,8 +14,9 @@ which would stretch the run by minutes.) Meanwhile it must hold that:
 - the supervisor keeps serving (the load runs on throughout);
 - no timer fires early: the ``napper`` workflows of the load sleep across the jumps, and each
   must wake no earlier on the wall clock than it asked (checked on its result, which carries
-  ``ctx.now()`` before and after the sleep; a nap whose due time is near a backward step is
-  not judged, since the step may fall between its wake and that second reading). The forward
+  ``ctx.now()`` before and after the sleep; a nap with a backward step between its first
+  reading and its sleep, or near its due time, is not judged: a timer set after the step is
+  due on the stepped clock, and a step after the wake makes the second reading early). The forward
   step may wake it early in elapsed time: timers keep wall time, as users see it.
 
 The step is undone in a ``finally`` and again by ``close()``, so an interrupted run leaves the
@@ -73,7 +74,7 @@ class ClockFaults:
         violation: Callable[[str], None],
     ) -> None:
         jump = -rng.uniform(*JUMP_SECONDS)
-        time.sleep(0.5)  # a shard killed by the fault before this one is gone by now
+        time.sleep(1.0)  # a shard killed by the fault before this one is gone; the naps set their timers
         live_before = live_engine_pids() & set(shard_pids())
         before = live_before
         with self._lock:

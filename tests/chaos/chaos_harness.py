@@ -176,6 +176,8 @@ class ChaosRun(FaultsMixin, IsolationMixin):
         finally:
             self._kill_everything()
             self._scan_exits()
+            if self.summary.violations:
+                self._keep_evidence()
             if self.store_faults is not None:
                 self.store_faults.close()
             if self.clock_faults is not None:
@@ -183,6 +185,16 @@ class ChaosRun(FaultsMixin, IsolationMixin):
             self.summary.elapsed = time.monotonic() - started
         self.log(self.summary.line())
         return self.summary
+
+    def _keep_evidence(self) -> None:
+        """Beside the data directory: the supervisor's whole log, and (when the data directory
+        is a loop mount that ``close`` removes) a copy of the store."""
+        import shutil
+
+        (self.data_dir.parent / "supervisor.log").write_text("".join(self.sup.stderr_lines))
+        if self.store_faults is not None and self.store_faults.available:
+            shutil.copytree(self.data_dir, self.data_dir.parent / "data-copy", ignore=shutil.ignore_patterns("ballast"))
+        self.log(f"evidence kept in {self.data_dir.parent}")
 
     def _chaos_phase(self) -> None:
         deadline = time.monotonic() + self.seconds
@@ -398,14 +410,19 @@ class ChaosRun(FaultsMixin, IsolationMixin):
                     self.violation(f"{status} workflows left after every result: {[item['id'] for item in page['items']]}")
 
 
-    def _judge_nap(self, wid: str, value: list[float], seconds: float, started: float) -> None:
-        """A timer must not wake before its wall-clock time. The workflow reads ``ctx.now()``
-        just after waking; a backward step of the clock between the wake and that read would
-        make a timely wake look early, so a nap with a backward step near its due time (the
-        wake may be late under faults: 10 s of slack) is not judged."""
+    def _judge_nap(self, wid: str, value: list[float], seconds: float, started: float, forced: bool = False) -> None:
+        """A timer must not wake before its wall-clock time. The nap reads ``ctx.now()``,
+        sleeps (its timer is due ``seconds`` after the clock reading of that moment, one
+        commit later) and reads ``ctx.now()`` again on waking. A backward step of the clock
+        between the first reading and the sleep, or between the wake and the second reading,
+        makes a timely wake look early: such a nap is not judged. For the naps of a clock
+        fault (``forced``), which start a second before the step, the first gap is their
+        first commit, well inside that second."""
         before, after = value
-        steps = self.clock_faults.steps if self.clock_faults is not None else []
-        if any(amount < 0 and started + seconds - 0.1 <= at <= started + seconds + 10 for at, amount in steps):
+        steps = [at for at, amount in (self.clock_faults.steps if self.clock_faults is not None else []) if amount < 0]
+        due = started + seconds
+        early = (started - 0.1, started + 0.8) if forced else (started - 0.1, due + 10)
+        if any(early[0] <= at <= early[1] or due - 0.1 <= at <= due + 10 for at in steps):
             self.count("naps_unjudged")
             return
         if after < before + seconds - 1e-3:
