@@ -31,6 +31,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from chaos_faults_store import hold_watching
+
 __all__ = ["ClockFaults"]
 
 JUMP_SECONDS = (30.0, 120.0)
@@ -82,13 +84,8 @@ class ClockFaults:
             self.steps.append((time.monotonic(), jump))
             self._applied = jump
         try:
-            deadline = time.monotonic() + hold
-            while time.monotonic() < deadline:
-                process = supervisor.process
-                if process is not None and process.poll() is not None:
-                    violation(f"the supervisor exited {process.returncode} during a {jump:+.0f}s clock jump")
-                    return
-                time.sleep(0.1)
+            if not hold_watching(hold, supervisor, violation, f"{jump:+.0f}s clock jump"):
+                return
         finally:
             self.close()
         count("clock_jumps")

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["StoreFaults", "STORE_KINDS", "STORE_WEIGHTS"]
+__all__ = ["StoreFaults", "STORE_KINDS", "STORE_WEIGHTS", "hold_watching", "open_reader"]
 
 STORE_KINDS = ("disk_full", "read_only")
 STORE_WEIGHTS = (6, 6)
@@ -125,10 +125,16 @@ class StoreFaults:
             self._bound = False
 
     def _hold(self, seconds: float, supervisor: Any, violation: Callable[[str], None], what: str) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            process = supervisor.process
-            if process is not None and process.poll() is not None:
-                violation(f"the supervisor exited {process.returncode} during a {what}")
-                return
-            time.sleep(0.1)
+        hold_watching(seconds, supervisor, violation, what)
+
+
+def hold_watching(seconds: float, supervisor: Any, violation: Callable[[str], None], what: str) -> bool:
+    """Wait ``seconds`` while a fault holds; False (and a violation) if the supervisor exits."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        process = supervisor.process
+        if process is not None and process.poll() is not None:
+            violation(f"the supervisor exited {process.returncode} during a {what}")
+            return False
+        time.sleep(0.1)
+    return True

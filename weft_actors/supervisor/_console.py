@@ -7,7 +7,6 @@ pair, admitted with full access in the front door's ``KeyRing`` and never writte
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from typing import Any, Callable
 
@@ -17,6 +16,7 @@ from ..bus import Client, KeyRing
 from ..console import ConsoleServer, new_token, read_token_file
 from ..errors import InvalidRequest
 from ..store import LmdbStore
+from ._curve import is_loopback_host
 
 __all__ = ["parse_http", "check_http_bind", "client_endpoint", "start_console"]
 
@@ -37,19 +37,10 @@ def parse_http(value: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
-def _is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_http_bind(host: str, curve: bool, insecure: bool) -> None:
     """Refuse a console reachable from other machines without CURVE, as the client endpoint:
     its actions cancel and terminate workflows. With ``--insecure-bind``, a warning."""
-    if _is_loopback_host(host):
+    if is_loopback_host(host):
         return
     if not curve and not insecure:
         raise InvalidRequest(

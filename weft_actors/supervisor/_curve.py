@@ -13,7 +13,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from ..bus import KeyRing
 from ..errors import InvalidRequest
 
-__all__ = ["server_keys", "start_authenticator", "is_loopback", "check_bind"]
+__all__ = ["server_keys", "start_authenticator", "is_loopback", "is_loopback_host", "check_bind"]
 
 log = logging.getLogger("weft_actors.supervisor")
 
@@ -55,7 +55,11 @@ def is_loopback(endpoint: str) -> bool:
         return True
     if transport != "tcp":
         return False
-    host = address.rpartition(":")[0].strip("[]")
+    return is_loopback_host(address.rpartition(":")[0].strip("[]"))
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address (a name could resolve anywhere)."""
     if host == "localhost":
         return True
     try:
