@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import shutil
+import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterator
 
 
@@ -77,3 +80,26 @@ def _wait_blocked(thread: threading.Thread, timeout: float = 10.0) -> None:
             return
         time.sleep(0.005)
     raise AssertionError(f"{thread.name} never blocked on the write lock")
+
+
+@contextlib.contextmanager
+def loop_mounted_disk(root: Path, megabytes: int) -> Iterator[Path]:
+    """A small ext4 filesystem of its own, mounted at ``root / "disk"`` (root only; the test
+    is skipped where mounting is not permitted): a disk that can really fill up."""
+    import pytest
+
+    image, mountpoint = root / "disk.img", root / "disk"
+    mountpoint.mkdir()
+    if shutil.which("mkfs.ext4") is None:
+        pytest.skip("no mkfs.ext4")
+    with open(image, "wb") as file:
+        file.truncate(megabytes << 20)
+    try:
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+        subprocess.run(["mount", "-o", "loop", str(image), str(mountpoint)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot loop-mount a filesystem here: {exc}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], capture_output=True)

@@ -14,13 +14,12 @@ import asyncio
 import logging
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from _support import run
+from _support import loop_mounted_disk, run
 from weft_actors import Engine, workflow
 from weft_actors._ratelimit import RateLimitedLog
 from weft_actors.errors import StorageError, StorageFull
@@ -35,21 +34,8 @@ async def blob(ctx, data: str) -> int:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    image, mountpoint = tmp_path / "disk.img", tmp_path / "disk"
-    mountpoint.mkdir()
-    if shutil.which("mkfs.ext4") is None:
-        pytest.skip("no mkfs.ext4")
-    with open(image, "wb") as file:
-        file.truncate(24 << 20)
-    try:
-        subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
-        subprocess.run(["mount", "-o", "loop", str(image), str(mountpoint)], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot loop-mount a filesystem here: {exc}")
-    try:
+    with loop_mounted_disk(tmp_path, 24) as mountpoint:
         yield mountpoint
-    finally:
-        subprocess.run(["umount", str(mountpoint)], capture_output=True)
 
 
 def test_a_full_disk_is_storage_full_with_back_off_and_a_quiet_log(small_disk, caplog):

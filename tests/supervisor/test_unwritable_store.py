@@ -18,6 +18,7 @@ makes it writable again. Skipped where mounting is not permitted.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -27,6 +28,7 @@ from typing import Iterator
 import pytest
 
 from _processes import RunningSupervisor, wait_until
+from _support import loop_mounted_disk
 from weft_actors import Client
 
 APP = "supervisor_app"
@@ -116,8 +118,62 @@ def test_a_shard_restarting_on_a_read_only_store_waits_for_it_and_the_others_ser
 
         read_only.off()
         wait_until(lambda: all(shard["alive"] for shard in client.stats()["shards"]), 30, "both shards ready again")
-        assert healthy in [shard["pid"] for shard in client.stats()["shards"]]
         later = [client.start("slow_steps", 1, 0.0, id=f"after-{i}") for i in range(6)]
         for handle in later:
             assert handle.result(timeout=15) is not None
+        assert first.describe()["status"] == "completed"
+        assert sup.terminate() == 0
+
+
+def _fill(disk: Path) -> Path:
+    """Leave ``disk`` with no free block and no free inode (so even creating an empty file
+    fails with ENOSPC); the returned directory holds the ballast."""
+    ballast = disk / "ballast"
+    ballast.mkdir()
+    with open(ballast / "blocks", "wb") as file:
+        try:
+            os.posix_fallocate(file.fileno(), 0, shutil.disk_usage(disk).free)
+        except OSError:
+            pass
+    for i in range(1_000_000):
+        try:
+            with open(ballast / f"{i}", "wb") as file:
+                file.write(b"x" * 4096)
+        except OSError:
+            break
+    return ballast
+
+
+@pytest.mark.timeout(120)
+def test_shards_restarting_on_a_full_disk_wait_for_room_without_crashing(tmp_path):
+    """Seen in a chaos run: a shard restarting while the disk was full could not create its
+    engine's lock file (``StorageFull``) and crashed (exit 1), counted against the restart
+    intensity, and so did the healthy one once its own lease ran out. A full disk is waited
+    for like a read-only store, and every shard is back once there is room."""
+    with loop_mounted_disk(tmp_path, 32) as disk, RunningSupervisor(disk / "data", shards=2, app=APP, args=TIMING) as sup, Client(sup.endpoint, timeout=15) as client:
+        victim = sup.shard_pids[1]
+        first = client.start("slow_steps", 1, 0.0, id="before")
+        assert first.result(timeout=15) is not None
+
+        ballast = _fill(disk)
+        os.kill(victim, signal.SIGKILL)
+        refused = lambda: sup.log_text().count("cannot start: the disk holding the store") >= 2  # noqa: E731
+        wait_until(lambda: refused() or sup.process.poll() is not None, 40, "two refused starts")
+        deadline = time.monotonic() + 8.0  # the original code exceeded the restart intensity here
+        while time.monotonic() < deadline:
+            assert sup.process.poll() is None, sup.log_text()[-3000:]
+            time.sleep(0.2)
+        assert "restart intensity exceeded" not in sup.log_text()
+        assert "crashed" not in sup.log_text(), sup.log_text()[-3000:]
+        # The healthy shard's engine cannot renew its lease either: past its ttl it stands
+        # down (it may no longer act as owner) and waits with the other one.
+        stats = client.stats()
+        assert any(shard.get("waiting_for") == "a writable store" for shard in stats["shards"]), stats
+
+        shutil.rmtree(ballast)
+        wait_until(lambda: all(shard["alive"] for shard in client.stats()["shards"]), 40, "both shards ready again")
+        later = [client.start("slow_steps", 1, 0.0, id=f"after-{i}") for i in range(6)]
+        for handle in later:
+            assert handle.result(timeout=15) is not None
+        assert first.describe()["status"] == "completed"
         assert sup.terminate() == 0

@@ -19,7 +19,7 @@ import zmq
 
 from ..bus import decode_hint, decode_request, encode_error, encode_hint, encode_reply, hint_topic, publisher, shard_identity, subscriber
 from ..bus._frames import decode_batch, encode_batch, readable, recv_frames, send_frames
-from ..errors import Overloaded, StorageError, WeftError
+from ..errors import Overloaded, StorageError, StorageFull, WeftError
 from ..store import is_read_only
 from ..shard import Engine
 from ._config import ShardConfig, configure_logging
@@ -33,8 +33,8 @@ STARTS = frozenset({"start", "signal_with_start", "execute"})
 """The ops that make a workflow (``Engine.admit`` refuses them when the shard is full)."""
 EXIT_DEPOSED = 4
 EXIT_UNWRITABLE = 5
-"""The store could not be opened for writing (read-only filesystem, permissions): the
-supervisor starts the shard again once it may be writable, without counting a crash."""
+"""The store could not be written at start (read-only filesystem, permissions, a full disk):
+the supervisor starts the shard again a little later, without counting a crash."""
 
 DRAIN_REQUESTS = 2000
 """Requests taken from the front door per loop turn; the rest wait for the next turn, so a
@@ -52,8 +52,8 @@ def shard_main(config: ShardConfig, control: Connection, write_wait: Any = None)
         import uvloop
 
         code = uvloop.run(ShardServer(config, control, write_wait).serve())
-    except StorageError as exc:
-        if not is_read_only(exc):
+    except (StorageError, StorageFull) as exc:
+        if not cannot_write(exc):
             log.exception("shard %d crashed", config.slot)
             code = 1
         else:  # not a crash: one line, no traceback
@@ -63,6 +63,13 @@ def shard_main(config: ShardConfig, control: Connection, write_wait: Any = None)
         log.exception("shard %d crashed", config.slot)
         code = 1
     sys.exit(code)
+
+
+def cannot_write(error: WeftError) -> bool:
+    """The store refuses writes for now (a read-only filesystem, no permission, a full disk):
+    a restart will fail the same way until an operator or time frees it, so it is waited for
+    (``EXIT_UNWRITABLE``), not counted as a crash."""
+    return isinstance(error, StorageFull) or is_read_only(error)
 
 
 def load_app(name: str) -> Any:
