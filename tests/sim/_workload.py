@@ -278,14 +278,19 @@ class Workload:
                 _, wid, rid = description.split()[:3]
                 entry = ledger.updates[(wid, rid)]
                 entry["outcomes"].append(outcome)
-                entry["runs"].append(_current_run(node.engine, wid))
+                # A call during which a new run was made (a start_new) was answered by one of
+                # the two, which the caller cannot tell: it is judged against neither.
+                run = _current_run(node.engine, wid)
+                entry["runs"].append(run if run == issued_run else None)
             return outcome
 
         world.note(f"{node.name} -> {description}")
+        issued_run = None
         if description.startswith("update "):
             _, wid, rid = description.split()[:3]
             entry = ledger.updates[(wid, rid)]
             entry["issued"] = entry.get("issued", 0) + 1
+            issued_run = _current_run(node.engine, wid)
         task = node.loop.create_task(client())
         if description.startswith("result "):
             ledger.waiters.append((node, description.split()[1], task))

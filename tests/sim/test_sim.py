@@ -139,3 +139,18 @@ def test_a_killed_engine_is_not_blamed_for_the_exception_its_pending_wakeup_woul
     del awaited, orphan, task, caller
     gc.collect()
     assert len(loop.late_errors) == 1 and "nobody waits for this" in loop.late_errors[0], loop.late_errors
+
+
+@pytest.mark.timeout(60)
+def test_an_update_answered_across_a_start_new_is_not_judged_against_the_new_run() -> None:
+    """Seed 65023 (the 100,000-seed run): ``update u0`` to a closed workflow was answered
+    ``workflow_closed`` while a ``start_new`` made run 2; the harness read the current run
+    after the call and blamed run 2, where a later ``u0`` (a new request there) applied: "answered
+    more than one way". The run is now read before and after the call, and a call during which
+    a new run was made is judged against neither (as for signals, seed 5023). This seed
+    exercises it as long as the workload draws the same calls."""
+    result = subprocess.run(
+        [sys.executable, os.path.join(HERE, "run.py"), "--seed", "65023"],
+        capture_output=True, text=True, timeout=50, env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
