@@ -234,7 +234,7 @@ class Checker:
                     seen[value] = rid
                 else:
                     for other, other_run in calls:
-                        if other != outcome and not other.startswith("ok ") and other_run == run:
+                        if other != outcome and not other.startswith("ok ") and run is not None and other_run == run:
                             self._report(f"update {rid} of {wid} answered more than one way in one run: {sorted({outcome, other})}")
             if entry["by"] >= 1:
                 # Each distinct answer is one application; a call with no answer (a transient
