@@ -4,7 +4,7 @@ from ._access import READ_OPS, KeyRing
 from ._async_client import AsyncClient, AsyncClientHandle
 from ._client import DEFAULT_ENDPOINT, Client, ClientHandle
 from ._curve import load_key
-from ._frontdoor import FrontDoor, shard_identity
+from ._frontdoor import START_OPS, FrontDoor, shard_identity
 from ._hints import HINT_KINDS, HintProxy, decode_hint, encode_hint, hint_topic, publisher, subscriber
 from ._protocol import (
     DEFAULT_MAX_FRAME,
@@ -19,6 +19,7 @@ from ._protocol import (
 from ._routing import RoutingTable
 
 __all__ = [
+    "START_OPS",
     "KeyRing",
     "READ_OPS",
     "AsyncClient",

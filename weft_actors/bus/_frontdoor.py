@@ -41,7 +41,7 @@ from ._frames import bind_internal, decode_batch, drain, encode_batch, send_fram
 from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
 from ._routing import RoutingTable
 
-__all__ = ["FrontDoor", "shard_identity"]
+__all__ = ["FrontDoor", "START_OPS", "shard_identity"]
 
 log = logging.getLogger("weft_actors.bus")
 
@@ -60,7 +60,8 @@ _STOPPING = frozenset({"engine_stopped", "engine_deposed"})
 DEFAULT_READY_TIMEOUT = 5.0
 DEFAULT_MAX_SHARD_REQUESTS = 20_000
 DEFAULT_MAX_SHARD_STARTS = 1000
-_STARTS = frozenset({"start", "signal_with_start", "execute"})
+START_OPS = frozenset({"start", "signal_with_start", "execute"})
+"""The ops that make a workflow: bounded per shard here, refused by a full shard."""
 DEFAULT_CLIENT_BUDGET = 16 << 20
 """Bytes of replies held here for one client whose zmq queue is full."""
 LATENCY_SAMPLE = 16
@@ -332,7 +333,7 @@ class FrontDoor:
         from a lost shard, which may have applied it) skips shards holding
         ``max_shard_requests``, and with every ready shard that full is refused ``Overloaded``."""
         full = False
-        start = op in _STARTS
+        start = op in START_OPS
         for slot in self.routing.route(wid):
             if slot in exclude:
                 continue
@@ -398,7 +399,7 @@ class FrontDoor:
                     unreachable.add(slot)
                     held = self._inflight.get(slot, {})
                     for client, frame, request_id, op, wid in entries:
-                        if held.pop((client, request_id), None) is not None and op in _STARTS:
+                        if held.pop((client, request_id), None) is not None and op in START_OPS:
                             self._starts[slot] -= 1
                         self._forward(frontend, backend, client, frame, request_id, op, wid, exclude=unreachable)
 
@@ -440,7 +441,7 @@ class FrontDoor:
             for index in range(0, len(items) - 3, 4):
                 client, reply, request_id, code = items[index : index + 4]
                 request = held.pop((client, request_id), None) if held else None
-                if request is not None and request[1] in _STARTS:
+                if request is not None and request[1] in START_OPS:
                     self._starts[slot] -= 1
                     if self._timed:
                         arrived = self._timed.pop((client, request_id), None)

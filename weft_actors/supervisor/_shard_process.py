@@ -17,7 +17,7 @@ from typing import Any
 
 import zmq
 
-from ..bus import decode_hint, decode_request, encode_error, encode_hint, encode_reply, hint_topic, publisher, shard_identity, subscriber
+from ..bus import START_OPS, decode_hint, decode_request, encode_error, encode_hint, encode_reply, hint_topic, publisher, shard_identity, subscriber
 from ..bus._frames import decode_batch, encode_batch, readable, recv_frames, send_frames
 from ..errors import Overloaded, StorageError, StorageFull, WeftError
 from ..store import is_read_only
@@ -29,8 +29,6 @@ __all__ = ["shard_main"]
 
 log = logging.getLogger("weft_actors.supervisor")
 
-STARTS = frozenset({"start", "signal_with_start", "execute"})
-"""The ops that make a workflow (``Engine.admit`` refuses them when the shard is full)."""
 EXIT_DEPOSED = 4
 EXIT_UNWRITABLE = 5
 """The store could not be written at start (read-only filesystem, permissions, a full disk):
@@ -181,29 +179,24 @@ class ShardServer:
                 if len(self._tasks) >= most:
                     self._refuse(client, request["id"], most)
                     continue
-                if request.get("op") in STARTS and self._engine_full() and request.get("start_delay") is None and request.get("start_at") is None:
-                    self._refuse_start(client, request["id"])
+                if self._refused_start(client, request):
                     continue
                 task = create_task(self._handle(client, request))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
 
-    def _engine_full(self) -> bool:
-        engine = self.engine
-        return engine.max_running is not None and engine.in_flight() >= engine.max_running
-
-    def _refuse_start(self, client: bytes, request_id: Any) -> None:
-        """As ``Engine.admit`` would, before any work: a refusal must cost a saturated shard
-        almost nothing (no task, no dispatch), or refusing takes the time serving needs."""
-        engine = self.engine
-        engine.starts_overloaded += 1
-        error = Overloaded(
-            f"engine {engine.engine_id} has {engine.in_flight()} workflows in flight, its limit "
-            f"(max_running={engine.max_running}): retry later, with backoff",
-            limit="max_running",
-            value=engine.max_running,
-        )
-        self._send(client, encode_error(request_id, error), request_id, error.code)
+    def _refused_start(self, client: bytes, request: dict[str, Any]) -> bool:
+        """Refuse a start the engine would refuse (``Engine.admit``) before any work for it: a
+        refusal must cost a saturated shard almost nothing (no task, no dispatch), or refusing
+        takes the time serving needs. A delayed start is never refused (it makes no actor)."""
+        if request.get("op") not in START_OPS or request.get("start_delay") is not None or request.get("start_at") is not None:
+            return False
+        try:
+            self.engine.admit()
+        except WeftError as error:
+            self._send(client, encode_error(request["id"], error), request["id"], error.code)
+            return True
+        return False
 
     def _refuse(self, client: bytes, request_id: Any, most: int) -> None:
         self.requests_overloaded += 1
