@@ -87,7 +87,7 @@ def list_query(params: Mapping[str, str]) -> ListQuery:
 
 def _counts(store: LmdbStore) -> dict[str, int]:
     with store.read() as txn:
-        return newest_first(txn, store.dbs.visibility, ListQuery(limit=1))["counts"]
+        return newest_first(txn, store.dbs, ListQuery(limit=1))["counts"]
 
 
 def overview(client: Client, store: LmdbStore) -> dict[str, Any]:
@@ -101,7 +101,7 @@ def workflows(store: LmdbStore, query: ListQuery) -> dict[str, Any]:
     """One page of the newest-first list (``_listing.newest_first``), its cursor encoded for
     a URL, and the filter it answers."""
     with store.read() as txn:
-        page = newest_first(txn, store.dbs.visibility, query)
+        page = newest_first(txn, store.dbs, query)
     for item in page["items"]:
         item["updated_iso"] = iso(item["updated"])
     page["cursor"] = encode_cursor(page["cursor"])

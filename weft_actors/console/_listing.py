@@ -21,12 +21,13 @@ from typing import Any, Iterator
 
 import lmdb
 
-from ..store._keys import STATUS_CODES, STATUS_NAMES, group_length, visibility_group
+from ..store._env import Databases
+from ..store._keys import STATUS_CODES, STATUS_NAMES, group_length
+from ..store._listing import _groups as visibility_groups  # the same (status, type) groups `list` pages through
 
 __all__ = ["ListQuery", "newest_first", "STATUSES"]
 
 STATUSES: tuple[str, ...] = tuple(STATUS_CODES)
-_GROUP_END = b"\xff"  # never a byte of UTF-8: ``group + 0xff`` sorts after every id in it
 _INVERT = bytes(range(255, -1, -1))
 """Complements every byte: ids sort the other way round, so the heap (newest first) breaks a tie
 by the smaller id; a trailing 0xff keeps an id that is a prefix of another one first."""
@@ -46,20 +47,6 @@ class ListQuery:
     """The previous page's last ``(updated ms, id)``."""
 
 
-def _groups(txn: lmdb.Transaction[bytes], db: Any, wf_type: str | None) -> list[bytes]:
-    """The prefixes of every (status, type) group with an entry (one type's, if given)."""
-    if wf_type is not None:
-        return [visibility_group(status, wf_type) for status in STATUS_CODES]
-    scan = txn.cursor(db=db)
-    found = []
-    positioned = scan.set_range(b"")
-    while positioned:
-        group = scan.key()[: group_length(scan.key())]
-        found.append(group)
-        positioned = scan.set_range(group + _GROUP_END)
-    return found
-
-
 def _entries(txn: lmdb.Transaction[bytes], db: Any, group: bytes, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
     """``(key, value)`` of one group whose id starts with ``prefix``, in id order."""
     scan = txn.cursor(db=db)
@@ -72,7 +59,7 @@ def _entries(txn: lmdb.Transaction[bytes], db: Any, group: bytes, prefix: bytes)
         yield key, value
 
 
-def newest_first(txn: lmdb.Transaction[bytes], db: Any, query: ListQuery) -> dict[str, Any]:
+def newest_first(txn: lmdb.Transaction[bytes], dbs: Databases, query: ListQuery) -> dict[str, Any]:
     """``{"items": [{"id", "type", "status", "updated"}...], "counts": {status: n}, "total",
     "cursor": (updated ms, id) of the last item or None}``: the page of ``query``, newest
     updated first, and how many entries match the type, prefix and time filters by status
@@ -85,7 +72,8 @@ def newest_first(txn: lmdb.Transaction[bytes], db: Any, query: ListQuery) -> dic
     counts = dict.fromkeys(STATUSES, 0)
     candidates = 0
     best: list[tuple[int, bytes, bytes]] = []  # a min-heap of (updated ms, inverted id, key)
-    for group in _groups(txn, db, query.type):
+    db = dbs.visibility
+    for group in visibility_groups(txn, dbs, None, query.type):
         size = len(group)
         take = wanted is None or group[0] == wanted
         matched = 0
