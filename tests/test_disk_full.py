@@ -59,6 +59,7 @@ def test_a_full_disk_is_storage_full_with_back_off_and_a_quiet_log(small_disk, c
             }
             assert "disk" in str(errors[0]) and "full" in str(errors[0])
             assert "disk_full" in states  # small writes (heartbeats) may still fit: "ok" then
+            assert engine.store.last_refusal() is not None  # a takeover will not blame workflows
             assert engine.state == "running"
             await asyncio.sleep(1.0)  # refused steps and maintenance passes go on failing
             # Reads still work.

@@ -204,3 +204,59 @@ def test_a_stall_note_blames_the_workflow_it_names_and_spares_its_neighbours(tmp
     assert store.get_workflow("culprit")["lost"]["reason"] == {"seq": 4, "kind": "activity", "name": "hangs"}
     assert "lost" not in store.get_workflow("neighbour")
     store.close()
+
+
+def test_a_loss_while_the_store_refuses_commits_is_not_counted_against_the_workflow(tmp_path):
+    """Store level: a workflow whose steps a full store refuses cannot progress, so a loss at
+    the same mark with a refusal since the previous loss leaves the count alone (the store's
+    doing, not the workflow's); with no refusal in between, the next loss counts again."""
+    from weft_actors.codec import encode_args
+    from weft_actors.errors import StorageFull
+    from weft_actors.store import CreateWorkflow
+
+    clock = FakeClock()
+    store = LmdbStore(str(tmp_path), clock=clock, map_size=1 << 20)
+
+    def register(name: str) -> str:
+        engine_id = (name * 32)[:32]
+        store.register_engine(engine_id, heartbeat=HEARTBEAT, ttl=TTL)
+        return engine_id
+
+    def take(engine_id: str) -> None:
+        wanted = [(wid, holder) for wid, holder, _ in store.reclaim_candidates(engine_id) if wid == "w"]
+        assert store.takeover(engine_id, wanted)["w"] is not None
+
+    def lost() -> int:
+        return (store.get_workflow("w") or {}).get("lost", {}).get("count", 0)
+
+    def fill_until_refused(engine_id: str) -> None:
+        """Big workflows until the store is within its reserve: that growth is refused."""
+        for i in range(64):
+            [result] = store.apply(engine_id, [CreateWorkflow(f"big-{engine_id[0]}{i}", "poison", b"\x00" * (96 << 10), "00" * 16)])
+            if isinstance(result, StorageFull):
+                return
+        raise AssertionError("the store never refused growth")
+
+    a = register("a")
+    store.apply(a, [CreateWorkflow("w", "poison", encode_args(("k",)), "00" * 16)])
+    clock.advance(TTL + 2)
+    b = register("b")
+    take(b)
+    assert lost() == 1
+    fill_until_refused(b)  # refused: nothing of it commits, the time is kept in memory...
+    store.heartbeat(b)  # ...and written by the next commit
+    clock.advance(TTL + 2)
+    c = register("c")
+    take(c)
+    assert lost() == 1  # the store refused commits since the last loss: not w's doing
+    clock.advance(TTL + 2)
+    d = register("d")
+    take(d)
+    assert lost() == 2  # the store refused nothing since: this loss counts
+    clock.advance(TTL + 2)
+    e = register("e")
+    [refused] = store.apply(e, [CreateWorkflow("more", "poison", b"\x00" * (96 << 10), "00" * 16)])
+    assert isinstance(refused, StorageFull)
+    take(e)  # the taker's own refusal, written in the takeover before it judges
+    assert lost() == 2
+    store.close()

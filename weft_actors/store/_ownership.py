@@ -17,6 +17,7 @@ from ._env import check_ownership_mode
 from ._feed import feed_head
 from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value
 from ._quarantine import note_lost_owner, read_stall_note, stall_note_path
+from ._refusals import last_refusal
 
 if TYPE_CHECKING:
     import lmdb
@@ -211,6 +212,7 @@ class Ownership:
             state = TxnState(txn, store.dbs, me, now)
             won: dict[str, int | None] = {}
             stalls: dict[bytes, dict[str, Any] | None] = {}  # lost engine -> its stall note
+            refused = last_refusal(txn, store.dbs)
             marked: set[bytes] = set()
             for wid, expected in candidates:
                 wid_raw = wid.encode()
@@ -224,7 +226,7 @@ class Ownership:
                     lost_engine = holder[:16]
                     if lost_engine not in stalls:
                         stalls[lost_engine] = read_stall_note(stall_note_path(store.path, lost_engine.hex()))
-                    note_lost_owner(state, wid, record, stalls[lost_engine])
+                    note_lost_owner(state, wid, record, stalls[lost_engine], lease=lease, refused=refused)
                 old_engine = NO_ENGINE if holder is None else holder[:16]
                 if holder is not None and old_engine not in marked:
                     marked.add(old_engine)

@@ -16,7 +16,9 @@ lost with it each time. Blame narrows that: an engine whose loop stalls has its 
 a *stall note* naming the workflow on the loop (``engines/<id>.stall``, removed once the
 engine heartbeats again); a takeover from an engine that left one counts only that workflow.
 Without a note (the process died), a workflow parked on a timer, signal, condition or child
-is not counted either: only one that was running an activity or its own code.
+is not counted either: only one that was running an activity or its own code. Nor is a loss
+at the same mark when the store refused a commit since the previous one (full, read-only:
+``_refusals``): the workflow could not progress, whoever owned it.
 """
 
 from __future__ import annotations
@@ -80,11 +82,23 @@ def read_stall_note(path: str) -> dict[str, Any] | None:
     return note if isinstance(note, dict) and isinstance(note.get("wid"), str) else None
 
 
-def note_lost_owner(state: TxnState, wid: str, record: dict[str, Any], stall: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def note_lost_owner(
+    state: TxnState,
+    wid: str,
+    record: dict[str, Any],
+    stall: dict[str, Any] | None = None,
+    *,
+    lease: float | None = None,
+    refused: float | None = None,
+) -> dict[str, Any] | None:
     """In the takeover transaction of ``wid`` from an owner that was lost holding it: update
     and write ``record["lost"]`` (``count``, ``mark``, ``reason``) and return it; None (and
     nothing written) if the loss is not ``wid``'s doing: ``stall``, the lost engine's stall
-    note, names another workflow, or ``wid`` was parked on something that runs nothing."""
+    note, names another workflow, or ``wid`` was parked on something that runs nothing.
+
+    ``lease`` is the takeover's lease-clock time and ``refused`` the store's last refusal
+    (``_refusals``): a loss at the same mark as the previous one, with a refusal between them
+    and no stall note naming ``wid``, is the store's doing: the count stays."""
     if stall is not None and stall["wid"] != wid:
         return None
     txn, dbs = state.txn, state.dbs
@@ -112,8 +126,14 @@ def note_lost_owner(state: TxnState, wid: str, record: dict[str, Any], stall: di
         reason = _reason_from_log(tail)
     if stall is None and reason.get("kind") in _PARKED:
         return None
-    lost = {"count": previous.get("count", 0) + 1 if same else 1, "mark": mark, "reason": reason}
-    lost["at"] = state.now
+    count = 1
+    if same:
+        since = previous.get("lease_at")
+        excused = stall is None and refused is not None and since is not None and refused >= since
+        count = previous.get("count", 0) + (0 if excused else 1)
+    lost = {"count": count, "mark": mark, "reason": reason, "at": state.now}
+    if lease is not None:
+        lost["lease_at"] = lease
     record["lost"] = lost
     txn.put(wid.encode(), pack_record(record), db=dbs.workflows)
     return lost

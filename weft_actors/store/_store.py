@@ -22,6 +22,7 @@ from ._upkeep import UpkeepMixin
 from ._messages import RequestsMixin
 from ._env import DEFAULT_MAP_SIZE, close_environment, lock_file_replaced, open_environment
 from ._ownership import Ownership
+from ._refusals import Refusals, last_refusal
 from ._reserve import GROWTH, StorageReserve
 from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, engine_key, split_holder
 
@@ -75,6 +76,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         """The path the environment was opened at (resolved once: ``verify_lock_file`` runs
         every maintenance pass, and resolving costs a ``stat`` per path component)."""
         self._reserve = StorageReserve(self.env, self.dbs)
+        self._refusals = Refusals(self.clock)
         self.commits = 0
         self.writes = 0
         self._closed = False
@@ -157,9 +159,15 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
                 now = clock.now()  # for the records: read holding the lock
                 lease = clock.lease_now()  # for the lease (wall-clock jumps do not move it)
+                refusals = self._refusals
+                if refusals.pending:
+                    refusals.write(txn, self.dbs)
                 full = self._reserve.check(txn)
-                if full is not None and all(type(intent) in GROWTH for intent in intents):
-                    raise full  # nothing to commit, not even the lease extension below
+                if full is not None:
+                    refusals.note()
+                    if all(type(intent) in GROWTH for intent in intents):
+                        raise full  # nothing to commit, not even the lease extension below
+                    refusals.write(txn, self.dbs)
                 state = TxnState(txn, self.dbs, engine_key(engine_id), now, self.max_inbox)
                 if lease >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
                     # A busy engine's commits carry its heartbeat: a long loop turn full of
@@ -185,6 +193,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         except WeftError as exc:
             return [exc] * len(intents)
         except lmdb.MapFullError as exc:
+            self._refusals.note()
             error: WeftError = StorageFull(f"store is full (map size {self.env.info()['map_size']} bytes): {exc}")
             return [error] * len(intents)
         except lmdb.Error as exc:  # a full disk is StorageFull too (``_disk``)
@@ -195,6 +204,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 wait[0] = 0.0
         if self.write_failure is not None:
             self._write_recovered()
+        if self._refusals.pending:
+            self._refusals.committed()
         self.commits += 1
         self.writes += len(intents)
         return results
@@ -222,8 +233,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
             with self.env.begin(write=True) as txn:
                 if wait is not None:
                     wait[0] = -self.clock.lease_now()
+                if self._refusals.pending:
+                    self._refusals.write(txn, self.dbs)  # before ``fn``: a takeover judges by it
                 result = fn(txn)
         except lmdb.MapFullError as exc:
+            self._refusals.note()
             raise StorageFull(f"store is full: {exc}") from exc
         except (lmdb.Error, OSError) as exc:
             raise self._write_failed(storage_failure(exc, self.path, "commit failed")) from exc
@@ -232,18 +246,29 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 wait[0] = 0.0
         if self.write_failure is not None:
             self._write_recovered()
+        if self._refusals.pending:
+            self._refusals.committed()
         return result
 
     def _write_failed(self, error: StorageError | StorageFull) -> StorageError | StorageFull:
         """Note a transaction that failed for the store, not for its content (full, read-only,
         I/O): reported by ``write_state`` until a commit succeeds, logged once per interval."""
         self.write_failure = error
+        self._refusals.note()
         _WRITE_LOG.error("store", "store: writes fail: %s", error)
         return error
 
     def _write_recovered(self) -> None:
         _WRITE_LOG.warning("recovered", "store: writes succeed again (they failed with: %s)", self.write_failure)
         self.write_failure = None
+
+    def last_refusal(self) -> float | None:
+        """Lease-clock time of the last commit the store refused for itself, this process's
+        own if it is not written yet (``_refusals``); None if none ever was."""
+        if self._refusals.pending:
+            return self._refusals.latest
+        with self.env.begin() as txn:
+            return last_refusal(txn, self.dbs)
 
     def write_state(self) -> str:
         """``ok``, or why the last write failed: ``disk_full``/``map_full``, ``read_only``, ``error``."""

@@ -1,0 +1,64 @@
+"""When the store last refused a commit for itself (full, within its reserve, read-only, I/O).
+
+A workflow whose steps the store refuses cannot make progress, however healthy its code. If its
+owner is lost meanwhile (killed, or its lease lapsed because its heartbeats were refused too),
+the takeover would see the same progress mark as at the workflow's previous loss and count it
+as a poison's (``_quarantine``): a few kills during a full disk parked innocent workflows. So
+the time of the last refusal (lease clock) is kept in ``meta`` under ``refused``; a loss with
+no progress since the previous one counts only if the store refused nothing in between.
+
+A refused transaction commits nothing, so the time is noted in memory and written by this
+process's next transaction that commits (a takeover writes it before it judges anything). The
+hot path pays one attribute test per commit; a put only in the first commit after a refusal,
+and in each commit that refuses growth inside the reserve.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+import lmdb
+
+from .._clock import Clock
+from ._env import Databases
+
+__all__ = ["Refusals", "last_refusal"]
+
+REFUSED_KEY: Final = b"refused"
+_FLOAT: Final = struct.Struct(">d")
+
+
+def last_refusal(txn: lmdb.Transaction[bytes], dbs: Databases) -> float | None:
+    """The lease-clock time of the last refusal any process wrote, or None if none ever was."""
+    raw = txn.get(REFUSED_KEY, db=dbs.meta)
+    return None if raw is None else float(_FLOAT.unpack(raw)[0])
+
+
+class Refusals:
+    """This process's refusals not yet written to the store."""
+
+    __slots__ = ("_clock", "pending", "latest", "_writing")
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.pending = False
+        """A refusal is noted that no committed transaction carries yet (test it first: cheap)."""
+        self.latest = 0.0
+        self._writing = 0.0
+
+    def note(self) -> None:
+        self.latest = self._clock.lease_now()
+        self.pending = True
+
+    def write(self, txn: lmdb.Transaction[bytes], dbs: Databases) -> None:
+        """Put the noted time in ``txn`` (keeping a later one another process wrote)."""
+        stored = last_refusal(txn, dbs)
+        if stored is None or stored < self.latest:
+            txn.put(REFUSED_KEY, _FLOAT.pack(self.latest), db=dbs.meta)
+        self._writing = self.latest
+
+    def committed(self) -> None:
+        """The transaction ``write`` went into has committed."""
+        if self._writing == self.latest:
+            self.pending = False
