@@ -35,7 +35,17 @@ async def poison(ctx, key: str):
     return [first, await ctx.run(hangs, key)]
 
 
-APP = [poison]
+@workflow
+async def waits_for_close(ctx):
+    """Parked on a condition and on a signal: neither is recorded until it resolves."""
+    state = {"closed": False}
+    ctx.on_signal("close", lambda _: state.update(closed=True))
+    await ctx.run(quick, 1)
+    await ctx.wait_condition(lambda: state["closed"])
+    return await ctx.wait_signal("last")
+
+
+APP = [poison, waits_for_close]
 HEARTBEAT, TTL = 0.5, 1.5
 
 
@@ -43,15 +53,17 @@ def _engine(path, clock: FakeClock, **options) -> Engine:
     return Engine(str(path), app=APP, clock=clock, heartbeat=HEARTBEAT, ttl=TTL, background=False, **options)
 
 
-async def _lose_owner(path, clock: FakeClock, engines: list[Engine], **options) -> Engine:
-    """The current owner's lease runs out; a new engine takes its workflows over at open."""
+async def _lose_owner(path, clock: FakeClock, engines: list[Engine], settle: float = 0.05, **options) -> Engine:
+    """The current owner's lease runs out; a new engine takes its workflows over at open
+    (and, for ``settle`` seconds, commits what it does: 0 for an owner lost at once)."""
     clock.advance(TTL + 3 * HEARTBEAT)  # expired: past expires_at + 2 heartbeats
     for old in engines:
         old.tick()  # its heartbeat finds it expired: deposed, it commits nothing more
     engine = _engine(path, clock, **options)
     await engine.open()
     engines.append(engine)
-    await asyncio.sleep(0.05)  # let the taker's commits land
+    if settle:
+        await asyncio.sleep(settle)  # let the taker's commits land
     return engine
 
 
@@ -152,12 +164,17 @@ def test_graceful_releases_and_progress_do_not_count_as_lost_owners(tmp_path):
         store.register_engine(engine_id, heartbeat=HEARTBEAT, ttl=TTL)
         return engine_id
 
-    def take(engine_id: str) -> int:
+    def take(engine_id: str, replay: bool = True) -> int:
+        """Take ``w`` over and, as a taker's replay does, note that it was seen running."""
         (wid, holder, _), = store.reclaim_candidates(engine_id)
-        return store.takeover(engine_id, [(wid, holder)])[wid]
+        epoch = store.takeover(engine_id, [(wid, holder)])[wid]
+        if replay:
+            noted = {**store.get_workflow("w")["lost"], "seen": epoch}
+            assert store.apply(engine_id, [StepCommit("w", epoch, "00" * 16, fields={"lost": noted})]) == [None]
+        return epoch
 
-    def lost() -> int:
-        return (store.get_workflow("w") or {}).get("lost", {}).get("count", 0)
+    def lost(field: str = "count") -> int:
+        return (store.get_workflow("w") or {}).get("lost", {}).get(field, 0)
 
     a = register("a")
     [created] = store.apply(a, [CreateWorkflow("w", "poison", encode_args(("k",)), "00" * 16)])
@@ -177,8 +194,16 @@ def test_graceful_releases_and_progress_do_not_count_as_lost_owners(tmp_path):
     assert lost() == 2
     store.release_engine(d)  # graceful: no holder left, not a loss
     e = register("e")
-    take(e)
+    take(e, replay=False)
     assert lost() == 2
+    clock.advance(TTL + 2)
+    f = register("f")
+    take(f)  # e was lost before it replayed w: no evidence, the loss is unconfirmed
+    assert (lost(), lost("unseen")) == (2, 1)
+    clock.advance(TTL + 2)
+    g = register("0")
+    take(g)
+    assert (lost(), lost("unseen")) == (3, 1)
     store.close()
 
 
@@ -209,10 +234,10 @@ def test_a_stall_note_blames_the_workflow_it_names_and_spares_its_neighbours(tmp
 def test_a_loss_while_the_store_refuses_commits_is_not_counted_against_the_workflow(tmp_path):
     """Store level: a workflow whose steps a full store refuses cannot progress, so a loss at
     the same mark with a refusal since the previous loss leaves the count alone (the store's
-    doing, not the workflow's); with no refusal in between, the next loss counts again."""
+    doing, not the workflow's); with room again and no refusal since, the next loss counts."""
     from weft_actors.codec import encode_args
     from weft_actors.errors import StorageFull
-    from weft_actors.store import CreateWorkflow
+    from weft_actors.store import CloseWorkflow, CreateWorkflow, PurgeWorkflow
 
     clock = FakeClock()
     store = LmdbStore(str(tmp_path), clock=clock, map_size=1 << 20)
@@ -222,41 +247,98 @@ def test_a_loss_while_the_store_refuses_commits_is_not_counted_against_the_workf
         store.register_engine(engine_id, heartbeat=HEARTBEAT, ttl=TTL)
         return engine_id
 
-    def take(engine_id: str) -> None:
+    def take(engine_id: str) -> int:
         wanted = [(wid, holder) for wid, holder, _ in store.reclaim_candidates(engine_id) if wid == "w"]
-        assert store.takeover(engine_id, wanted)["w"] is not None
+        epoch = store.takeover(engine_id, wanted)["w"]
+        assert epoch is not None
+        return epoch
+
+    def replayed(engine_id: str, epoch: int) -> list:
+        """What a taker's replay commits first: that it has seen ``w`` (refused while full)."""
+        noted = {**store.get_workflow("w")["lost"], "seen": epoch}
+        return store.apply(engine_id, [StepCommit("w", epoch, "00" * 16, fields={"lost": noted})])
 
     def lost() -> int:
         return (store.get_workflow("w") or {}).get("lost", {}).get("count", 0)
 
-    def fill_until_refused(engine_id: str) -> None:
+    def fill_until_refused(engine_id: str) -> list[str]:
         """Big workflows until the store is within its reserve: that growth is refused."""
+        made = []
         for i in range(64):
-            [result] = store.apply(engine_id, [CreateWorkflow(f"big-{engine_id[0]}{i}", "poison", b"\x00" * (96 << 10), "00" * 16)])
+            wid = f"big-{engine_id[0]}{i}"
+            [result] = store.apply(engine_id, [CreateWorkflow(wid, "poison", b"\x00" * (96 << 10), "00" * 16)])
             if isinstance(result, StorageFull):
-                return
+                return made
+            made.append(wid)
         raise AssertionError("the store never refused growth")
 
     a = register("a")
     store.apply(a, [CreateWorkflow("w", "poison", encode_args(("k",)), "00" * 16)])
     clock.advance(TTL + 2)
     b = register("b")
-    take(b)
+    assert replayed(b, take(b)) == [None]
     assert lost() == 1
-    fill_until_refused(b)  # refused: nothing of it commits, the time is kept in memory...
+    big = fill_until_refused(b)  # refused: nothing of it commits, the time is kept in memory...
     store.heartbeat(b)  # ...and written by the next commit
     clock.advance(TTL + 2)
     c = register("c")
-    take(c)
+    epoch = take(c)
     assert lost() == 1  # the store refused commits since the last loss: not w's doing
+    [refused] = replayed(c, epoch)
+    assert isinstance(refused, StorageFull)  # nor can its taker note anything
+    # Closes and purges commit within the reserve, and make room.
+    for wid in big:
+        [closed] = store.apply(c, [CloseWorkflow(wid, "terminated")])
+        assert closed["status"] == "terminated"
+        store.apply(c, [PurgeWorkflow(wid)])
+    assert not store.within_reserve()
+    assert replayed(c, epoch) == [None]
     clock.advance(TTL + 2)
     d = register("d")
-    take(d)
-    assert lost() == 2  # the store refused nothing since: this loss counts
+    assert replayed(d, take(d)) == [None]
+    assert lost() == 1  # c's first note was refused after c took it: still the store's doing
     clock.advance(TTL + 2)
     e = register("e")
-    [refused] = store.apply(e, [CreateWorkflow("more", "poison", b"\x00" * (96 << 10), "00" * 16)])
-    assert isinstance(refused, StorageFull)
-    take(e)  # the taker's own refusal, written in the takeover before it judges
+    assert replayed(e, take(e)) == [None]
+    assert lost() == 2  # room, and no refusal since d took it: this loss counts
+    clock.advance(1.0)
+    fill_until_refused(e)
+    clock.advance(TTL + 2)
+    f = register("f")
+    take(f)  # the refusal, still only in this process's memory, is written by the takeover first
     assert lost() == 2
     store.close()
+
+
+def test_a_workflow_parked_on_a_condition_or_signal_is_not_blamed_for_lost_owners(tmp_path):
+    """A wait on a condition or a signal records nothing until it resolves, so the op log of a
+    parked workflow looks like one running its own code. Its takers note what it waits on
+    before anything else, so losing owner after owner does not quarantine it; nor do owners
+    lost one after the other before any could note it (no evidence against it)."""
+
+    async def main():
+        clock = FakeClock()
+        first = _engine(tmp_path, clock)
+        await first.open()
+        engines = [first]
+        handle = await first.start(waits_for_close, id="parked")
+        await asyncio.sleep(0.05)
+        for _ in range(4):  # a cascade: each taker is lost before it commits anything
+            await _lose_owner(tmp_path, clock, engines, settle=0)
+        await asyncio.sleep(0.05)
+        for _ in range(3):
+            await _lose_owner(tmp_path, clock, engines)
+        last = engines[-1]
+        assert (await last.describe("parked"))["status"] == "running"
+        await last.signal("parked", "close", None)
+        await asyncio.sleep(0.05)
+        for _ in range(5):
+            await _lose_owner(tmp_path, clock, engines)
+        last = engines[-1]
+        assert (await last.describe("parked"))["status"] == "running"
+        await last.signal("parked", "last", "done")
+        assert await last.result(handle.id, timeout=5) == "done"
+        for engine in engines:
+            await engine.close()
+
+    run(main())

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..codec import decode_args
 from ..errors import EngineDeposed, FencedOut, WeftError
-from ..store import QuarantineWorkflow, StepCommit, describe_reason, pending_reason
+from ..store import UNSEEN_FACTOR, QuarantineWorkflow, StepCommit, describe_reason, pending_reason
 from ..workflow import WorkflowDefinition, WorkflowRun
 from ._actor import Actor
 from ._reuse import ReusingActor
@@ -117,10 +117,13 @@ class ActorHost:
             actor.handle(commands)  # which polls: the inbox is taken from here on
             return actor
         # Lost before without progress: first commit what it is about to run, so that if this
-        # owner is lost too, the quarantine names it (an activity's start records nothing).
+        # owner is lost too, the count and the quarantine go by it. Its op log cannot tell: an
+        # activity's start records nothing, nor does a wait on a condition or a signal, which
+        # must not count. From the first loss on: owners lost one after the other faster than
+        # they commit (a cascade) then still find the wait noted.
         actor.held = commands
         actor.busy = True
-        noted = {**lost, "reason": pending_reason(commands)}
+        noted = {**lost, "reason": pending_reason(commands), "seen": epoch}
         self.committer.submit(StepCommit(wid, epoch, run_id, fields={"lost": noted}), actor._committed)  # type: ignore[attr-defined]
         return actor
 
@@ -134,11 +137,9 @@ class ActorHost:
             return False
         lost = record.get("lost")
         if lost is not None and lost.get("mark", (None,))[0] == record["run_id"]:
-            if lost["count"] >= self.quarantine_after:
+            if lost["count"] >= self.quarantine_after or lost.get("unseen", 0) >= UNSEEN_FACTOR * self.quarantine_after:
                 self._quarantine(wid, epoch, record)
                 return True
-            if lost["count"] < max(1, self.quarantine_after - 1):
-                lost = None
         else:
             lost = None
         self._spawn(self._definition(record["type"]), wid, record["run_id"], epoch, decode_args(record["args"]), ops, inbox, lost)
@@ -160,7 +161,7 @@ class ActorHost:
                 "workflow %s (%s) quarantined: %d owners in a row were lost while running it, "
                 "without committing progress; they were running %s. Fix the code, then lift it "
                 "with `python -m weft_actors retry %s` (or terminate it)",
-                wid, record["type"], lost["count"], describe_reason(lost.get("reason")), wid,
+                wid, record["type"], lost["count"] + lost.get("unseen", 0), describe_reason(lost.get("reason")), wid,
             )
             self.wake_waiters(wid)
 

@@ -109,4 +109,10 @@ def _lost(record: dict[str, Any]) -> dict[str, Any] | None:
     lost = record.get("lost")
     if not lost or lost.get("mark", (None,))[0] != record["run_id"]:
         return None
-    return {"count": lost.get("count", 0), "reason": describe_reason(lost.get("reason")), "op": lost.get("reason"), "at": lost.get("at")}
+    return {
+        "count": lost.get("count", 0),
+        "unconfirmed": lost.get("unseen", 0),
+        "reason": describe_reason(lost.get("reason")),
+        "op": lost.get("reason"),
+        "at": lost.get("at"),
+    }

@@ -21,7 +21,7 @@ from ._intents import (
 from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepResult
 from ._keys import TERMINAL, split_holder
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
-from ._quarantine import QUARANTINED, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, stall_note_path, write_stall_note
+from ._quarantine import QUARANTINED, UNSEEN_FACTOR, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, stall_note_path, write_stall_note
 from ._store import LmdbStore
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "QuarantineWorkflow",
     "describe_reason",
     "pending_reason",
+    "UNSEEN_FACTOR",
     "stall_note_path",
     "write_stall_note",
     "StepResult",

@@ -15,7 +15,7 @@ from ._apply import TxnState, next_epoch, release_claims
 from ._disk import storage_failure
 from ._env import check_ownership_mode
 from ._feed import feed_head
-from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value
+from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value, split_holder
 from ._quarantine import note_lost_owner, read_stall_note, stall_note_path
 from ._refusals import last_refusal
 
@@ -226,7 +226,7 @@ class Ownership:
                     lost_engine = holder[:16]
                     if lost_engine not in stalls:
                         stalls[lost_engine] = read_stall_note(stall_note_path(store.path, lost_engine.hex()))
-                    note_lost_owner(state, wid, record, stalls[lost_engine], lease=lease, refused=refused)
+                    note_lost_owner(state, wid, record, stalls[lost_engine], lease=lease, refused=refused, epoch=split_holder(holder)[1])
                 old_engine = NO_ENGINE if holder is None else holder[:16]
                 if holder is not None and old_engine not in marked:
                     marked.add(old_engine)

@@ -6,7 +6,11 @@ lease; the next owner replays it, runs the same thing and is lost in turn. So ev
 from an owner that was lost while holding it (dead or expired, never a graceful release, which
 leaves no holder) notes on the workflow record a *progress mark*: the run and its op log's last
 record. The same mark as at the previous loss means nothing was committed in between:
-``lost.count`` grows; any other mark starts again at 1. The taker parks the workflow once the
+``lost.count`` grows; any other mark starts again at 1. It grows only on evidence: the lost
+owner's stall note names the workflow, or the taker before it had replayed the workflow and
+noted what it runs (``seen``; a wait on a condition or a signal records nothing in the op log,
+so the log alone cannot tell it from running code). A loss before that note landed (owners lost
+one after the other, faster than they commit) counts in ``lost.unseen`` instead. The taker parks the workflow once the
 count reaches its ``quarantine_after`` (``QuarantineWorkflow``); ``LiftQuarantine`` makes it
 ``running`` and ownerless again, for any live engine to take. Costs one record write and one
 cursor step per takeover of a lost owner's workflow, nothing per step.
@@ -90,6 +94,7 @@ def note_lost_owner(
     *,
     lease: float | None = None,
     refused: float | None = None,
+    epoch: int | None = None,
 ) -> dict[str, Any] | None:
     """In the takeover transaction of ``wid`` from an owner that was lost holding it: update
     and write ``record["lost"]`` (``count``, ``mark``, ``reason``) and return it; None (and
@@ -98,7 +103,8 @@ def note_lost_owner(
 
     ``lease`` is the takeover's lease-clock time and ``refused`` the store's last refusal
     (``_refusals``): a loss at the same mark as the previous one, with a refusal between them
-    and no stall note naming ``wid``, is the store's doing: the count stays."""
+    and no stall note naming ``wid``, is the store's doing: the count stays. ``epoch`` is the
+    lost owner's: its replay noted ``seen`` with it, or it was lost before it replayed ``wid``."""
     if stall is not None and stall["wid"] != wid:
         return None
     txn, dbs = state.txn, state.dbs
@@ -126,12 +132,19 @@ def note_lost_owner(
         reason = _reason_from_log(tail)
     if stall is None and reason.get("kind") in _PARKED:
         return None
-    count = 1
+    count, unseen = 1, 0
     if same:
+        count, unseen = previous.get("count", 0), previous.get("unseen", 0)
         since = previous.get("lease_at")
-        excused = stall is None and refused is not None and since is not None and refused >= since
-        count = previous.get("count", 0) + (0 if excused else 1)
+        if stall is None and refused is not None and since is not None and refused >= since:
+            pass  # the store refused commits since the last loss: nobody could progress
+        elif stall is not None or (epoch is not None and previous.get("seen") == epoch):
+            count += 1  # evidence: its stall note, or the last taker replayed it and noted what it runs
+        else:
+            unseen += 1  # the last taker was lost before it had replayed it: a cascade
     lost = {"count": count, "mark": mark, "reason": reason, "at": state.now}
+    if unseen:
+        lost["unseen"] = unseen
     if lease is not None:
         lost["lease_at"] = lease
     record["lost"] = lost
@@ -151,6 +164,11 @@ def _reason_from_log(tail: list[tuple[int, bytes]]) -> dict[str, Any]:
     if pending is not None:
         return pending
     return {"seq": tail[0][0] + 1 if tail else 0, "kind": _WORKFLOW_CODE, "name": None}
+
+
+UNSEEN_FACTOR: Final = 3
+"""A workflow is quarantined after ``quarantine_after`` losses on evidence, or after this many
+times as many losses before any taker could replay it (one that kills whoever replays it)."""
 
 
 def pending_reason(commands: list[Any]) -> dict[str, Any]:
