@@ -225,6 +225,12 @@ class WorkflowMessages:
         start_at: float | None = None,
         execution_timeout: float | None = None,
     ) -> CreateWorkflow:
+        """The create intent of a start, every part checked first (``InvalidRequest``,
+        ``PayloadTooLarge``), so that a refused start writes nothing: arguments that do not
+        fit the workflow's signature too, which the run would otherwise meet only once driven."""
+        refused = definition.parameters.refusal(len(args))
+        if refused is not None:
+            raise refused
         wid = new_id() if id is None else validate_id(id)
         if if_exists not in ("error", "return", "start_new"):
             raise InvalidRequest(f"if_exists must be 'error', 'return' or 'start_new', not {if_exists!r}")
