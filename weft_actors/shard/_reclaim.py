@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .._placement import preferred
 from ..errors import WeftError
 from ..store import CloseWorkflow, FireStart
+from . import _events as events
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -52,6 +53,8 @@ class Reclaimer:
         """Candidates this engine wants and has not tried yet, as the last read saw them."""
         self._more = False
         self._live: list[str] = []
+        self._types: dict[str, str] = {}
+        """The type of each candidate of the last read this engine wants (for the log line)."""
 
     # -- liveness -------------------------------------------------------------------------
 
@@ -98,6 +101,7 @@ class Reclaimer:
         me = engine.engine_id
         self._live = live
         wanted: list[tuple[str, bytes | None]] = []
+        types: dict[str, str] = {}
         first_seen: dict[str, float] = {}
         candidates = engine.store.reclaim_candidates(me, SCAN_LIMIT)
         for wid, holder, wf_type in candidates:
@@ -106,9 +110,11 @@ class Reclaimer:
             seen = self._first_seen.get(wid, now)
             if preferred(wid, live) == me or now - seen >= engine.heartbeat:
                 wanted.append((wid, holder))
+                types[wid] = wf_type
             else:
                 first_seen[wid] = seen
         self._first_seen = first_seen
+        self._types = types
         self._untaken = wanted
         self._more = len(candidates) >= SCAN_LIMIT and bool(wanted)
 
@@ -140,7 +146,7 @@ class Reclaimer:
         for attempt in range(1, MAX_TAKEOVER_TRIES + 1):
             won = store.takeover(engine.engine_id, wanted)
             lost = []
-            for wid, _ in wanted:
+            for wid, holder in wanted:
                 epoch = won.get(wid)
                 if epoch is None:
                     metrics.claim("lost_race")
@@ -148,6 +154,7 @@ class Reclaimer:
                     continue
                 metrics.claim("takeover")
                 taken += 1
+                events.workflow_taken_over(engine.engine_id, wid, self._types.get(wid), None if holder is None else holder[:16].hex(), epoch)
                 self.drive(wid, epoch)
             if not lost or attempt == MAX_TAKEOVER_TRIES:
                 break
