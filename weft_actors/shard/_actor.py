@@ -445,11 +445,10 @@ class Actor(InboxMixin, EndingMixin):
     def _log_failed_attempt(self, seq: int, activity: str, attempt: int, error: BaseException, retry_in: float | None) -> None:
         """Once per attempt that failed, when it is decided (not again for the decision a
         refused commit kept): the failure, and the retry if one follows."""
-        engine, run = self.engine, self.run
-        final = retry_in is None
-        events.activity_attempt_failed(engine.engine_id, self.wid, run.workflow_type, self.run_id, seq, activity, attempt, error, timed_out=timed_out(error), final=final)
-        if not final:
-            events.activity_retry_scheduled(engine.engine_id, self.wid, run.workflow_type, self.run_id, seq, activity, attempt + 1, retry_in)  # type: ignore[arg-type]
+        engine_id, wf_type = self.engine.engine_id, self.run.workflow_type
+        events.activity_attempt_failed(engine_id, self.wid, wf_type, self.run_id, seq, activity, attempt, error, timed_out=timed_out(error), final=retry_in is None)
+        if retry_in is not None:
+            events.activity_retry_scheduled(engine_id, self.wid, wf_type, self.run_id, seq, activity, attempt + 1, retry_in)
 
     def _commit_ahead(self, ops: tuple[tuple[int, bytes], ...]) -> None:
         """Commit ``ops`` (the outcome of the only op awaited) with the run already moved past

@@ -4,9 +4,10 @@ Candidates are the running workflows of dead or expired engines (a ``by_engine``
 running workflows with no holder. Each live engine takes the candidates whose
 rendezvous-preferred engine, among the live ones that run its type (their registry records
 say which), is itself, and any candidate still stranded one heartbeat later (its preferred
-engine may be busy). A takeover is a CAS on the exact
-holder bytes read; a candidate that loses is re-read and retried, at most
-``MAX_TAKEOVER_TRIES`` times per pass. Only workflow types this engine registers are taken.
+engine may be busy). A takeover is a CAS on the exact holder bytes read; a candidate that
+loses is re-read and retried, at most ``MAX_TAKEOVER_TRIES`` times per pass. Only workflow
+types this engine registers are taken: one it lacks stays where it is, for an engine that
+has it, and is never failed for it.
 
 Claims are taken in chunks of ``TAKE_CHUNK`` (one transaction each), and a workflow taken is
 queued for the driver (``_driving``), which replays in bounded slices of loop time: a pass
