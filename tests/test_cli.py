@@ -4,6 +4,7 @@ no tracebacks (against a real supervisor where a server is involved)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -17,7 +18,9 @@ from typing import Iterator
 import pytest
 
 from _processes import RunningSupervisor, free_port, wait_until
+from weft_actors import AsyncClient, Client
 from weft_actors.cli import main
+from weft_actors.errors import InvalidRequest, WorkflowNotFound
 
 TIMEOUT = 30.0
 
@@ -131,3 +134,26 @@ def test_start_with_a_bare_word_explains_the_json_format(capsys: pytest.CaptureF
     err = capsys.readouterr().err
     assert "not valid JSON" in err and """'["world"]'""" in err and """'"world"'""" in err
 
+
+
+def test_start_with_the_wrong_number_of_arguments_is_refused_at_once(supervisor: RunningSupervisor, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(supervisor, "start", "hello", '["a", "b", "c"]', "--id", "cli-arity-1") == 1
+    err = capsys.readouterr().err
+    assert err == "error: invalid_request: hello(name) takes 1 argument, 3 given\n", err
+    with Client(supervisor.endpoint, timeout=TIMEOUT) as client:
+        with pytest.raises(InvalidRequest, match=r"^hello\(name\) takes 1 argument, 0 given$") as info:
+            client.start("hello", id="cli-arity-2")
+        assert (info.value.workflow_type, info.value.given) == ("hello", 0)
+        with pytest.raises(InvalidRequest, match="takes 1 argument, 2 given"):
+            client.execute("hello", "a", "b", id="cli-arity-3", timeout=TIMEOUT)
+
+        async def from_async_client() -> None:
+            async with AsyncClient(supervisor.endpoint, timeout=TIMEOUT) as aclient:
+                with pytest.raises(InvalidRequest, match="takes 1 argument, 2 given"):
+                    await aclient.signal_with_start("hello", "a", "b", id="cli-arity-4", signal="go")
+
+        asyncio.run(from_async_client())
+        for wid in ("cli-arity-1", "cli-arity-2", "cli-arity-3", "cli-arity-4"):
+            with pytest.raises(WorkflowNotFound):
+                client.get_handle(wid).describe()
+        assert client.start("hello", "ada", id="cli-arity-5").result(timeout=TIMEOUT) == "Hello, ada!"

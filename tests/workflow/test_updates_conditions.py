@@ -186,7 +186,7 @@ def test_a_different_marker_at_that_point_is_non_determinism() -> None:
 
 def test_continue_as_new_returned_or_raised_ends_the_run_with_the_next_arguments() -> None:
     @workflow
-    async def returns(ctx, n: int) -> Any:
+    async def returns(ctx, n: int, tag: str = "") -> Any:
         await ctx.sleep(1)
         return ctx.continue_as_new(n + 1, "tag")
 

@@ -28,7 +28,7 @@ must only be called from the engine's event-loop thread.
 
 from ._pack import encode, encode_args
 from ._records import pack_record, unpack_record
-from ._unpack import decode, decode_args
+from ._unpack import count_args, decode, decode_args
 from ._wire import register_type
 
 __all__ = [
@@ -38,5 +38,6 @@ __all__ = [
     "unpack_record",
     "encode_args",
     "decode_args",
+    "count_args",
     "register_type",
 ]

@@ -226,3 +226,16 @@ def decode_args(data: bytes, where: str = "workflow argument") -> tuple:
     if type(value) is not list:
         raise _decode_error(_type_name(type(value)), where, "expected an argument array")
     return tuple(value)
+
+
+def count_args(data: bytes, where: str = "workflow argument") -> int:
+    """How many arguments ``encode_args`` wrote, read from the array's header alone (nothing
+    is decoded, so it costs the same whatever the arguments are)."""
+    head = data[:1]
+    if head and 0x90 <= head[0] <= 0x9F:
+        return head[0] & 0x0F
+    if head == b"\xdc" and len(data) >= 3:
+        return int.from_bytes(data[1:3], "big")
+    if head == b"\xdd" and len(data) >= 5:
+        return int.from_bytes(data[1:5], "big")
+    raise _decode_error(None, where, "expected an argument array")

@@ -24,7 +24,7 @@ from typing import Any, Callable, Coroutine, Generator, NamedTuple
 from ..codec import decode_args
 from ..workflow import ActivityDefinition, ActivityInfo, contained, current_activity
 
-__all__ = ["ActivityRunner", "DecidedFailure", "Finished"]
+__all__ = ["ActivityRunner", "DecidedFailure", "Finished", "start_to_close_exceeded", "timed_out"]
 
 Done = Callable[[Any, BaseException | None], None]
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
@@ -35,6 +35,22 @@ class Finished(NamedTuple):
 
     value: Any
     error: BaseException | None
+
+
+_TIMED_OUT = "weft_start_to_close"
+"""The attribute that marks a ``TimeoutError`` as this runner's own (``start_to_close``), not
+one the activity raised: the error keeps its plain type, which is what its record shows."""
+
+
+def start_to_close_exceeded(name: str, timeout: float) -> TimeoutError:
+    error = TimeoutError(f"activity {name!r} exceeded start_to_close={timeout}s")
+    setattr(error, _TIMED_OUT, timeout)
+    return error
+
+
+def timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is an attempt's ``start_to_close`` running out."""
+    return getattr(error, _TIMED_OUT, None) is not None
 
 
 class DecidedFailure(Exception):
@@ -224,7 +240,7 @@ class ActivityRunner:
             if timer is not None:
                 timer.cancel()
             if task.cancelled():
-                done(None, TimeoutError(f"activity {definition.name!r} exceeded start_to_close={timeout}s") if timeout is not None else asyncio.CancelledError())
+                done(None, start_to_close_exceeded(definition.name, timeout) if timeout is not None else asyncio.CancelledError())
                 return
             error = task.exception()
             done(task.result() if error is None else None, error)
@@ -244,7 +260,7 @@ class ActivityRunner:
                 done(value, error)
 
         def expire() -> None:
-            report(None, TimeoutError(f"activity {definition.name!r} exceeded start_to_close={timeout}s"))
+            report(None, start_to_close_exceeded(definition.name, timeout))  # type: ignore[arg-type]
             # Withdrawn if still queued for a thread (each retry would queue another copy);
             # a call already running cannot be stopped and runs on, its outcome ignored.
             future.cancel()

@@ -26,7 +26,8 @@ from ..codec import encode
 from ..errors import PayloadTooLarge, SerializationError, WeftError
 from ..store import CancelOther, Finish, StepCommit, TimerRef
 from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, cancelled_record, error_record
-from ._activities import DecidedFailure, Finished
+from . import _events as events
+from ._activities import DecidedFailure, Finished, timed_out
 from ._ending import EndingMixin, finish_of as _finish_of
 from ._inbox import InboxMixin
 from ._writes import Writes
@@ -430,6 +431,7 @@ class Actor(InboxMixin, EndingMixin):
             failure["activity"] = op.name
             failure["attempts"] = attempts
             retry_at = now + delay if retryable else None
+            self._log_failed_attempt(seq, op.name, attempts, error, None if retry_at is None else delay)
         if retry_at is not None:
             ref = TimerRef(retry_at, seq, "retry")
             started = self.run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"])
@@ -439,6 +441,14 @@ class Actor(InboxMixin, EndingMixin):
             return
         del self.ops[seq]
         self._commit(ops=((seq, self.run.record_outcome(seq, err=failure, attempts=attempts)),), timers_del=self._clear_timer(seq))
+
+    def _log_failed_attempt(self, seq: int, activity: str, attempt: int, error: BaseException, retry_in: float | None) -> None:
+        """Once per attempt that failed, when it is decided (not again for the decision a
+        refused commit kept): the failure, and the retry if one follows."""
+        engine_id, wf_type = self.engine.engine_id, self.run.workflow_type
+        events.activity_attempt_failed(engine_id, self.wid, wf_type, self.run_id, seq, activity, attempt, error, timed_out=timed_out(error), final=retry_in is None)
+        if retry_in is not None:
+            events.activity_retry_scheduled(engine_id, self.wid, wf_type, self.run_id, seq, activity, attempt + 1, retry_in)
 
     def _commit_ahead(self, ops: tuple[tuple[int, bytes], ...]) -> None:
         """Commit ``ops`` (the outcome of the only op awaited) with the run already moved past

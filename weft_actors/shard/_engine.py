@@ -28,7 +28,7 @@ from ..errors import (
     UnknownWorkflowType,
     WeftError,
 )
-from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, stall_note_path
+from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, describe_type_mismatch, stall_note_path, type_mismatches
 from ..workflow import Op, WorkflowDefinition, collect_workflows, workflow_definition
 from ._activities import ActivityRunner
 from ._actor import Actor
@@ -109,6 +109,10 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     keeps the loop from turning for more than ``stall_threshold`` seconds (default the lesser
     of 1 s and ttl / 3: it must name the culprit, and leave its stall note, well before the
     lease runs out and the supervisor kills the stalled shard).
+
+    The engine's record names the workflow types its app registers; with
+    ``warn_type_mismatch`` (a supervisor's shards leave it to the supervisor) ``open`` logs a
+    WARNING naming the live engines on the store that register other types, and those types.
     """
 
     def __init__(
@@ -142,6 +146,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         max_running: int | None = None,
         quarantine_after: int = 3,
         stall_threshold: float | None = None,
+        warn_type_mismatch: bool = True,
     ) -> None:
         validate_timing(heartbeat, ttl)
         if ownership not in OWNERSHIP_MODES:
@@ -197,6 +202,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             raise ValueError("stall_threshold must be > 0")
         self.quarantine_after = quarantine_after
         self.stall_threshold = stall_threshold
+        self.warn_type_mismatch = warn_type_mismatch
         self.watchdog: LoopWatchdog | None = None
         self.metrics = EngineMetrics()
         self.activities_started = 0
@@ -230,11 +236,13 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.store = LmdbStore(self.data_dir, clock=self.clock, sync=self._sync, max_inbox=self.max_inbox, **kwargs)
         try:
             self.store.register_engine(
-                self.engine_id, heartbeat=self.heartbeat, ttl=self.ttl, mode=self.ownership, slot=self.slot, pid=os.getpid()
+                self.engine_id, heartbeat=self.heartbeat, ttl=self.ttl, mode=self.ownership, slot=self.slot, pid=os.getpid(), types=self.workflows
             )
         except BaseException:
             self.store.close()
             raise
+        if self.warn_type_mismatch:
+            self._warn_on_type_mismatch()
         self.committer = GroupCommitter(self.store, self.engine_id, loop)
         self.committer.on_deposed = lambda error: self.depose(str(error))
         self.timers = TimerService(loop, self.clock)
@@ -257,6 +265,19 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             note = stall_note_path(self.store.path, self.engine_id)
             self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], note_path=note)
             self.watchdog.start()
+
+    def _warn_on_type_mismatch(self) -> None:
+        """One WARNING if live engines on this store register other workflow types than this
+        one: each runs and takes over only its own, which is rarely what two deployments of
+        "the same" service on one store mean (a different ``--app``)."""
+        peers = {engine_id: record for engine_id, record in self.store.live_engines().items() if engine_id != self.engine_id}
+        groups = type_mismatches(self.workflows, peers)
+        if groups:
+            log.warning(
+                "%s",
+                describe_type_mismatch(f"engine {self.engine_id}", self.workflows, groups),
+                extra={"event": "workflow_types_differ", "engine_id": self.engine_id, "engines": [engine_id for _, ids in groups for engine_id in ids]},
+            )
 
     async def close(self) -> None:
         """Stop: commit what is pending, stop every actor, release the claims (so a peer takes

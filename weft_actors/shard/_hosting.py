@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..codec import decode_args
 from ..errors import EngineDeposed, FencedOut, WeftError
-from ..store import UNSEEN_FACTOR, QuarantineWorkflow, StepCommit, describe_reason, pending_reason
+from ..store import UNSEEN_FACTOR, QuarantineWorkflow, StepCommit, pending_reason
 from ..workflow import WorkflowDefinition, WorkflowRun
+from . import _events as events
 from ._actor import Actor
 from ._reuse import ReusingActor
 
@@ -157,12 +158,7 @@ class ActorHost:
                     self.depose(str(result))
                 return
             self.metrics.workflows_quarantined += 1
-            log.error(
-                "workflow %s (%s) quarantined: %d owners in a row were lost while running it, "
-                "without committing progress; they were running %s. Fix the code, then lift it "
-                "with `python -m weft_actors retry %s` (or terminate it)",
-                wid, record["type"], lost["count"] + lost.get("unseen", 0), describe_reason(lost.get("reason")), wid,
-            )
+            events.workflow_quarantined(self.engine_id, wid, record["type"], record["run_id"], lost["count"] + lost.get("unseen", 0), lost.get("reason"))
             self.wake_waiters(wid)
 
         self.committer.submit(QuarantineWorkflow(wid, epoch, record["run_id"]), committed)
@@ -252,6 +248,9 @@ class ActorHost:
 
     def actor_finished(self, actor: Actor) -> None:
         actor.closed = True
+        finish = actor.finish
+        if finish is not None and finish.status == "failed":  # committed: it did fail
+            events.workflow_failed(self.engine_id, actor.wid, actor.run.workflow_type, actor.run_id, finish.error)
         actor.run.discard()
         if self.actors.get(actor.wid) is actor:
             del self.actors[actor.wid]

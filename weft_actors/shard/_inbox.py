@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..codec import decode_args, unpack_record
-from ..errors import UpdateRejected, WorkflowAlreadyExists
+from ..codec import count_args, decode_args, unpack_record
+from ..errors import InvalidRequest, UpdateRejected, WorkflowAlreadyExists
 from ..errors import WeftError
 from ..store import TERMINAL, AppendAndConsume, AppendInbox, CreateChild, CreateWorkflow, PutRequest
 from ..workflow import CANCEL_REQUESTED, Command, cancelled_record, error_record
@@ -21,7 +21,7 @@ from ._validate import new_id
 from ._writes import Writes, child_error, child_id_for
 
 if TYPE_CHECKING:
-    from ..workflow import WorkflowRun
+    from ..workflow import ChildOp, WorkflowRun
     from ._engine import Engine
 
 __all__ = ["InboxMixin"]
@@ -81,6 +81,11 @@ class InboxMixin:
             return
         child_id = op.id or child_id_for(self.wid, self.run_id, seq)  # type: ignore[union-attr]
         writes = self._writes()
+        refused = self._child_arguments_refused(op)  # type: ignore[arg-type]
+        if refused is not None:  # the child would fail at once: this op fails instead
+            del self.ops[seq]
+            writes.ops.append((seq, self.run.record_outcome(seq, err=error_record(refused))))
+            return
         existing = self.engine.store.get_workflow(child_id)
         if existing is not None and existing["status"] not in TERMINAL:
             del self.ops[seq]
@@ -96,6 +101,14 @@ class InboxMixin:
         writes.effects.append(CreateChild(create, self.run_id, seq, op.name in self.engine.workflows))  # type: ignore[union-attr]
         writes.fields = {"children": True}
         self._children()[child_id] = seq
+
+    def _child_arguments_refused(self, op: ChildOp) -> InvalidRequest | None:
+        """Arguments that do not fit the child's signature, if this engine registers its type
+        (one it does not is checked by the engine that runs it, when that drives it)."""
+        definition = self.engine.workflows.get(op.name)
+        if definition is None:
+            return None
+        return definition.parameters.refusal(count_args(op.args, "child workflow argument"))
 
     def _children(self) -> dict[str, int]:
         if self.children is None:

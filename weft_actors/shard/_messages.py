@@ -225,6 +225,9 @@ class WorkflowMessages:
         start_at: float | None = None,
         execution_timeout: float | None = None,
     ) -> CreateWorkflow:
+        """The create intent of a start, every part checked first (``InvalidRequest``,
+        ``PayloadTooLarge``), so that a refused start writes nothing: arguments that do not
+        fit the workflow's signature too, which the run would otherwise meet only once driven."""
         wid = new_id() if id is None else validate_id(id)
         if if_exists not in ("error", "return", "start_new"):
             raise InvalidRequest(f"if_exists must be 'error', 'return' or 'start_new', not {if_exists!r}")
@@ -238,6 +241,9 @@ class WorkflowMessages:
             start_at = check_instant(start_at, "start_at")
         data = self._check_payload(encode_args(args, "workflow argument"), "workflow arguments")
         memo_bytes = None if memo is None else self._check_payload(encode(memo, "memo"), "memo")
+        refused = definition.parameters.refusal(len(args))
+        if refused is not None:
+            raise refused
         return _new_tuple(CreateWorkflow, (wid, definition.name, data, new_id(), if_exists, memo_bytes, None, start_at, execution_timeout))
 
     # -- after an owner's step ------------------------------------------------------------

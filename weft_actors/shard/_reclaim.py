@@ -2,10 +2,12 @@
 
 Candidates are the running workflows of dead or expired engines (a ``by_engine`` scan) and
 running workflows with no holder. Each live engine takes the candidates whose
-rendezvous-preferred live engine is itself, and any candidate still stranded one heartbeat
-later (its preferred engine may lack the type, or be busy). A takeover is a CAS on the exact
-holder bytes read; a candidate that loses is re-read and retried, at most
-``MAX_TAKEOVER_TRIES`` times per pass. Only workflow types this engine registers are taken.
+rendezvous-preferred engine, among the live ones that run its type (their registry records
+say which), is itself, and any candidate still stranded one heartbeat later (its preferred
+engine may be busy). A takeover is a CAS on the exact holder bytes read; a candidate that
+loses is re-read and retried, at most ``MAX_TAKEOVER_TRIES`` times per pass. Only workflow
+types this engine registers are taken: one it lacks stays where it is, for an engine that
+has it, and is never failed for it.
 
 Claims are taken in chunks of ``TAKE_CHUNK`` (one transaction each), and a workflow taken is
 queued for the driver (``_driving``), which replays in bounded slices of loop time: a pass
@@ -26,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._placement import preferred
 from ..errors import WeftError
-from ..store import CloseWorkflow, FireStart
+from ..store import CloseWorkflow, FireStart, offered_types
+from . import _events as events
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -38,6 +41,9 @@ log = logging.getLogger("weft_actors.shard")
 MAX_TAKEOVER_TRIES: Final = 5
 TAKE_CHUNK: Final = 500
 """Candidates one takeover transaction CASes at most."""
+TAKEOVER_LINES: Final = 20
+"""Workflows of one takeover transaction logged one line each; the rest in one line per lost
+engine, with their count (a dead engine's 100,000 workflows would be 100,000 lines)."""
 SCAN_LIMIT: Final = 4 * TAKE_CHUNK
 """Candidates one read of the backlog returns at most (the read costs ~4 µs a candidate)."""
 
@@ -52,15 +58,23 @@ class Reclaimer:
         """Candidates this engine wants and has not tried yet, as the last read saw them."""
         self._more = False
         self._live: list[str] = []
+        self._types: dict[str, str] = {}
+        """The type of each candidate of the last read this engine wants (for the log line)."""
+        self._offers: dict[str, frozenset[str] | None] = {}
+        """Live engine -> the types it runs (None: it did not say), as of the last pass."""
+        self._takers: dict[str, list[str]] = {}
+        """Workflow type -> the live engines that run it, made as needed in one pass."""
 
     # -- liveness -------------------------------------------------------------------------
 
     def live_engines(self) -> list[str]:
         """Ids of the live engines, this one included. With ``probe_peers``, a peer whose
-        process is confirmed gone (its lock file is free) is marked dead on the way."""
+        process is confirmed gone (its lock file is free) is marked dead on the way. Also
+        notes which types each runs, for ``takers``."""
         engine = self.engine
         store = engine.store
         live = [engine.engine_id]
+        offers: dict[str, frozenset[str] | None] = {engine.engine_id: frozenset(engine.workflows)}
         for engine_id, record in store.live_engines().items():
             if engine_id == engine.engine_id:
                 continue
@@ -69,7 +83,22 @@ class Reclaimer:
                 store.mark_engine_dead(engine_id)
                 continue
             live.append(engine_id)
+            offers[engine_id] = offered_types(record)
+        self._offers = offers
+        self._takers = {}
         return live
+
+    def takers(self, wf_type: str, live: list[str]) -> list[str]:
+        """The engines of ``live`` that run ``wf_type`` (a peer that did not say counts as
+        one): among them the rendezvous hash picks the one to take a workflow of that type
+        first, so one whose hash-preferred engine lacks its type is not left waiting for a
+        heartbeat. Every engine reads the same records, so they agree on it."""
+        found = self._takers.get(wf_type)
+        if found is None:
+            offers = self._offers
+            found = [engine_id for engine_id in live if (types := offers.get(engine_id)) is None or wf_type in types]
+            self._takers[wf_type] = found
+        return found
 
     # -- takeover -------------------------------------------------------------------------
 
@@ -98,17 +127,20 @@ class Reclaimer:
         me = engine.engine_id
         self._live = live
         wanted: list[tuple[str, bytes | None]] = []
+        types: dict[str, str] = {}
         first_seen: dict[str, float] = {}
         candidates = engine.store.reclaim_candidates(me, SCAN_LIMIT)
         for wid, holder, wf_type in candidates:
             if wf_type not in engine.workflows:
                 continue
             seen = self._first_seen.get(wid, now)
-            if preferred(wid, live) == me or now - seen >= engine.heartbeat:
+            if preferred(wid, self.takers(wf_type, live)) == me or now - seen >= engine.heartbeat:
                 wanted.append((wid, holder))
+                types[wid] = wf_type
             else:
                 first_seen[wid] = seen
         self._first_seen = first_seen
+        self._types = types
         self._untaken = wanted
         self._more = len(candidates) >= SCAN_LIMIT and bool(wanted)
 
@@ -137,10 +169,11 @@ class Reclaimer:
         store = engine.store
         metrics = engine.metrics
         taken = 0
+        unlogged: dict[str | None, int] = {}
         for attempt in range(1, MAX_TAKEOVER_TRIES + 1):
             won = store.takeover(engine.engine_id, wanted)
             lost = []
-            for wid, _ in wanted:
+            for wid, holder in wanted:
                 epoch = won.get(wid)
                 if epoch is None:
                     metrics.claim("lost_race")
@@ -148,6 +181,11 @@ class Reclaimer:
                     continue
                 metrics.claim("takeover")
                 taken += 1
+                from_engine = None if holder is None else holder[:16].hex()
+                if taken <= TAKEOVER_LINES:
+                    events.workflow_taken_over(engine.engine_id, wid, self._types.get(wid), from_engine, epoch)
+                else:
+                    unlogged[from_engine] = unlogged.get(from_engine, 0) + 1
                 self.drive(wid, epoch)
             if not lost or attempt == MAX_TAKEOVER_TRIES:
                 break
@@ -156,6 +194,8 @@ class Reclaimer:
             wanted = [(wid, fresh[wid]) for wid in lost if wid in fresh]
             if not wanted:
                 break
+        for from_engine, count in unlogged.items():
+            events.workflows_taken_over(engine.engine_id, count, from_engine)
         return taken
 
     def drive(self, wid: str, epoch: int) -> None:
@@ -179,15 +219,17 @@ class Reclaimer:
             key = f"{kind}/{wid}/{run_id}"
             if key in self._firing:
                 continue
-            if preferred(wid, live) != engine.engine_id and now - fire_at < engine.heartbeat:
-                continue  # its preferred engine fires it; anyone does once it is overdue
             if kind == "start":
                 record = engine.store.get_workflow(wid)
                 if record is None or record["type"] not in engine.workflows:
-                    continue
+                    continue  # never claimed by an engine that cannot run it
+                if preferred(wid, self.takers(record["type"], live)) != engine.engine_id and now - fire_at < engine.heartbeat:
+                    continue  # its preferred engine fires it; anyone that can does once it is overdue
                 self._firing.add(key)
                 engine.committer.submit(FireStart(wid, run_id), self._started(key, wid))
             elif kind == "deadline":
+                if preferred(wid, live) != engine.engine_id and now - fire_at < engine.heartbeat:
+                    continue  # any engine may close it: its preferred one does, or anyone once overdue
                 self._firing.add(key)
                 error = {"type": "WorkflowTimedOut", "message": "execution timeout", "kind": "timed_out"}
                 engine.committer.submit(CloseWorkflow(wid, "timed_out", error, run_id), self._closed(key, wid))

@@ -21,6 +21,7 @@ from ._intents import (
 from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepResult
 from ._keys import TERMINAL, split_holder
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
+from ._offers import describe_type_mismatch, offered_types, type_mismatches
 from ._quarantine import QUARANTINED, UNSEEN_FACTOR, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, stall_note_path, write_stall_note
 from ._store import LmdbStore
 
@@ -47,6 +48,9 @@ __all__ = [
     "UNSEEN_FACTOR",
     "stall_note_path",
     "write_stall_note",
+    "offered_types",
+    "type_mismatches",
+    "describe_type_mismatch",
     "StepResult",
     "CloseWorkflow",
     "Created",

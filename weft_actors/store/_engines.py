@@ -1,7 +1,8 @@
 """The engine registry: one record per engine, heartbeated, never a write per claim.
 
 A record is ``{slot, pid, state, heartbeat, ttl, expires_at, started, cursor, mode,
-incarnation, ended, lease_clock}``. ``expires_at`` and ``ended`` are readings of the lease
+incarnation, ended, lease_clock}``, and ``types`` (the workflow types its app registers,
+``_offers``) if the engine said: optional, so records without it need no migration. ``expires_at`` and ``ended`` are readings of the lease
 clock the record names (``Clock.lease_now``, e.g. ``CLOCK_BOOTTIME`` of one boot), never of
 the wall clock: a jump of the wall clock expires nobody. ``started`` is wall time (for people). ``state`` is ``live``, ``stopped`` (released gracefully), ``dead``
 (death confirmed) or ``expired`` (another engine acted on its expiry). An engine in ``single``

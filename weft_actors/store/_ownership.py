@@ -57,8 +57,11 @@ class Ownership:
         mode: str = "workflow-lease",
         slot: int | None = None,
         pid: int | None = None,
+        types: Iterable[str] | None = None,
     ) -> None:
-        """Record a new live engine; check the ownership-mode marker first.
+        """Record a new live engine; check the ownership-mode marker first. ``types`` (the
+        workflow types its app registers) go into the record as a sorted list; without them
+        the record has no ``types`` and readers take it to run any (``_offers``).
 
         A refused engine (another mode, or a second live one in ``single`` mode) writes
         nothing. Also takes an exclusive lock on a file named for the engine: the lock dies
@@ -68,6 +71,7 @@ class Ownership:
         store = self.store
         incarnation = os.urandom(8).hex()
         raw = engine_key(engine_id)
+        offered = None if types is None else sorted(types)
 
         def txn_fn(txn: lmdb.Transaction[bytes]) -> None:
             now = store.clock.now()
@@ -87,25 +91,23 @@ class Ownership:
                 # The same id registered again: the old incarnation is deposed by its next
                 # commit, and whatever it held becomes reclaimable now instead of never.
                 release_claims(TxnState(txn, store.dbs, raw, now))
-            _engines.put_engine(
-                txn,
-                store.dbs,
-                raw,
-                {
-                    "slot": slot,
-                    "pid": pid if pid is not None else os.getpid(),
-                    "state": "live",
-                    "heartbeat": heartbeat,
-                    "ttl": ttl,
-                    "expires_at": float("inf") if mode == "single" else lease + ttl,
-                    "started": now,
-                    "lease_clock": store.clock.lease_clock,
-                    "cursor": feed_head(txn, store.dbs),
-                    "mode": mode,
-                    "incarnation": incarnation,
-                    "ended": None,
-                },
-            )
+            fresh: dict[str, Any] = {
+                "slot": slot,
+                "pid": pid if pid is not None else os.getpid(),
+                "state": "live",
+                "heartbeat": heartbeat,
+                "ttl": ttl,
+                "expires_at": float("inf") if mode == "single" else lease + ttl,
+                "started": now,
+                "lease_clock": store.clock.lease_clock,
+                "cursor": feed_head(txn, store.dbs),
+                "mode": mode,
+                "incarnation": incarnation,
+                "ended": None,
+            }
+            if offered is not None:
+                fresh["types"] = offered
+            _engines.put_engine(txn, store.dbs, raw, fresh)
 
         # Locked before the record exists: a peer that sees the record live and probes the
         # lock must never find it free while this engine is starting.

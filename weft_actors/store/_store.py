@@ -289,9 +289,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         mode: str = "workflow-lease",
         slot: int | None = None,
         pid: int | None = None,
+        types: Iterable[str] | None = None,
     ) -> None:
-        """Record a new live engine and lock its lock file; a refused one writes nothing."""
-        self._ownership.register_engine(engine_id, heartbeat=heartbeat, ttl=ttl, mode=mode, slot=slot, pid=pid)
+        """Record a new live engine and lock its lock file; a refused one writes nothing.
+        ``types``: the workflow types its app registers, kept in its record (``_offers``)."""
+        self._ownership.register_engine(engine_id, heartbeat=heartbeat, ttl=ttl, mode=mode, slot=slot, pid=pid, types=types)
 
     def heartbeat(self, engine_id: str, feed_cursor: int | None = None) -> dict[str, Any]:
         """Extend this engine's lease (one write); ``EngineDeposed`` if it is no longer live."""

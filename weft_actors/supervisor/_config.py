@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import time
+from typing import Any
 
 __all__ = ["SupervisorConfig", "ShardConfig", "configure_logging"]
 
@@ -82,18 +83,29 @@ class ShardConfig:
     max_queued_requests: int = 20_000
 
 
+_RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+"""What every ``LogRecord`` has: anything else on a record came as ``extra=`` from the call."""
+
+
 class _JsonFormatter(logging.Formatter):
+    """One JSON object per line: the fixed keys, then the fields the call passed as
+    ``extra=`` (a workflow event's ``workflow_id``, ``op``, ``attempt``, ...: see
+    ``shard/_events``) under their own names; a value JSON cannot hold is written as text."""
+
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, Any] = {
             "ts": round(record.created, 3),
             "level": record.levelname,
             "logger": record.name,
             "process": record.processName,
             "message": record.getMessage(),
         }
+        for key, value in vars(record).items():
+            if key not in _RECORD_ATTRIBUTES and key not in entry:
+                entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry)
+        return json.dumps(entry, default=str)
 
 
 def configure_logging(level: str, as_json: bool, process: str) -> None:

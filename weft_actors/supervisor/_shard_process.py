@@ -114,6 +114,7 @@ class ShardServer:
             tune_gc=True,
             on_commit_hint=self._publish_hint if self.hints_out is not None else None,
             on_done_interest=self._done_interest if config.hints else None,
+            warn_type_mismatch=False,  # the supervisor says it, once for all its shards
         )
         await self.engine.open()
         self.engine.store.write_wait = self.write_wait

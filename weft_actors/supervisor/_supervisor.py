@@ -27,6 +27,7 @@ from ..store import LmdbStore
 from ._config import ShardConfig, SupervisorConfig
 from ._console import check_http_bind, parse_http, start_console
 from ._curve import check_bind, server_keys, start_authenticator
+from ._app_types import TypeMismatchWatch
 from ._liveness import DeathRecorder, hung_reason
 from ._metrics import MetricsServer, render
 from ._shard_process import EXIT_UNWRITABLE, shard_main
@@ -95,6 +96,15 @@ def _remove_stale_ipc_dirs() -> None:
             continue
 
 
+def _live_ids(records: dict[str, dict[str, Any]], wall: float) -> frozenset[str]:
+    """The engines of ``records`` that are live at lease time ``wall``."""
+    return frozenset(
+        engine_id
+        for engine_id, record in records.items()
+        if record["state"] == "live" and record["expires_at"] + 2 * record["heartbeat"] >= wall
+    )
+
+
 class Supervisor:
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
@@ -107,6 +117,7 @@ class Supervisor:
         self._stop_reason: str | None = None
         self._live_cache: tuple[float, frozenset[str]] | None = None
         self._next_hung_check = 0.0
+        self.type_watch = TypeMismatchWatch(config.app)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
 
@@ -315,6 +326,7 @@ class Supervisor:
             log.warning("cannot read the engine records: %s", exc)
             return
         wall = self.store.clock.lease_now()  # the records' lease clock, blind to wall-clock jumps
+        self.type_watch.check(records, _live_ids(records, wall), (slot.engine_id for slot in self.slots))
         for slot in self.slots:
             if slot.process is None or not slot.ready or slot.killed or slot.engine_id is None:
                 continue
@@ -437,12 +449,7 @@ class Supervisor:
         cached = self._live_cache
         if cached is not None and now - cached[0] < self.config.heartbeat / 2:
             return cached[1]
-        wall = self.store.clock.lease_now()
-        live = frozenset(
-            engine_id
-            for engine_id, record in self.store.engines().items()
-            if record["state"] == "live" and record["expires_at"] + 2 * record["heartbeat"] >= wall
-        )
+        live = _live_ids(self.store.engines(), self.store.clock.lease_now())
         self._live_cache = (now, live)
         return live
 

@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple, TypeVar, overload
 from .._checks import MAX_SECONDS, check_seconds
 from ..codec import register_type
 from ..errors import InvalidRequest
+from ._parameters import Parameters, parameters_of
 
 __all__ = [
     "RetryPolicy",
@@ -64,8 +65,16 @@ DEFAULT_RETRY = RetryPolicy()
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkflowDefinition:
+    """A ``@workflow``: its type name, its function, and the arguments a start may pass it
+    (read from the signature once, here, so that checking a start costs two comparisons)."""
+
     name: str
     fn: Callable[..., Any]
+    parameters: Parameters = dataclasses.field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.parameters is None:
+            object.__setattr__(self, "parameters", parameters_of(self.name, self.fn))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

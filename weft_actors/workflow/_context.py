@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from .._checks import check_seconds, validate_id, validate_name
 from ..codec import encode_args
 from ..errors import InvalidRequest
-from ._api import RetryPolicy, activity_definition, workflow_definition
+from ._api import RetryPolicy, WorkflowDefinition, activity_definition, workflow_definition
 from ._ops import (
     PARENT_CLOSE,
     ActivityOp,
@@ -158,6 +158,7 @@ class Context:
             if definition is None:
                 raise InvalidRequest(f"{workflow!r} is not a @workflow")
             name = definition.name
+            _check_arguments(definition, args)  # by name, the engine checks it if it knows the type
         if parent_close not in PARENT_CLOSE:
             raise InvalidRequest(f"parent_close must be one of {PARENT_CLOSE}, not {parent_close!r}")
         if id is not None:
@@ -166,7 +167,9 @@ class Context:
 
     def continue_as_new(self, *args: Any) -> ContinueAsNew:
         """End this run with status ``continued`` and start a fresh one (new run id, empty
-        history, same inbox) with ``args``: return it or raise it."""
+        history, same inbox) with ``args``: return it or raise it. ``InvalidRequest`` at once
+        if ``args`` do not fit the workflow's signature (the next run would fail on them)."""
+        _check_arguments(self._run._definition, args)
         return ContinueAsNew(encode_args(args, "workflow argument"))
 
     def patched(self, change_id: str) -> PatchOp:
@@ -209,6 +212,12 @@ class Context:
         not change workflow state."""
         run = self._run
         run.update_handlers = _with(run.update_handlers, name, (fn, validator))
+
+
+def _check_arguments(definition: WorkflowDefinition, args: tuple[Any, ...]) -> None:
+    refused = definition.parameters.refusal(len(args))
+    if refused is not None:
+        raise refused
 
 
 def _with(table: Mapping[str, Any], name: str, entry: Any) -> dict[str, Any]:
