@@ -177,3 +177,32 @@ def test_shards_restarting_on_a_full_disk_wait_for_room_without_crashing(tmp_pat
             assert handle.result(timeout=15) is not None
         assert first.describe()["status"] == "completed"
         assert sup.terminate() == 0
+
+
+@pytest.mark.timeout(60)
+def test_probing_peers_on_a_read_only_directory_neither_raises_nor_judges_a_live_one_dead(read_only, tmp_path):
+    """The reclaim pass probes each peer's lock file; on a read-only directory that open must
+    not fail the whole maintenance pass (it raised EROFS from ``O_RDWR``): a held lock is
+    still alive, a free one still proves its process gone."""
+    import sys
+
+    from weft_actors.store import LmdbStore
+
+    data = tmp_path / "data"
+    live_id, gone_id = "a" * 32, "b" * 32
+    live = LmdbStore(str(data))
+    live.register_engine(live_id, heartbeat=0.5, ttl=1.5)
+    subprocess.run(  # a real process that registers and exits: its lock file is left free
+        [sys.executable, "-c", f"from weft_actors.store import LmdbStore; LmdbStore({str(data)!r}).register_engine({gone_id!r}, heartbeat=0.5, ttl=1.5)"],
+        check=True, timeout=30,
+    )
+    prober = LmdbStore(str(data))
+    read_only.on()
+    try:
+        assert prober.process_gone(live_id) is False
+        assert prober.process_gone(gone_id) is True
+        assert prober.process_gone("c" * 32) is False  # no lock file: unknown, never dead
+    finally:
+        read_only.off()
+        prober.close()
+        live.close()

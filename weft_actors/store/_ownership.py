@@ -301,8 +301,8 @@ class Ownership:
             return False
         path = self._lock_path(engine_id)
         try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
+            fd = os.open(path, os.O_RDONLY)  # flock needs no write access: a read-only store probes too
+        except OSError:  # missing, or unreadable: unknown, never dead
             return False
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -312,6 +312,6 @@ class Ownership:
             os.close(fd)
         try:
             os.unlink(path)
-        except FileNotFoundError:
+        except OSError:  # gone already, or a read-only directory: the free lock proved it anyway
             pass
         return True
