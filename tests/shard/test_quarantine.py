@@ -279,7 +279,7 @@ def test_a_loss_while_the_store_refuses_commits_is_not_counted_against_the_workf
     assert replayed(b, take(b)) == [None]
     assert lost() == 1
     big = fill_until_refused(b)  # refused: nothing of it commits, the time is kept in memory...
-    store.heartbeat(b)  # ...and written by the next commit
+    store.heartbeat(b)  # ...not written by a heartbeat, but by the takeover before it judges
     clock.advance(TTL + 2)
     c = register("c")
     epoch = take(c)

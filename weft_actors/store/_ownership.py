@@ -214,6 +214,8 @@ class Ownership:
             state = TxnState(txn, store.dbs, me, now)
             won: dict[str, int | None] = {}
             stalls: dict[bytes, dict[str, Any] | None] = {}  # lost engine -> its stall note
+            if refusals.pending:  # this process's own, written before it judges by it
+                written[0] = refusals.write(txn, store.dbs)
             refused = last_refusal(txn, store.dbs)
             marked: set[bytes] = set()
             for wid, expected in candidates:
@@ -241,7 +243,12 @@ class Ownership:
                 won[wid] = epoch
             return won
 
-        return store._write(txn_fn)
+        refusals = store._refusals
+        written: list[float | None] = [None]
+        won = store._write(txn_fn)
+        if written[0] is not None:
+            refusals.committed(written[0])
+        return won
 
     # -- liveness by lock file ------------------------------------------------------------
 

@@ -8,9 +8,9 @@ the time of the last refusal (lease clock) is kept in ``meta`` under ``refused``
 no progress since the previous one counts only if the store refused nothing in between.
 
 A refused transaction commits nothing, so the time is noted in memory and written by this
-process's next transaction that commits (a takeover writes it before it judges anything). The
-hot path pays one attribute test per commit; a put only in the first commit after a refusal,
-and in each commit that refuses growth inside the reserve.
+process's next group commit or takeover (which writes it before it judges anything), never by
+the transactions that free room (a prune, a purge): in a full store their pages are counted.
+The hot path pays one attribute test per commit; a put at most once per ``RESOLUTION``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ __all__ = ["Refusals", "last_refusal"]
 
 REFUSED_KEY: Final = b"refused"
 _FLOAT: Final = struct.Struct(">d")
+RESOLUTION: Final = 1.0
 
 
 def last_refusal(txn: lmdb.Transaction[bytes], dbs: Databases) -> float | None:
@@ -38,27 +39,29 @@ def last_refusal(txn: lmdb.Transaction[bytes], dbs: Databases) -> float | None:
 class Refusals:
     """This process's refusals not yet written to the store."""
 
-    __slots__ = ("_clock", "pending", "latest", "_writing")
+    __slots__ = ("_clock", "pending", "latest")
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self.pending = False
         """A refusal is noted that no committed transaction carries yet (test it first: cheap)."""
         self.latest = 0.0
-        self._writing = 0.0
 
     def note(self) -> None:
         self.latest = self._clock.lease_now()
         self.pending = True
 
-    def write(self, txn: lmdb.Transaction[bytes], dbs: Databases) -> None:
-        """Put the noted time in ``txn`` (keeping a later one another process wrote)."""
+    def write(self, txn: lmdb.Transaction[bytes], dbs: Databases) -> float:
+        """Put the noted time in ``txn``, unless the stored one is later or less than
+        ``RESOLUTION`` older: a full store refuses commit after commit, and each put would
+        copy pages of the reserve kept for the writes that free room. Returns the time it
+        stands for, for ``committed``."""
         stored = last_refusal(txn, dbs)
-        if stored is None or stored < self.latest:
+        if stored is None or self.latest - stored >= RESOLUTION:
             txn.put(REFUSED_KEY, _FLOAT.pack(self.latest), db=dbs.meta)
-        self._writing = self.latest
+        return self.latest
 
-    def committed(self) -> None:
-        """The transaction ``write`` went into has committed."""
-        if self._writing == self.latest:
+    def committed(self, written: float) -> None:
+        """The transaction that ``write`` returned ``written`` for has committed."""
+        if written == self.latest:
             self.pending = False

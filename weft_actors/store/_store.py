@@ -144,6 +144,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
 
     def _apply_once(self, engine_id: str, intents: list[Any]) -> list[Any]:
         results: list[Any] = []
+        written: float | None = None  # the refusal time this transaction writes, if any
         # This engine's own lease is judged by the time before it waited for the write lock:
         # a wait behind another process's stalled transaction is no stall of its own. A stale
         # time cannot pass once anyone acted on its expiry (they mark it; see ``_engines``).
@@ -161,13 +162,13 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 lease = clock.lease_now()  # for the lease (wall-clock jumps do not move it)
                 refusals = self._refusals
                 if refusals.pending:
-                    refusals.write(txn, self.dbs)
+                    written = refusals.write(txn, self.dbs)
                 full = self._reserve.check(txn)
                 if full is not None:
                     refusals.note()
                     if all(type(intent) in GROWTH for intent in intents):
                         raise full  # nothing to commit, not even the lease extension below
-                    refusals.write(txn, self.dbs)
+                    written = refusals.write(txn, self.dbs)
                 state = TxnState(txn, self.dbs, engine_key(engine_id), now, self.max_inbox)
                 if lease >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
                     # A busy engine's commits carry its heartbeat: a long loop turn full of
@@ -204,8 +205,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 wait[0] = 0.0
         if self.write_failure is not None:
             self._write_recovered()
-        if self._refusals.pending:
-            self._refusals.committed()
+        if written is not None:
+            self._refusals.committed(written)
         self.commits += 1
         self.writes += len(intents)
         return results
@@ -233,8 +234,6 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
             with self.env.begin(write=True) as txn:
                 if wait is not None:
                     wait[0] = -self.clock.lease_now()
-                if self._refusals.pending:
-                    self._refusals.write(txn, self.dbs)  # before ``fn``: a takeover judges by it
                 result = fn(txn)
         except lmdb.MapFullError as exc:
             self._refusals.note()
@@ -246,8 +245,6 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 wait[0] = 0.0
         if self.write_failure is not None:
             self._write_recovered()
-        if self._refusals.pending:
-            self._refusals.committed()
         return result
 
     def _write_failed(self, error: StorageError | StorageFull) -> StorageError | StorageFull:
