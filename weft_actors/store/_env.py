@@ -17,7 +17,7 @@ __all__ = ["SCHEMA_VERSION", "DATABASES", "open_environment", "Databases", "lock
 
 log = logging.getLogger("weft_actors.store")
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 DEFAULT_MAP_SIZE: Final = 1 << 40  # sparse: LMDB only takes what it writes
 
 DATABASES: Final = (
@@ -34,6 +34,7 @@ DATABASES: Final = (
     "expiring",
     "requests",
     "meta",
+    "counts",
 )
 
 
@@ -55,6 +56,7 @@ class Databases:
     expiring: lmdb._Database
     requests: lmdb._Database
     meta: lmdb._Database
+    counts: lmdb._Database
 
     def __init__(self, env: lmdb.Environment) -> None:
         for name in DATABASES:
