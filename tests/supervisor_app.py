@@ -50,18 +50,3 @@ async def refuse(reason: str) -> None:
 @workflow
 async def failing(ctx, reason: str) -> None:
     await ctx.run(refuse, reason)
-
-
-@workflow
-async def timed_wait(ctx, timeout: float) -> str:
-    """Waits for ``go`` with a timeout: its timer is cancelled by the signal, or fires."""
-    try:
-        return await ctx.wait_signal("go", timeout=timeout)
-    except TimeoutError:
-        return "timed out"
-
-
-@workflow
-async def napper(ctx, seconds: float) -> str:
-    await ctx.sleep(seconds)
-    return "woke"

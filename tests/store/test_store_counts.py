@@ -11,7 +11,7 @@ import lmdb
 import pytest
 
 from weft_actors.store import SCHEMA_VERSION, CloseWorkflow, CreateWorkflow, LmdbStore, PurgeWorkflow, QuarantineWorkflow, check_store
-from weft_actors.store._keys import visibility_group
+from weft_actors.store._keys import count_key, visibility_group
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -84,8 +84,8 @@ def test_the_checker_reports_counts_that_drifted_from_the_index(store_factory, k
     kit.store.release_engine(eid)
     assert [p.kind for p in check_store(store_factory.location, fake_clock.now())] == []
     with kit.store.env.begin(write=True) as txn:
-        txn.put(visibility_group("running", "order"), (5).to_bytes(8, "big"), db=kit.store.dbs.counts)
-        txn.put(visibility_group("failed", "ghost"), (1).to_bytes(8, "big"), db=kit.store.dbs.counts)
+        txn.put(count_key(visibility_group("running", "order")), (5).to_bytes(8, "big"), db=kit.store.dbs.meta)
+        txn.put(count_key(visibility_group("failed", "ghost")), (1).to_bytes(8, "big"), db=kit.store.dbs.meta)
     problems = check_store(store_factory.location, fake_clock.now())
     assert sorted(str(p) for p in problems) == [
         "counts_mismatch: failed 'ghost': counted 1, the visibility index holds 0",
@@ -103,10 +103,12 @@ def test_a_schema_3_store_gets_its_counts_when_it_is_upgraded(store_factory, kit
     expected = kit.store.workflow_counts()
     kit.store.close()
     env = lmdb.open(store_factory.location, max_dbs=32)
-    try:  # as schema 3 left it: no counts keyspace
+    try:  # as schema 3 left it: no counts
         with env.begin(write=True) as txn:
-            txn.drop(env.open_db(b"counts", txn=txn), delete=True)
-            txn.put(b"schema", b"3", db=env.open_db(b"meta", txn=txn))
+            meta = env.open_db(b"meta", txn=txn)
+            for key in [key for key, _ in txn.cursor(db=meta) if key.startswith(b"count/")]:
+                txn.delete(key, db=meta)
+            txn.put(b"schema", b"3", db=meta)
     finally:
         env.close()
     upgraded = store_factory()

@@ -21,6 +21,7 @@ from ._keys import (
     START_SEQ,
     TERMINAL,
     by_engine_key,
+    count_key,
     expiring_key,
     fence,
     holder_value,
@@ -86,20 +87,21 @@ class TxnState:
 
 
 def add_counts(txn: lmdb.Transaction[bytes], dbs: Databases, deltas: dict[bytes, int]) -> None:
-    """Apply ``deltas`` to the ``counts`` keyspace (group -> workflows in it, u64). A group
-    that empties is deleted, so the keyspace holds the groups that exist. A count that would
-    go below zero (a drift ``check`` reports as ``counts_mismatch``) is deleted too, never
-    left to fail the transaction."""
-    db = dbs.counts
+    """Apply ``deltas`` to the workflow counts (``meta``: ``count/ || group`` -> workflows in
+    it, u64). A group that empties is deleted, so the counts name the groups that exist. A
+    count that would go below zero (a drift ``check`` reports as ``counts_mismatch``) is
+    deleted too, never left to fail the transaction."""
+    db = dbs.meta
     for group, delta in deltas.items():
         if not delta:
             continue
-        stored = txn.get(group, db=db)
+        key = count_key(group)
+        stored = txn.get(key, db=db)
         total = (0 if stored is None else unpack_u64(stored)[0]) + delta
         if total > 0:
-            txn.put(group, pack_u64(total), db=db)
+            txn.put(key, pack_u64(total), db=db)
         elif stored is not None:
-            txn.delete(group, db=db)
+            txn.delete(key, db=db)
 
 
 def next_epoch(state: TxnState, wid_raw: bytes) -> int:

@@ -18,7 +18,7 @@ One read transaction, one pass per keyspace. What it checks and why:
 - an update still ``pending`` in a running workflow has its inbox message still pending (else
   it was consumed without an answer, and its caller would wait for ever);
 - no feed entry is older than the feed retention (plus slack) on a store with no live engine;
-- the workflow counts per (status, type) (``counts``, what ``/metrics`` reports) are those of
+- the workflow counts per (status, type) (in ``meta``, what ``/metrics`` reports) are those of
   the visibility index (checked by ``check_store``, over the whole store only).
 
 A corrupted store must not crash the checker: every key and record is decoded through
@@ -39,6 +39,7 @@ from .._clock import SystemClock
 from ..codec import unpack_record
 from ._env import Databases
 from ._keys import (
+    COUNT_PREFIX,
     NO_ENGINE,
     STATUS_CODES,
     TERMINAL,
@@ -383,8 +384,9 @@ def _check_feed(reader: _Reader, now: float, feed_retention: float, lease_now: f
 
 
 def check_counts(txn: lmdb.Transaction[bytes], dbs: Databases) -> list[Problem]:
-    """``counts`` against the visibility index, group by group. Only meaningful over the whole
-    store (a view of some workflows' entries would disagree with the whole store's counts)."""
+    """The workflow counts (``meta``, ``count/`` keys) against the visibility index, group by
+    group. Only meaningful over the whole store (a view of some workflows' entries would
+    disagree with the whole store's counts)."""
     reader = _Reader(txn, dbs)
     indexed: Counter[bytes] = Counter()
     for key, _ in reader.raw("visibility", values=False):
@@ -393,8 +395,12 @@ def check_counts(txn: lmdb.Transaction[bytes], dbs: Databases) -> list[Problem]:
         except (struct.error, IndexError):
             continue  # an unreadable visibility key: ``_check_visibility`` reports it
     stored: dict[bytes, int] = {}
-    for group, count in reader.entries("counts", bytes, _u64, wid=lambda key: None):
-        stored[group] = count
+    for key, value in reader.raw("meta"):
+        if bytes(key).startswith(COUNT_PREFIX):
+            try:
+                stored[bytes(key[len(COUNT_PREFIX):])] = _u64(value)
+            except ValueError as exc:
+                reader.problems.append(Problem("unreadable_record", None, f"meta key {bytes(key)!r}: {exc}"))
     problems = []
     for group in sorted(indexed.keys() | stored.keys()):
         if indexed.get(group, 0) != stored.get(group, 0):

@@ -34,7 +34,6 @@ DATABASES: Final = (
     "expiring",
     "requests",
     "meta",
-    "counts",
 )
 
 
@@ -56,7 +55,6 @@ class Databases:
     expiring: lmdb._Database
     requests: lmdb._Database
     meta: lmdb._Database
-    counts: lmdb._Database
 
     def __init__(self, env: lmdb.Environment) -> None:
         for name in DATABASES:

@@ -5,8 +5,8 @@ had no ``expiring`` index. Both indexes are derived from the workflow records, s
 rebuilds them from the records. Version 2 judged engine leases by the wall clock; version 3
 by a lease clock each engine record names (``adopt_lease_clock``, run at every read-write
 open, moves older records onto it). Version 4 keeps the number of workflows per (status,
-type) in ``counts`` (what ``/metrics`` reports without scanning); the upgrade counts the
-visibility index once. An older version would not keep those counts, so it refuses a
+type) in ``meta`` (``count/`` keys: what ``/metrics`` reports without scanning); the upgrade
+counts the visibility index once. An older version would not keep those counts, so it refuses a
 version-4 store.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..codec import pack_record, unpack_record
-from ._keys import TERMINAL, expiring_key, group_length, pack_u64, visibility_key, visibility_value
+from ._keys import COUNT_PREFIX, TERMINAL, count_key, expiring_key, group_length, pack_u64, visibility_key, visibility_value
 
 if TYPE_CHECKING:
     import lmdb
@@ -59,11 +59,16 @@ def count_groups(txn: lmdb.Transaction[bytes], dbs: Databases) -> dict[bytes, in
 
 
 def rebuild_counts(txn: lmdb.Transaction[bytes], dbs: Databases) -> int:
-    """Rewrite ``counts`` from the visibility index; returns the workflows counted."""
-    txn.drop(dbs.counts, delete=False)
+    """Rewrite the workflow counts (``meta``, ``count/`` keys) from the visibility index;
+    returns the workflows counted."""
+    cursor = txn.cursor(db=dbs.meta)
+    if cursor.set_range(COUNT_PREFIX):
+        while cursor.key().startswith(COUNT_PREFIX):
+            if not cursor.delete() or not cursor.key():
+                break
     counts = count_groups(txn, dbs)
     for group, found in counts.items():
-        txn.put(group, pack_u64(found), db=dbs.counts)
+        txn.put(count_key(group), pack_u64(found), db=dbs.meta)
     return sum(counts.values())
 
 

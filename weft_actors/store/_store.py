@@ -24,7 +24,7 @@ from ._env import DEFAULT_MAP_SIZE, close_environment, lock_file_replaced, open_
 from ._ownership import Ownership
 from ._refusals import Refusals, last_refusal
 from ._reserve import GROWTH, StorageReserve
-from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, engine_key, split_holder, split_visibility_group, unpack_u64
+from ._keys import COUNT_PREFIX, NO_ENGINE, STATUS_CODES, TERMINAL, engine_key, split_holder, split_visibility_group, unpack_u64
 
 
 __all__ = ["LmdbStore"]
@@ -431,13 +431,17 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         return found
 
     def workflow_counts(self) -> dict[tuple[str, str], int]:
-        """How many workflows the store holds per ``(status, type)``: the ``counts`` keyspace,
-        kept by every transaction that changes a status, so reading it costs one entry per
-        group, never a pass over the workflows."""
+        """How many workflows the store holds per ``(status, type)``: the counts kept in
+        ``meta`` by every transaction that changes a status, so reading them costs one entry
+        per group, never a pass over the workflows."""
         with self.env.begin() as txn:
             found = {}
-            for key, value in txn.cursor(db=self.dbs.counts):
-                found[split_visibility_group(key)] = unpack_u64(value)[0]
+            cursor = txn.cursor(db=self.dbs.meta)
+            if cursor.set_range(COUNT_PREFIX):
+                for key, value in cursor:
+                    if not key.startswith(COUNT_PREFIX):
+                        break
+                    found[split_visibility_group(key[len(COUNT_PREFIX):])] = unpack_u64(value)[0]
             return found
 
     def count(self, name: str) -> int:
