@@ -43,7 +43,7 @@ def workflows(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], wf_t
 def test_workflow_counts_by_type_and_status_and_timer_gauges_back_at_the_live_timers(tmp_path):
     port = free_port()
     args = ("--heartbeat", "0.2", "--ttl", "0.6", "--metrics-port", str(port))
-    with RunningSupervisor(tmp_path / "data", shards=2, app="supervisor_app", args=args) as sup, Client(sup.endpoint, timeout=10) as client:
+    with RunningSupervisor(tmp_path / "data", shards=2, app="timers_app", args=args) as sup, Client(sup.endpoint, timeout=10) as client:
         client.start("napper", 3600.0, id="napping")  # the one timer that stays armed
         cancelled = [client.start("timed_wait", 3600.0, id=f"cancelled-{i}") for i in range(25)]
         fired = [client.start("timed_wait", 0.2, id=f"fired-{i}") for i in range(25)]
