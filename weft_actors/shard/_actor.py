@@ -110,8 +110,8 @@ class Actor(InboxMixin, EndingMixin):
         self.attempts: dict[int, list[Any]] = _NO_TABLE
         """seq -> [token, cancel function, start time] of the activity attempt in flight."""
         self.wakes: list[tuple[Any, ...]] = []
-        """Activity outcomes (``_DONE, seq, value, error, attempt start``) and timer fires
-        (``_FIRED, seq``) not handled yet, in arrival order."""
+        """Activity outcomes (``_DONE, seq, value, error, attempt start``: None for an attempt
+        that ended inline) and timer fires (``_FIRED, seq``) not handled yet, in arrival order."""
         self.token = 0
         self.children: dict[str, int] | None = None
         self.writes: Writes | None = None
@@ -278,10 +278,9 @@ class Actor(InboxMixin, EndingMixin):
             if retry_at is not None:
                 self._schedule_timer(TimerRef(retry_at, seq, "retry"))
             else:
-                at0 = self.engine.clock.now()
-                finished = self._run_attempt(cmd, (record.get("attempts", 0) if record is not None else 0) + 1, at0)
+                finished = self._run_attempt(cmd, (record.get("attempts", 0) if record is not None else 0) + 1)
                 if finished is not None:  # handled by the poll at the end of ``handle``
-                    self.wakes.append((_DONE, seq, finished[0], finished[1], at0))
+                    self.wakes.append((_DONE, seq, finished[0], finished[1], None))
         elif kind == "signal" or kind == "condition":
             if op.timeout is not None:  # type: ignore[union-attr]
                 self._start_timer(cmd, op.timeout)  # type: ignore[union-attr]
@@ -372,9 +371,10 @@ class Actor(InboxMixin, EndingMixin):
         del self.ops[seq]
         self._writes().ops.append((seq, self.run.record_outcome(seq, ok=payload, at1=now)))
 
-    def _run_attempt(self, cmd: Command, attempt: int, at0: float) -> Finished | None:
-        """Start an attempt of ``cmd``'s activity (at ``at0``, wall time); its ``Finished``
-        outcome if it ended inline, else None (``on_activity_done`` gets the outcome later)."""
+    def _run_attempt(self, cmd: Command, attempt: int) -> Finished | None:
+        """Start an attempt of ``cmd``'s activity; its ``Finished`` outcome if it ended inline,
+        else None (``on_activity_done`` gets the outcome later, and the attempt's start time,
+        read once it is under way: an attempt that ends inline takes no time to stamp)."""
         op: ActivityOp = cmd.op  # type: ignore[assignment]
         self.token += 1
         token = self.token
@@ -390,14 +390,15 @@ class Actor(InboxMixin, EndingMixin):
             return started  # type: ignore[return-value]
         if self.attempts is _NO_TABLE:
             self.attempts = {}
-        self.attempts[seq] = [token, started, at0]
+        self.attempts[seq] = [token, started, self.engine.clock.now()]
         return None
 
-    def _activity_outcome(self, cmd: Command, value: Any, error: BaseException | None, at0: float) -> None:
-        """Record the outcome of an attempt that started at ``at0``: the op's result, its
-        failure, or a retry. The op's ``at0`` is its first attempt's start (kept on its record
-        across retries), ``at1`` the time its outcome is recorded: wall-clock stamps for
-        ``describe``, never read by replay."""
+    def _activity_outcome(self, cmd: Command, value: Any, error: BaseException | None, at0: float | None) -> None:
+        """Record the outcome of an attempt that started at ``at0`` (None: it ended inline,
+        in the turn it started): the op's result, its failure, or a retry. The op's ``at0`` is
+        its first attempt's start (kept on its record across retries), ``at1`` the time its
+        outcome is recorded: wall-clock stamps for ``describe``, never read by replay. An op
+        whose only attempt ended inline records ``at1`` alone: it took no time."""
         seq = cmd.seq
         op: ActivityOp = cmd.op  # type: ignore[assignment]
         previous = self.run.history.get(seq)
@@ -418,14 +419,18 @@ class Actor(InboxMixin, EndingMixin):
                 payload = None  # not kept while the failure commits
             else:
                 del self.ops[seq]
+                if at0 is None:
+                    packed = self.run.record_outcome(seq, ok=payload, attempts=attempts, at1=now)
+                else:
+                    packed = self.run.record_outcome(seq, ok=payload, attempts=attempts, at0=at0, at1=now)
                 if self.timers:
                     timers = self._clear_timer(seq)
                 elif not self.ops and not self.wakes and not self.inbox and self.run.waiting_seq == seq:
-                    self._commit_ahead(((seq, self.run.record_outcome(seq, ok=payload, attempts=attempts, at0=at0, at1=now)),))
+                    self._commit_ahead(((seq, packed),))
                     return
                 else:
                     timers = ()
-                self._commit(ops=((seq, self.run.record_outcome(seq, ok=payload, attempts=attempts, at0=at0, at1=now)),), timers_del=timers)
+                self._commit(ops=((seq, packed),), timers_del=timers)
                 return
         previous = previous or {}
         if error.__class__ is DecidedFailure:  # this attempt's failure, its commit refused before
@@ -447,13 +452,17 @@ class Actor(InboxMixin, EndingMixin):
             self._log_failed_attempt(seq, op.name, attempts, error, None if retry_at is None else delay)
         if retry_at is not None:
             ref = TimerRef(retry_at, seq, "retry")
-            started = self.run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"], at0=at0)
+            started = self.run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"], at0=now if at0 is None else at0)
             stale = self._clear_timer(seq)
             self._schedule_timer(ref)
             self._commit(ops=((seq, started),), timers_put=(ref,), timers_del=stale)
             return
         del self.ops[seq]
-        self._commit(ops=((seq, self.run.record_outcome(seq, err=failure, attempts=attempts, at0=at0, at1=now)),), timers_del=self._clear_timer(seq))
+        if at0 is None:
+            packed = self.run.record_outcome(seq, err=failure, attempts=attempts, at1=now)
+        else:
+            packed = self.run.record_outcome(seq, err=failure, attempts=attempts, at0=at0, at1=now)
+        self._commit(ops=((seq, packed),), timers_del=self._clear_timer(seq))
 
     def _log_failed_attempt(self, seq: int, activity: str, attempt: int, error: BaseException, retry_in: float | None) -> None:
         """Once per attempt that failed, when it is decided (not again for the decision a
@@ -488,7 +497,7 @@ class Actor(InboxMixin, EndingMixin):
         if kind == "activity":
             # The retry timer stays recorded until the attempt's outcome commit deletes it;
             # a crash before then re-runs the attempt at once on recovery.
-            finished = self._run_attempt(cmd, self.run.history[seq].get("attempts", 0) + 1, now)
+            finished = self._run_attempt(cmd, self.run.history[seq].get("attempts", 0) + 1)
             if finished is not None:  # after the wakes that came first: the poll goes on
                 self.wakes.append((_DONE, seq, finished[0], finished[1], now))
             return

@@ -11,7 +11,10 @@ started; ``at1`` with its outcome). Replay never reads them. An op whose start w
 (a ``wait_signal`` or ``wait_condition`` without a timeout) started when the code reached it:
 right when the op before it ended (or the run began), which is exact for an op awaited on its
 own; inside ``all``/``race`` its siblings may end first, so there it is left unknown (None).
-Signal handlers, updates and ``now``/``random``/``uuid``/``patched`` take no time.
+Signal handlers, updates and ``now``/``random``/``uuid``/``patched`` take no time, nor does an
+activity whose only attempt ended inline (an ``async def`` that never suspended): it records
+``at1`` alone. An attempt that waits for a free slot (``max_inflight_activities``) started
+when it was handed to the runner.
 """
 
 from __future__ import annotations
@@ -122,8 +125,8 @@ def _history(ops: dict[int, dict[str, Any]], run_start: float) -> list[dict[str,
         ended = op.get("at1") if "t" in op else None
         if "at0" in op:
             started = op["at0"]
-        elif kind in _INSTANT:
-            started = ended
+        elif kind in _INSTANT or (kind == "activity" and "at1" in op):
+            started = ended  # applied at once, or an activity that ended in the turn it started
         elif "in" in op:
             started = None  # a leaf of all/race: its siblings may have ended before it started
         else:

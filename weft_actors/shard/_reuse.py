@@ -50,11 +50,11 @@ class ReusingActor(Actor):
 
     __slots__ = ()
 
-    def _run_attempt(self, cmd: Any, attempt: int, at0: float) -> Finished | None:
+    def _run_attempt(self, cmd: Any, attempt: int) -> Finished | None:
         kept = self.engine.refused.take(self.wid, self.run_id, cmd.seq, attempt)  # type: ignore[attr-defined]
         if kept is not None:
             return kept
-        return Actor._run_attempt(self, cmd, attempt, at0)
+        return Actor._run_attempt(self, cmd, attempt)
 
 
 class RefusedOutcomes:
