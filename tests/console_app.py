@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from weft_actors import activity, workflow
+import dataclasses
+
+from weft_actors import activity, register_type, workflow
 
 
 @activity
@@ -40,3 +42,37 @@ async def waiter(ctx, tag: str) -> list:
 @workflow
 async def parent(ctx, child_id: str) -> str:
     return "parent of " + await ctx.child(echo, "kid", id=child_id)
+
+
+@workflow
+async def timed(ctx, tag: str) -> str:
+    """Two steps, then a wait for ``go`` of up to an hour: a pending timer with a fire time."""
+    shouted = await ctx.run(shout, tag)
+    await ctx.sleep(0.05)
+    return shouted + str(await ctx.wait_signal("go", timeout=3600))
+
+
+@workflow
+async def chain(ctx, n: int) -> int:
+    """Continues as new ``n`` times (so it has previous runs), then returns 0."""
+    if n > 0:
+        return ctx.continue_as_new(n - 1)
+    return n
+
+
+@dataclasses.dataclass
+class Parcel:
+    label: str
+    grams: int
+
+
+register_type(Parcel)
+
+
+@workflow
+async def ship(ctx, parcel: Parcel | None = None) -> str:
+    """Continues as new with a ``Parcel``: an input of a type only the app's processes know
+    (the console's and the tests' processes never import this module)."""
+    if parcel is None:
+        return ctx.continue_as_new(Parcel("fragile", 750))
+    return f"{parcel.label}: " + await ctx.wait_signal("go")

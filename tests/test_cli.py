@@ -135,7 +135,6 @@ def test_start_with_a_bare_word_explains_the_json_format(capsys: pytest.CaptureF
     assert "not valid JSON" in err and """'["world"]'""" in err and """'"world"'""" in err
 
 
-
 def test_start_with_the_wrong_number_of_arguments_is_refused_at_once(supervisor: RunningSupervisor, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(supervisor, "start", "hello", '["a", "b", "c"]', "--id", "cli-arity-1") == 1
     err = capsys.readouterr().err
@@ -157,3 +156,26 @@ def test_start_with_the_wrong_number_of_arguments_is_refused_at_once(supervisor:
             with pytest.raises(WorkflowNotFound):
                 client.get_handle(wid).describe()
         assert client.start("hello", "ada", id="cli-arity-5").result(timeout=TIMEOUT) == "Hello, ada!"
+
+
+def test_describe_and_list_show_iso_times_and_json_keeps_the_raw_ones(supervisor: RunningSupervisor, capsys: pytest.CaptureFixture[str]) -> None:
+    iso = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+    assert cli(supervisor, "start", "hello", '"iso"', "--id", "cli-iso-1") == 0
+    assert cli(supervisor, "result", "cli-iso-1", "--timeout", "20") == 0
+    capsys.readouterr()
+    assert cli(supervisor, "--json", "describe", "cli-iso-1") == 0
+    described = json.loads(capsys.readouterr().out)
+    assert isinstance(described["created"], float) and iso.match(described["created_iso"])
+    assert isinstance(described["ended"], float) and iso.match(described["ended_iso"])
+    assert described["input"] == ["iso"] and described["owner_shard"] is None  # finished: no owner
+    (op,) = described["history"]
+    assert op["started"] <= op["ended"] and iso.match(op["started_iso"]) and op["duration"] >= 0
+    # For a person: each time in ISO 8601, in its place; the raw twin is for --json only.
+    assert cli(supervisor, "describe", "cli-iso-1") == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["created"] == described["created_iso"] and shown["ended"] == described["ended_iso"]
+    assert shown["history"][0]["started"] == op["started_iso"] and shown["history"][0]["duration"] == op["duration"]
+    assert not [key for key in (*shown, *shown["history"][0]) if key.endswith("_iso")]
+    assert cli(supervisor, "list", "--type", "hello") == 0
+    rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert iso.match(rows["cli-iso-1"][3])

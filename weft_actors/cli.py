@@ -1,7 +1,8 @@
 """``python -m weft_actors``: drive a running supervisor from the shell.
 
 Every command is one ``Client`` call. Values are given and printed as JSON; with ``--json``
-the output is exactly one JSON document (for scripts), otherwise a readable form. A failure
+the output is exactly one JSON document (for scripts, times as epoch seconds with their ISO
+8601 twins: ``created`` and ``created_iso``), otherwise a readable form (times in ISO 8601). A failure
 prints ``error: <code>: <message>`` on stderr and exits 1 (2 for a usage error, 130 when
 interrupted). The operator commands (``backup``, ``purge``, ``replay``) work on a data
 directory and are handed to ``weft_actors.admin``.
@@ -283,16 +284,33 @@ def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
     if command in ("signal", "cancel", "terminate", "retry"):
         _emit(args, out, {"ok": True}, "ok")
     else:
-        _emit(args, out, value, _readable(value))
+        _emit(args, out, value, _readable(_iso_times(value)))
 
 
 def _readable(value: Any) -> str:
     return value if isinstance(value, str) else _dumps(value, indent=2)
 
 
+def _iso_times(value: Any) -> Any:
+    """``value`` for a person: each time that has an ISO 8601 twin (``created`` beside
+    ``created_iso``) shown as that text, in its place, and the twin dropped."""
+    if isinstance(value, list):
+        return [_iso_times(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    shown = {}
+    for key, item in value.items():
+        if isinstance(key, str) and key.endswith("_iso") and key[:-4] in value:
+            continue
+        twin = f"{key}_iso" if isinstance(key, str) else None
+        shown[key] = value[twin] if twin in value else _iso_times(item)
+    return shown
+
+
 def _table(page: dict[str, Any]) -> str:
     rows: list[tuple[str, ...]] = [("ID", "TYPE", "STATUS", "UPDATED")]
     for item in page.get("items") or []:
+        item = _iso_times(item)
         rows.append(tuple(_readable(item.get(key)) if item.get(key) is not None else "-" for key in ("id", "type", "status", "updated")))
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]

@@ -4,10 +4,12 @@ workflows; actions refused without the token; CURVE; the refusal of a non-loopba
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 import zmq.auth
@@ -17,6 +19,13 @@ from _processes import RunningSupervisor, free_port, wait_until
 from weft_actors import Client
 
 pytestmark = pytest.mark.timeout(90)
+
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+
+
+def json_once(url: str, ready: Callable[[Any], Any], timeout: float = 10.0) -> Any:
+    """``GET url`` as JSON, polled until ``ready(answer)`` holds."""
+    return wait_until(lambda: (lambda answer: answer if ready(answer) else None)(get_json(url)), timeout=timeout, what=f"{url} ready")
 
 
 @pytest.fixture(scope="module")
@@ -32,12 +41,19 @@ def served(tmp_path_factory):
 
 def test_overview_healthz_and_metrics(served):
     sup, base, client = served
-    overview = get_json(f"{base}/api/overview")
+    client.start("echo", "counted", id="overview-echo").result(timeout=10)
+    # Each shard reports its figures once a second: wait for a report after the workflow.
+    overview = json_once(f"{base}/api/overview", lambda found: all("loop_lag_ms" in shard for shard in found["shards"]))
     assert overview["ready"] is True
     assert [shard["slot"] for shard in overview["shards"]] == [0, 1]
     assert sorted(shard["pid"] for shard in overview["shards"]) == sorted(sup.shard_pids)
     assert all(shard["alive"] and len(shard["engine_id"]) == 32 for shard in overview["shards"])
+    assert all(0 <= shard["loop_lag_ms"] < 1000 for shard in overview["shards"])  # each shard's loop lag
     assert set(overview["counts"]) >= {"running", "completed", "quarantined"}
+    # The counts the store keeps, by type and status, and by status over every type.
+    echo = {entry["status"]: entry["count"] for entry in overview["workflows"] if entry["type"] == "echo"}
+    assert echo.get("completed", 0) >= 1
+    assert overview["counts"]["completed"] == sum(entry["count"] for entry in overview["workflows"] if entry["status"] == "completed")
     for url in (f"{base}/healthz", f"{sup.metrics_url}/healthz"):
         status, headers, body = request(url)
         assert status == 200 and headers["Content-Type"] == "application/json", url
@@ -45,6 +61,8 @@ def test_overview_healthz_and_metrics(served):
     status, headers, body = request(f"{base}/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain")
     assert b'weft_shard_alive{slot="0"} 1' in body and b"# TYPE weft_supervisor_restarts counter" in body
+    assert f'weft_workflows{{type="echo",status="completed"}} {echo["completed"]}'.encode() in body
+    assert b'weft_workflows{type="echo",status="quarantined"} 0' in body and b'weft_shard_loop_lag_ms{slot="1"} ' in body
     assert request(f"{base}/nope")[0] == 404
 
 
@@ -60,7 +78,7 @@ def test_list_is_newest_first_filtered_paged_and_counted(served):
     page = get_json(f"{base}/api/workflows?prefix=list-")
     assert [item["id"] for item in page["items"]] == ["list-failed", *reversed(ids)]
     assert page["counts"]["completed"] == 5 and page["counts"]["failed"] == 1 and page["total"] == 6
-    assert page["cursor"] is None and page["items"][0]["updated_iso"].endswith("+00:00")
+    assert page["cursor"] is None and ISO.match(page["items"][0]["updated_iso"])
     assert [item["id"] for item in get_json(f"{base}/api/workflows?prefix=list-&status=failed")["items"]] == ["list-failed"]
     assert get_json(f"{base}/api/workflows?prefix=list-&type=failing")["total"] == 1
     assert get_json(f"{base}/api/workflows?status=quarantined")["items"] == []
@@ -85,10 +103,18 @@ def test_one_workflow_has_describe_with_iso_times_owner_children_and_traceback(s
     sup, base, client = served
     client.start("parent", "kid-1", id="dad-1").result(timeout=10)
     dad = get_json(wid_url(base, "dad-1", api=True))
-    assert dad["status"] == "completed" and dad["result"] == "parent of KID"
-    assert dad["created_iso"].startswith(time.strftime("%Y-", time.gmtime())) and "T" in dad["created_iso"]
+    assert dad["status"] == "completed" and dad["result"] == "parent of KID" and dad["input"] == ["kid-1"]
+    assert dad["created_iso"].startswith(time.strftime("%Y-", time.gmtime())) and ISO.match(dad["created_iso"])
+    assert ISO.match(dad["updated_iso"]) and dad["ended"] == dad["updated"] and dad["ended_iso"] == dad["updated_iso"]
     assert [op["child_id"] for op in dad["history"] if op.get("child_id")] == ["kid-1"]
-    assert get_json(wid_url(base, "kid-1", api=True))["parent"] == "dad-1"
+    (child_op,) = dad["history"]
+    assert dad["created"] <= child_op["started"] <= child_op["ended"] <= dad["ended"]
+    assert child_op["duration"] == pytest.approx(child_op["ended"] - child_op["started"])
+    assert ISO.match(child_op["started_iso"]) and ISO.match(child_op["ended_iso"])
+    kid = get_json(wid_url(base, "kid-1", api=True))
+    assert kid["parent"] == "dad-1" and kid["input"] == ["kid"]
+    assert [(op["kind"], op["name"], op["outcome"], op["attempts"]) for op in kid["history"]] == [("activity", "shout", "ok", 1)]
+    assert kid["history"][0]["started"] <= kid["history"][0]["ended"]
     failing = client.start("failing", "broken on purpose", id="fails-1")
     wait_until(lambda: client.get_handle("fails-1").describe()["status"] == "failed", timeout=10)
     described = get_json(wid_url(base, failing.id, api=True))
@@ -97,6 +123,49 @@ def test_one_workflow_has_describe_with_iso_times_owner_children_and_traceback(s
     shown = wait_until(lambda: get_json(wid_url(base, running.id, api=True)), timeout=10)
     assert shown["id"] == "waits/1 <odd>" and shown["owner"] and shown["owner_shard"]["pid"] in sup.shard_pids
     assert request(wid_url(base, "no-such-workflow", api=True))[0] == 404
+    # The owner's shard, as the supervisor's own figures name the engine's slot and pid.
+    shard = next(shard for shard in get_json(f"{base}/api/overview")["shards"] if shard["engine_id"] == shown["owner"])
+    assert shown["owner_shard"] == {"slot": shard["slot"], "pid": shard["pid"], "state": "live"}
+
+
+def test_one_workflow_shows_its_pending_timers_and_previous_runs(served):
+    sup, base, client = served
+    before = time.time()
+    client.start("timed", "tick", id="timed-1")
+    url = wid_url(base, "timed-1", api=True)
+    shown = json_once(url, lambda found: [t["kind"] for t in found["timers"]] == ["signal"])  # after the sleep
+    ((timer),) = shown["timers"]
+    assert (timer["kind"], timer["seq"]) == ("signal", 2) and before + 3600 <= timer["fire_at"] <= time.time() + 3600
+    assert ISO.match(timer["fire_at_iso"])
+    activity, nap, wait = shown["history"]
+    assert (activity["kind"], nap["kind"], wait["kind"]) == ("activity", "sleep", "signal")
+    assert nap["duration"] >= 0.05 and nap["started"] >= activity["ended"]
+    assert wait["outcome"] == "pending" and wait["started"] >= nap["ended"] and (wait["ended"], wait["duration"]) == (None, None)
+    assert shown["ended"] is None and shown["ended_iso"] is None
+    client.get_handle("timed-1").signal("go", 1)
+    assert client.get_handle("timed-1").result(timeout=10) == "TICK1"
+    assert get_json(url)["timers"] == []
+    client.start("chain", 2, id="chain-1").result(timeout=10)
+    chained = get_json(wid_url(base, "chain-1", api=True))
+    assert chained["input"] == [0] and [run["status"] for run in chained["previous_runs"]] == ["continued", "continued"]
+    assert all(ISO.match(run["ended_iso"]) for run in chained["previous_runs"])
+
+
+def test_an_input_of_a_type_the_reader_does_not_know_costs_only_the_input(served):
+    """The supervisor imports the app, so its console shows an input of the app's own type;
+    this process does not: there the input cannot be decoded, and is said so, beside the
+    rest of the answer."""
+    sup, base, client = served
+    client.start("ship", id="ship-1")
+    url = wid_url(base, "ship-1", api=True)
+    shown = json_once(url, lambda found: found["previous_runs"] and found["status"] == "running")
+    assert shown["input"] == ["Parcel(label='fragile', grams=750)"] and "input_error" not in shown  # JSON shows its repr
+    direct = client.get_handle("ship-1").describe()
+    assert direct["input"] is None and "console_app.Parcel" in direct["input_error"] and "not registered" in direct["input_error"]
+    assert "input_encoded" not in direct and direct["status"] == "running" and direct["owner_shard"]["pid"] in sup.shard_pids
+    assert [run["status"] for run in direct["previous_runs"]] == ["continued"]
+    client.get_handle("ship-1").signal("go", "sent")
+    assert client.get_handle("ship-1").result(timeout=10) == "fragile: sent"
 
 
 def test_actions_need_the_token_and_then_act(served):

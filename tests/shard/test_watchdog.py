@@ -84,3 +84,27 @@ def test_a_loop_that_keeps_turning_logs_nothing(tmp_path, caplog):
 
     run(main())
     assert _stall_records(caplog) == []
+
+
+@pytest.mark.timeout(30)
+def test_loop_lag_is_how_late_the_loop_turned_over_the_last_second(tmp_path):
+    """``stats()["loop_lag_ms"]``: near nothing on an idle loop, the length of a block just
+    after one (a ready callback waited that long), and back to near nothing a second later."""
+
+    async def main():
+        async with Engine(str(tmp_path), app=APP, stall_threshold=1.0, heartbeat=1.0, ttl=5.0) as engine:
+            await asyncio.sleep(0.6)
+            assert 0 <= engine.stats()["loop_lag_ms"] < 150  # idle (a shared machine may be slow)
+            time.sleep(0.8)  # the loop is blocked: its tick (due every 0.25 s) fires >= 0.55 s late
+            await eventually(lambda: engine.stats()["loop_lag_ms"] >= 500, timeout=2)
+            await eventually(lambda: engine.stats()["loop_lag_ms"] < 150, timeout=5)
+
+    run(main())
+
+
+def test_an_engine_without_background_tasks_reports_no_loop_lag(tmp_path):
+    async def main():
+        async with Engine(str(tmp_path), app=APP, background=False) as engine:
+            assert engine.stats()["loop_lag_ms"] is None  # nothing measures it
+
+    run(main())

@@ -254,7 +254,8 @@ def test_stats_and_prometheus_metrics_show_shards_and_the_supervisor(tmp_path):
 
     port = free_port()
     with RunningSupervisor(tmp_path / "data", app=APP, args=("--metrics-port", str(port))) as sup, Client(sup.endpoint) as client:
-        assert client.start("echo", 1).result(timeout=10) == 1
+        echo = client.start("echo", 1)
+        assert echo.result(timeout=10) == 1
         stats = wait_until(lambda: (s := client.stats()) and all("commits_total" in sh for sh in s["shards"]) and s)
         for shard in stats["shards"]:
             assert {"pid", "engine_id", "live_actors", "parked_actors", "claims_active", "commits_per_s", "restarts"} <= set(shard)
@@ -262,7 +263,12 @@ def test_stats_and_prometheus_metrics_show_shards_and_the_supervisor(tmp_path):
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         assert "weft_supervisor_uptime_s" in text
         assert 'weft_shard_commits_total{slot="0"}' in text
-        assert "echo" not in text  # workflow ids and types are never labels
+        assert echo.id not in text  # workflow ids are never labels
+        # Types are, of the store's counts only: a bounded set, named by the app's code.
+        assert [line for line in text.splitlines() if "echo" in line and not line.startswith("#")] == [
+            f'weft_workflows{{type="echo",status="{status}"}} {int(status == "completed")}'
+            for status in ("pending", "running", "completed", "failed", "cancelled", "terminated", "timed_out", "continued", "quarantined")
+        ]
 
 
 def test_execute_starts_and_returns_the_result_in_one_request(tmp_path):

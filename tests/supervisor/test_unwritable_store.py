@@ -126,21 +126,32 @@ def test_a_shard_restarting_on_a_read_only_store_waits_for_it_and_the_others_ser
 
 
 def _fill(disk: Path) -> Path:
-    """Leave ``disk`` with no free block and no free inode (so even creating an empty file
-    fails with ENOSPC); the returned directory holds the ballast."""
+    """Leave ``disk`` with no free inode and no free block (so even creating an empty file
+    fails with ENOSPC); the returned directory holds the ballast. Inodes go first, while there
+    are blocks for their directory entries: filling the blocks alone would leave inodes, and
+    whether the store's own file still has free pages inside depends on its history, so the
+    store's next growth cannot be relied on to show the full disk."""
     ballast = disk / "ballast"
     ballast.mkdir()
-    with open(ballast / "blocks", "wb") as file:
+    with open(ballast / "blocks", "wb", buffering=0) as blocks:
+        for d in range(100_000):
+            folder = ballast / f"inodes-{d}"
+            try:
+                folder.mkdir()
+                for i in range(256):
+                    (folder / f"{i}").touch()
+            except OSError:
+                break
         try:
-            os.posix_fallocate(file.fileno(), 0, shutil.disk_usage(disk).free)
+            os.posix_fallocate(blocks.fileno(), 0, shutil.disk_usage(disk).free)
         except OSError:
             pass
-    for i in range(1_000_000):
-        try:
-            with open(ballast / f"{i}", "wb") as file:
-                file.write(b"x" * 4096)
-        except OSError:
-            break
+        for _ in range(1_000_000):
+            try:
+                blocks.write(b"x" * 4096)
+                os.fsync(blocks.fileno())
+            except OSError:
+                break
     return ballast
 
 

@@ -15,7 +15,7 @@ from typing import Any, Callable, Final, NamedTuple
 import msgpack
 
 from .._checks import check_instant, check_seconds, validate_id, validate_name
-from ..codec import decode, encode, encode_args
+from ..codec import decode, encode, encode_args, try_decode_args
 from ..errors import InvalidRequest, PayloadTooLarge, UnknownWorkflowType, from_wire
 from ._protocol import VERSION
 
@@ -198,7 +198,18 @@ def lift_quarantine_call(wid: str) -> Call:
 
 
 def describe_call(wid: str) -> Call:
-    return Call("describe", {"wid": validate_id(wid)}, lambda ok: decode(ok, "describe"))
+    return Call("describe", {"wid": validate_id(wid)}, _described)
+
+
+def _described(ok: bytes) -> dict[str, Any]:
+    """A describe answer, its input (sent as codec bytes, ``input_encoded``) decoded here: to
+    ``None`` and an ``input_error`` if its types are not registered in this process."""
+    described: Any = decode(ok, "describe")
+    if isinstance(described, dict) and described.pop("input_encoded", False):
+        described["input"], error = try_decode_args(described["input"], "workflow arguments")
+        if error is not None:
+            described["input_error"] = error
+    return described
 
 
 def list_call(status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> Call:

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 
 import msgpack
 
+from ..errors import SerializationError
 from ._errors import _TOO_DEEP, _decode_error, _describe, _Failure, _short, _type_name
 from ._wire import (
     _EXT_BIGINT,
@@ -239,3 +240,13 @@ def count_args(data: bytes, where: str = "workflow argument") -> int:
     if head == b"\xdd" and len(data) >= 5:
         return int.from_bytes(data[1:5], "big")
     raise _decode_error(None, where, "expected an argument array")
+
+
+def try_decode_args(data: bytes, where: str = "workflow argument") -> tuple[list[Any] | None, str | None]:
+    """``(arguments, None)``, or ``(None, why)`` when they cannot be decoded in this process
+    (a type it has not registered, a corrupt payload): for views that show them beside other
+    things, which a value they cannot read must not cost."""
+    try:
+        return list(decode_args(data, where)), None
+    except SerializationError as exc:
+        return None, f"{exc.code}: {exc}"

@@ -1,9 +1,10 @@
 """The console's data, as the JSON API serves it and the pages render it.
 
 Everything the CLI shows comes through a ``Client`` on the supervisor's own endpoint
-(``stats``, ``describe``, the actions), so the console and ``python -m weft_actors`` never
-disagree; only the newest-first list reads the store's visibility index directly
-(``_listing``), since no client call orders by time.
+(``stats``, with the store's workflow counts by type and status; ``describe``, with its ISO
+8601 times, owner shard and op times; the actions), so the console and
+``python -m weft_actors`` never disagree; only the newest-first list reads the store's
+visibility index directly (``_listing``), since no client call orders by time.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import binascii
 import datetime
 from typing import Any, Mapping
 
+from .._isotime import iso_utc
 from ..bus import Client
 from ..errors import InvalidRequest
 from ..store import LmdbStore
@@ -20,15 +22,12 @@ from ._listing import STATUSES, ListQuery, newest_first
 
 __all__ = ["overview", "workflows", "workflow", "list_query", "iso", "encode_cursor", "MAX_LIMIT"]
 
+iso = iso_utc
+"""Epoch seconds as ISO 8601 UTC with milliseconds (``...Z``), ``None`` for ``None``: the
+scheme ``describe`` and ``list`` use."""
+
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
-
-
-def iso(epoch: float | None) -> str | None:
-    """Epoch seconds as ISO 8601 UTC with milliseconds, ``None`` for ``None``."""
-    if epoch is None:
-        return None
-    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _parse_time(text: str, what: str) -> float:
@@ -85,16 +84,16 @@ def list_query(params: Mapping[str, str]) -> ListQuery:
     )
 
 
-def _counts(store: LmdbStore) -> dict[str, int]:
-    with store.read() as txn:
-        return newest_first(txn, store.dbs, ListQuery(limit=1))["counts"]
-
-
-def overview(client: Client, store: LmdbStore) -> dict[str, Any]:
-    """``stats`` (readiness, the supervisor's figures, one entry per shard) and the number of
-    workflows in the store by status."""
+def overview(client: Client) -> dict[str, Any]:
+    """``stats`` (readiness, the supervisor's figures, one entry per shard, the workflows by
+    type and status) and the number of workflows by status: read from the counts the store
+    keeps, not by a pass over its workflows."""
     stats = client.stats()
-    return {"ready": stats["ready"], "supervisor": stats["supervisor"], "shards": stats["shards"], "counts": _counts(store)}
+    by_type: list[dict[str, Any]] = list(stats.get("workflows") or ())
+    counts = dict.fromkeys(STATUSES, 0)
+    for entry in by_type:
+        counts[entry["status"]] = counts.get(entry["status"], 0) + entry["count"]
+    return {"ready": stats["ready"], "supervisor": stats["supervisor"], "shards": stats["shards"], "counts": counts, "workflows": by_type}
 
 
 def workflows(store: LmdbStore, query: ListQuery) -> dict[str, Any]:
@@ -117,19 +116,6 @@ def workflows(store: LmdbStore, query: ListQuery) -> dict[str, Any]:
 
 
 def workflow(client: Client, wid: str) -> dict[str, Any]:
-    """``describe`` as the CLI gets it, with ISO 8601 times beside the raw ones and the
-    owner's shard (slot and pid) beside its engine id when a shard of this supervisor runs
-    that engine."""
-    described = client.get_handle(wid).describe()
-    described["created_iso"] = iso(described.get("created"))
-    described["updated_iso"] = iso(described.get("updated"))
-    lost = described.get("lost_owners")
-    if isinstance(lost, dict) and lost.get("at") is not None:
-        lost["at_iso"] = iso(lost["at"])
-    owner = described.get("owner")
-    described["owner_shard"] = None
-    if owner is not None:
-        for shard in client.stats()["shards"]:
-            if shard.get("engine_id") == owner:
-                described["owner_shard"] = {"slot": shard["slot"], "pid": shard["pid"]}
-    return described
+    """``describe`` as the CLI gets it: ISO 8601 times beside the raw ones, the owner's
+    shard (slot, pid) beside its engine id, the input, the op times and the timers."""
+    return client.get_handle(wid).describe()

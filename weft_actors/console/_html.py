@@ -31,6 +31,9 @@ form.inline{display:inline-block;margin:0 12px 8px 0;padding:8px;background:#fff
 dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px;background:#fff;padding:10px;border:1px solid #d8dde3}
 dt{font-weight:600}dd{margin:0}
 .counts a{margin-right:12px}
+.track{width:180px;height:10px;background:#eef1f4;border-radius:3px;overflow:hidden}
+.bar{height:10px;border-radius:3px;background:#4f86d9}.bar.error{background:#d9534f}.bar.pending{background:#e8a33d}
+code{font-size:12px}
 """
 
 # Fills every token field from this tab's storage and remembers what is typed there: the
@@ -69,11 +72,12 @@ def query_href(path: str, params: dict[str, Any]) -> str:
     return esc(path + ("?" + urlencode(kept) if kept else ""))
 
 
-def table(headers: Iterable[str], rows: Iterable[Iterable[str]]) -> str:
+def table(headers: Iterable[str], rows: Iterable[Iterable[str]], table_id: str | None = None) -> str:
     """A table of cells that are markup already (escape them before)."""
     head = "".join(f"<th>{esc(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    ident = "" if table_id is None else f' id="{esc(table_id)}"'
+    return f"<table{ident}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 def page(title: str, body: str) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from ._data import iso
 from ._html import as_json, badge, esc, page, query_href, table, workflow_href
 from ._listing import STATUSES
 
@@ -13,7 +13,8 @@ __all__ = ["overview_page", "workflows_page", "workflow_page", "error_page"]
 _SHARD_COLUMNS = (
     ("slot", "slot"), ("pid", "pid"), ("engine_id", "engine id"), ("alive", "alive"), ("restarts", "restarts"),
     ("live_actors", "live actors"), ("parked_actors", "parked actors"), ("claims_active", "claims"),
-    ("commits_per_s", "commits/s"), ("workflows_in_flight", "in flight"), ("loop_stalls_total", "loop stalls"),
+    ("commits_per_s", "commits/s"), ("loop_lag_ms", "loop lag (ms)"), ("workflows_in_flight", "in flight"),
+    ("loop_stalls_total", "loop stalls"),
     ("storage", "storage"),
 )
 
@@ -43,8 +44,27 @@ def overview_page(data: dict[str, Any]) -> str:
         f"<dt>requests</dt><dd>{esc(supervisor.get('frontdoor_requests'))} (errors: {esc(supervisor.get('frontdoor_errors'))})</dd></dl>"
     )
     rows = [[_cell(shard.get(key)) for key, _ in _SHARD_COLUMNS] for shard in data["shards"]]
-    shards = table([label for _, label in _SHARD_COLUMNS], rows)
-    return page("Overview", f"{summary}<h2>Shards</h2>{shards}<h2>Workflows by status</h2>{_counts(data['counts'], {})}")
+    shards = table([label for _, label in _SHARD_COLUMNS], rows, table_id="shards")
+    body = f"{summary}<h2>Shards</h2>{shards}<h2>Workflows by status</h2>{_counts(data['counts'], {})}{_by_type(data.get('workflows') or [])}"
+    return page("Overview", body)
+
+
+def _by_type(entries: list[dict[str, Any]]) -> str:
+    """Workflows per type (rows) and status (the columns some type has), each a link to the list."""
+    counts: dict[str, dict[str, int]] = {}
+    for entry in entries:
+        counts.setdefault(entry["type"], {})[entry["status"]] = entry["count"]
+    if not counts:
+        return ""
+    statuses = [status for status in STATUSES if any(status in by_status for by_status in counts.values())]
+    rows = []
+    for wf_type, by_status in sorted(counts.items()):
+        cells = [f'<a href="{query_href("/workflows", {"type": wf_type})}">{esc(wf_type)}</a>']
+        for status in statuses:
+            count = by_status.get(status, 0)
+            cells.append(f'<a href="{query_href("/workflows", {"type": wf_type, "status": status})}">{count}</a>' if count else "0")
+        rows.append(cells)
+    return "<h2>Workflows by type</h2>" + table(["type", *statuses], rows, table_id="by-type")
 
 
 def workflows_page(data: dict[str, Any]) -> str:
@@ -84,19 +104,109 @@ def _link(wid: Any) -> str:
     return f'<a href="{esc(workflow_href(wid))}">{esc(wid)}</a>'
 
 
-def _history(history: list[dict[str, Any]]) -> str:
+def duration_text(seconds: Any) -> str:
+    """``seconds`` for a person: ``850 ms``, ``3.25 s``, ``4 min 7 s``, ``2 h 5 min``."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        return ""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
+    return f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+
+
+def _seconds(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _bars(history: list[dict[str, Any]], now: float | None) -> list[str]:
+    """One timeline bar per op: where it started and how long it took, on the span of the
+    history's times (a pending op reaches the end, ``now`` for a run still going; an op with
+    no known start gets none)."""
+    times = [t for op in history for t in (_seconds(op.get("started")), _seconds(op.get("ended"))) if t is not None]
+    if not times:
+        return [""] * len(history)
+    low, high = min(times), max(times)
+    if now is not None and any(op.get("outcome") == "pending" for op in history):
+        high = max(high, now)
+    span = (high - low) or 1.0
+    bars = []
+    for op in history:
+        started, ended = _seconds(op.get("started")), _seconds(op.get("ended"))
+        if started is None:
+            bars.append("")
+            continue
+        end = high if ended is None else ended
+        left = min((started - low) / span * 100, 99.4)
+        width = min(max(0.6, (end - started) / span * 100), 100 - left)
+        bars.append(f'<div class="track"><div class="bar {esc(op.get("outcome"))}" style="margin-left:{left:.1f}%;width:{width:.1f}%"></div></div>')
+    return bars
+
+
+_HISTORY_SHOWN = {"seq", "kind", "name", "outcome", "attempts", "child_id", "error", "started", "started_iso", "ended", "ended_iso", "duration"}
+
+
+def _history(history: list[dict[str, Any]], now: float | None) -> str:
     if not history:
         return "<p>No ops recorded.</p>"
     rows = []
-    for op in history:
+    for op, bar in zip(history, _bars(history, now)):
         error = op.get("error")
+        more = {k: v for k, v in op.items() if k not in _HISTORY_SHOWN}
         rows.append([
             esc(op.get("seq")), esc(op.get("kind")), esc(op.get("name")), badge(op.get("outcome")), esc(op.get("attempts", "")),
+            esc(op.get("started_iso") or ""), esc(op.get("ended_iso") or ""), esc(duration_text(op.get("duration"))), bar,
             _link(op["child_id"]) if op.get("child_id") else "",
             "" if not error else f"{esc(error.get('type'))}: {esc(error.get('message'))}",
-            as_json({k: v for k, v in op.items() if k not in ("seq", "kind", "name", "outcome", "attempts", "child_id", "error")}) if set(op) - {"seq", "kind", "name", "outcome", "attempts", "child_id", "error"} else "",
+            as_json(more) if more else "",
         ])
-    return table(["seq", "kind", "name", "outcome", "attempts", "child", "error", "more"], rows)
+    return table(["seq", "kind", "name", "outcome", "attempts", "started", "ended", "duration", "timeline", "child", "error", "more"], rows, table_id="history")
+
+
+def _timers(timers: list[dict[str, Any]]) -> str:
+    if not timers:
+        return "<p>None pending.</p>"
+    rows = [[esc(timer.get("kind")), esc("" if timer.get("seq") is None else timer["seq"]), esc(timer.get("fire_at_iso"))] for timer in timers]
+    return table(["kind", "op", "fires at"], rows, table_id="timers")
+
+
+def _previous_runs(runs: list[Any]) -> str:
+    if not runs:
+        return "none"
+    rows = []
+    for run in runs:
+        if isinstance(run, dict):
+            rows.append([esc(run.get("run_id")), badge(run.get("status")), esc(run.get("ended_iso") or run.get("ended"))])
+        else:
+            rows.append([esc(run), "", ""])
+    return table(["run id", "status", "ended"], rows, table_id="previous-runs")
+
+
+def _owner(data: dict[str, Any]) -> str:
+    if data.get("owner") is None:
+        return "none (not running)"
+    text = f'engine <code>{esc(data["owner"])}</code>'
+    shard = data.get("owner_shard")
+    if shard:
+        where = f"pid {esc(shard.get('pid'))}" if shard.get("slot") is None else f"shard {esc(shard.get('slot'))}, pid {esc(shard.get('pid'))}"
+        if shard.get("state") not in (None, "live"):
+            where += f" ({esc(shard['state'])})"
+        text += f' — <span id="owner-shard">{where}</span>'
+    return text
+
+
+def _time(data: dict[str, Any], key: str, missing: str) -> str:
+    if data.get(key) is None:
+        return missing
+    return f'<span id="{esc(key)}">{esc(data.get(f"{key}_iso"))}</span> <small>({esc(data.get(key))})</small>'
+
+
+def _input(data: dict[str, Any]) -> str:
+    if data.get("input_error"):
+        return f'<span class="badge error">cannot decode</span> {esc(data["input_error"])}'
+    return f'<pre id="input">{as_json(data.get("input"))}</pre>'
 
 
 def _actions(wid: str) -> str:
@@ -114,32 +224,34 @@ def _actions(wid: str) -> str:
 
 
 _SHOWN = {
-    "id", "type", "status", "run_id", "owner", "owner_shard", "epoch", "created", "updated", "created_iso", "updated_iso",
-    "history", "inbox", "result", "error", "nondeterminism", "lost_owners", "parent", "previous_runs", "memo", "history_pruned",
+    "id", "type", "status", "run_id", "input", "input_error", "owner", "owner_shard", "epoch", "created", "updated", "ended",
+    "created_iso", "updated_iso", "ended_iso", "history", "timers", "inbox", "result", "error", "nondeterminism", "lost_owners",
+    "parent", "previous_runs", "memo", "history_pruned",
 }
 
 
-def workflow_page(data: dict[str, Any], notice: str | None = None, failure: str | None = None) -> str:
+def workflow_page(data: dict[str, Any], notice: str | None = None, failure: str | None = None, now: float | None = None) -> str:
+    """``now``: the time the timeline of a run still going reaches (default: the clock's)."""
     wid = data["id"]
-    shard = data.get("owner_shard")
-    owner = "none (not running)" if data.get("owner") is None else esc(data["owner"])
-    if shard:
-        owner += f" — shard {esc(shard['slot'])}, pid {esc(shard['pid'])}"
+    if now is None and data.get("ended") is None:
+        now = time.time()
+    children = [op["child_id"] for op in data.get("history") or () if op.get("child_id")]
     fields = [
-        ("type", esc(data.get("type"))),
+        ("type", f'<span id="type">{esc(data.get("type"))}</span>'),
         ("status", f'<span id="status">{badge(data.get("status"))}</span>'),
         ("run id", esc(data.get("run_id"))),
-        ("owner engine", owner),
+        ("input", _input(data)),
+        ("owner", _owner(data)),
         ("epoch", esc(data.get("epoch"))),
-        ("created", f'{esc(data.get("created_iso"))} <small>({esc(data.get("created"))})</small>'),
-        ("updated", f'{esc(data.get("updated_iso"))} <small>({esc(data.get("updated"))})</small>'),
+        ("created", _time(data, "created", "")),
+        ("updated", _time(data, "updated", "")),
+        ("ended", _time(data, "ended", "not yet")),
         ("parent", _link(data["parent"]) if data.get("parent") else "none"),
-        ("previous runs", esc(", ".join(map(str, data.get("previous_runs") or ()))) or "none"),
+        ("children", ", ".join(_link(c) for c in children) or "none"),
+        ("previous runs", _previous_runs(list(data.get("previous_runs") or ()))),
         ("memo", f"<pre>{as_json(data.get('memo'))}</pre>" if data.get("memo") is not None else "none"),
         ("history pruned", esc(data.get("history_pruned")) if data.get("history_pruned") else "no"),
     ]
-    children = [op["child_id"] for op in data.get("history") or () if op.get("child_id")]
-    fields.append(("children", ", ".join(_link(c) for c in children) or "none"))
     for key in sorted(set(data) - _SHOWN):  # a field describe gained since: shown as it is
         fields.append((key.replace("_", " "), f"<pre>{as_json(data[key])}</pre>"))
     body = "".join(f"<dt>{esc(name)}</dt><dd>{value}</dd>" for name, value in fields)
@@ -160,14 +272,16 @@ def workflow_page(data: dict[str, Any], notice: str | None = None, failure: str 
         parts.append(f'<h2>Nondeterminism</h2><pre id="nondeterminism">{as_json(data["nondeterminism"])}</pre>')
     lost = data.get("lost_owners")
     if lost:
-        at = f" (last at {esc(iso(lost['at']) if isinstance(lost.get('at'), (int, float)) else lost.get('at'))})" if lost.get("at") is not None else ""
+        at = f" (last at {esc(lost.get('at_iso') or lost.get('at'))})" if lost.get("at") is not None else ""
+        title = "Quarantined" if data.get("status") == "quarantined" else "Lost owners"
         parts.append(
-            f'<h2>Lost owners / quarantine</h2><p id="lost">{esc(lost.get("count"))} owners lost in a row{at}: '
+            f'<h2>{title}</h2><p id="lost">{esc(lost.get("count"))} owners lost in a row{at} while it ran '
             f'{esc(lost.get("reason"))}</p>'
         )
-    parts.append(f'<h2>History</h2>{_history(data.get("history") or [])}')
+    parts.append(f'<h2>History</h2>{_history(data.get("history") or [], now)}')
+    parts.append(f'<h2>Pending timers</h2>{_timers(data.get("timers") or [])}')
     inbox = data.get("inbox") or []
-    parts.append("<h2>Inbox</h2>" + (table(["seq", "kind", "name"], [[esc(m.get("seq")), esc(m.get("kind")), esc(m.get("name"))] for m in inbox]) if inbox else "<p>Empty.</p>"))
+    parts.append("<h2>Inbox</h2>" + (table(["seq", "kind", "name"], [[esc(m.get("seq")), esc(m.get("kind")), esc(m.get("name"))] for m in inbox], table_id="inbox") if inbox else "<p>Empty.</p>"))
     parts.append(f"<h2>Actions</h2><p>Actions need the token the supervisor printed at start (typed once per tab).</p>{_actions(wid)}")
     return page(f"Workflow {wid}", "".join(parts))
 

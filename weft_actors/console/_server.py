@@ -151,7 +151,7 @@ class ConsoleServer:
                 self._reply(handler, 200 if stats["ready"] else 503, _json_bytes(body), "application/json")
             return
         if path in ("/", "/overview"):
-            data = _data.overview(self.client, self.store)
+            data = _data.overview(self.client)
             self._answer(handler, api, data, _pages.overview_page)
         elif path.rstrip("/") == "/workflows":
             data = _data.workflows(self.store, _data.list_query(params))

@@ -108,9 +108,10 @@ class Actor(InboxMixin, EndingMixin):
         self.timers: dict[int, tuple[TimerRef, list[Any] | None]] = _NO_TABLE
         """seq -> (durable timer, in-memory heap entry or None once fired)."""
         self.attempts: dict[int, list[Any]] = _NO_TABLE
-        """seq -> [token, cancel function] of the activity attempt in flight."""
+        """seq -> [token, cancel function, start time] of the activity attempt in flight."""
         self.wakes: list[tuple[Any, ...]] = []
-        """Activity outcomes and timer fires not handled yet, in arrival order."""
+        """Activity outcomes (``_DONE, seq, value, error, attempt start``: None for an attempt
+        that ended inline) and timer fires (``_FIRED, seq``) not handled yet, in arrival order."""
         self.token = 0
         self.children: dict[str, int] | None = None
         self.writes: Writes | None = None
@@ -164,7 +165,7 @@ class Actor(InboxMixin, EndingMixin):
         del attempts[seq]
         if not attempts:
             self.attempts = _NO_TABLE
-        self.wakes.append((_DONE, seq, value, error))
+        self.wakes.append((_DONE, seq, value, error, attempt[2]))
         if not self.busy:  # else the commit's callback (or the end of handle) polls
             self.poll()
 
@@ -185,7 +186,7 @@ class Actor(InboxMixin, EndingMixin):
                 self.ops.pop(cmd.seq, None)
                 writes = self._writes()
                 writes.timers_del.extend(self._clear_timer(cmd.seq, cmd.record))
-                writes.ops.append((cmd.seq, self.run.record_outcome(cmd.seq, ok=cmd.payload, err=cmd.error)))
+                writes.ops.append((cmd.seq, self.run.record_outcome(cmd.seq, ok=cmd.payload, err=cmd.error, at1=self.engine.clock.now())))
             else:
                 self.busy = False
                 self._end(cmd)
@@ -208,7 +209,7 @@ class Actor(InboxMixin, EndingMixin):
             if cmd is None:
                 continue  # the op was cancelled or resolved meanwhile
             if wake[0] == _DONE:
-                self._activity_outcome(cmd, wake[2], wake[3])
+                self._activity_outcome(cmd, wake[2], wake[3], wake[4])
             else:
                 self._timer_outcome(cmd)
             if self.busy:
@@ -279,7 +280,7 @@ class Actor(InboxMixin, EndingMixin):
             else:
                 finished = self._run_attempt(cmd, (record.get("attempts", 0) if record is not None else 0) + 1)
                 if finished is not None:  # handled by the poll at the end of ``handle``
-                    self.wakes.append((_DONE, seq, finished[0], finished[1]))
+                    self.wakes.append((_DONE, seq, finished[0], finished[1], None))
         elif kind == "signal" or kind == "condition":
             if op.timeout is not None:  # type: ignore[union-attr]
                 self._start_timer(cmd, op.timeout)  # type: ignore[union-attr]
@@ -294,10 +295,11 @@ class Actor(InboxMixin, EndingMixin):
         seq, kind = cmd.seq, cmd.op.kind  # type: ignore[union-attr]
         fire_at = cmd.record.get("fire_at") if cmd.record is not None else None
         if fire_at is None:
-            ref = TimerRef(self.engine.clock.now() + delay, seq, kind)
+            now = self.engine.clock.now()
+            ref = TimerRef(now + delay, seq, kind)
             self._schedule_timer(ref)
             writes = self._writes()
-            writes.ops.append((seq, self.run.record_started(seq, fire_at=ref.fire_at)))
+            writes.ops.append((seq, self.run.record_started(seq, fire_at=ref.fire_at, at0=now)))
             writes.timers_put.append(ref)
         else:
             self._schedule_timer(TimerRef(fire_at, seq, kind))
@@ -345,18 +347,20 @@ class Actor(InboxMixin, EndingMixin):
                     self.children.pop(child_id, None)
                 writes.effects.append(CancelOther(child_id))
         error = error or cancelled_record("cancelled")
+        now = self.engine.clock.now()
         if inbox_seq is None:
-            packed = self.run.record_outcome(seq, err=error)
+            packed = self.run.record_outcome(seq, err=error, at1=now)
         else:  # the cancel request's message is consumed by (recorded on) one op only
-            packed = self.run.record_outcome(seq, err=error, inbox=inbox_seq)
+            packed = self.run.record_outcome(seq, err=error, inbox=inbox_seq, at1=now)
         writes.ops.append((seq, packed))
 
     # -- outcomes -------------------------------------------------------------------------
 
     def _value_outcome(self, cmd: Command) -> None:
         kind = cmd.op.kind  # type: ignore[union-attr]
+        now = self.engine.clock.now()
         if kind == "now":
-            payload = encode(datetime.fromtimestamp(self.engine.clock.now(), timezone.utc))
+            payload = encode(datetime.fromtimestamp(now, timezone.utc))
         elif kind == "random":
             payload = encode(random.random())
         elif kind == "patch":
@@ -365,11 +369,12 @@ class Actor(InboxMixin, EndingMixin):
             payload = encode(uuid.uuid4())
         seq = cmd.seq
         del self.ops[seq]
-        self._writes().ops.append((seq, self.run.record_outcome(seq, ok=payload)))
+        self._writes().ops.append((seq, self.run.record_outcome(seq, ok=payload, at1=now)))
 
     def _run_attempt(self, cmd: Command, attempt: int) -> Finished | None:
         """Start an attempt of ``cmd``'s activity; its ``Finished`` outcome if it ended inline,
-        else None (``on_activity_done`` gets the outcome later)."""
+        else None (``on_activity_done`` gets the outcome later, and the attempt's start time,
+        read once it is under way: an attempt that ends inline takes no time to stamp)."""
         op: ActivityOp = cmd.op  # type: ignore[assignment]
         self.token += 1
         token = self.token
@@ -385,14 +390,24 @@ class Actor(InboxMixin, EndingMixin):
             return started  # type: ignore[return-value]
         if self.attempts is _NO_TABLE:
             self.attempts = {}
-        self.attempts[seq] = [token, started]
+        self.attempts[seq] = [token, started, self.engine.clock.now()]
         return None
 
-    def _activity_outcome(self, cmd: Command, value: Any, error: BaseException | None) -> None:
+    def _activity_outcome(self, cmd: Command, value: Any, error: BaseException | None, at0: float | None) -> None:
+        """Record the outcome of an attempt that started at ``at0`` (None: it ended inline,
+        in the turn it started): the op's result, its failure, or a retry. The op's ``at0`` is
+        its first attempt's start (kept on its record across retries), ``at1`` the time its
+        outcome is recorded: wall-clock stamps for ``describe``, never read by replay. An op
+        whose only attempt ended inline records ``at1`` alone: it took no time."""
         seq = cmd.seq
         op: ActivityOp = cmd.op  # type: ignore[assignment]
         previous = self.run.history.get(seq)
-        attempts = (previous.get("attempts", 0) if previous is not None else 0) + 1
+        if previous is not None:
+            attempts = previous.get("attempts", 0) + 1
+            at0 = previous.get("at0") or at0
+        else:
+            attempts = 1
+        now = self.engine.clock.now()
         if error is None:
             try:
                 payload = encode(value, "activity result")
@@ -404,17 +419,20 @@ class Actor(InboxMixin, EndingMixin):
                 payload = None  # not kept while the failure commits
             else:
                 del self.ops[seq]
+                if at0 is None:
+                    packed = self.run.record_outcome(seq, ok=payload, attempts=attempts, at1=now)
+                else:
+                    packed = self.run.record_outcome(seq, ok=payload, attempts=attempts, at0=at0, at1=now)
                 if self.timers:
                     timers = self._clear_timer(seq)
                 elif not self.ops and not self.wakes and not self.inbox and self.run.waiting_seq == seq:
-                    self._commit_ahead(((seq, self.run.record_outcome(seq, ok=payload, attempts=attempts)),))
+                    self._commit_ahead(((seq, packed),))
                     return
                 else:
                     timers = ()
-                self._commit(ops=((seq, self.run.record_outcome(seq, ok=payload, attempts=attempts)),), timers_del=timers)
+                self._commit(ops=((seq, packed),), timers_del=timers)
                 return
         previous = previous or {}
-        now = self.engine.clock.now()
         if error.__class__ is DecidedFailure:  # this attempt's failure, its commit refused before
             failure, retry_at, first_at = error.failure, error.retry_at, error.first_at  # type: ignore[attr-defined]
         else:
@@ -434,13 +452,17 @@ class Actor(InboxMixin, EndingMixin):
             self._log_failed_attempt(seq, op.name, attempts, error, None if retry_at is None else delay)
         if retry_at is not None:
             ref = TimerRef(retry_at, seq, "retry")
-            started = self.run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"])
+            started = self.run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"], at0=now if at0 is None else at0)
             stale = self._clear_timer(seq)
             self._schedule_timer(ref)
             self._commit(ops=((seq, started),), timers_put=(ref,), timers_del=stale)
             return
         del self.ops[seq]
-        self._commit(ops=((seq, self.run.record_outcome(seq, err=failure, attempts=attempts)),), timers_del=self._clear_timer(seq))
+        if at0 is None:
+            packed = self.run.record_outcome(seq, err=failure, attempts=attempts, at1=now)
+        else:
+            packed = self.run.record_outcome(seq, err=failure, attempts=attempts, at0=at0, at1=now)
+        self._commit(ops=((seq, packed),), timers_del=self._clear_timer(seq))
 
     def _log_failed_attempt(self, seq: int, activity: str, attempt: int, error: BaseException, retry_in: float | None) -> None:
         """Once per attempt that failed, when it is decided (not again for the decision a
@@ -471,20 +493,21 @@ class Actor(InboxMixin, EndingMixin):
         seq = cmd.seq
         op = cmd.op
         kind = op.kind  # type: ignore[union-attr]
+        now = self.engine.clock.now()
         if kind == "activity":
             # The retry timer stays recorded until the attempt's outcome commit deletes it;
             # a crash before then re-runs the attempt at once on recovery.
             finished = self._run_attempt(cmd, self.run.history[seq].get("attempts", 0) + 1)
             if finished is not None:  # after the wakes that came first: the poll goes on
-                self.wakes.append((_DONE, seq, finished[0], finished[1]))
+                self.wakes.append((_DONE, seq, finished[0], finished[1], now))
             return
         timers = self._clear_timer(seq)
         del self.ops[seq]
         if kind == "sleep":
-            record = self.run.record_outcome(seq, ok=_ENCODED_NONE)
+            record = self.run.record_outcome(seq, ok=_ENCODED_NONE, at1=now)
         else:
             what = f"no signal {op.name!r}" if kind == "signal" else "condition not met"  # type: ignore[union-attr]
-            record = self.run.record_outcome(seq, err={"kind": "timeout", "type": "TimeoutError", "message": f"{what} in time"})
+            record = self.run.record_outcome(seq, err={"kind": "timeout", "type": "TimeoutError", "message": f"{what} in time"}, at1=now)
         self._commit(ops=((seq, record),), timers_del=timers)
 
     def close(self) -> None:

@@ -622,6 +622,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "commits_total": self.committer.batches,
             "writes_total": self.committer.intents,
             "timers": len(self.timers),
+            "timer_entries": self.timers.heap_size,
             "activities_started": self.activities_started,
             "activities_inflight": self.activities.inflight,
             "activities_queued": self.activities.queued,
@@ -629,6 +630,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             "starts_overloaded_total": self.starts_overloaded,
             "quarantined_workflows": self.store.count_quarantined() if self.state == "running" else 0,  # a stopped engine's store is closed
             "loop_stalls_total": 0 if self.watchdog is None else self.watchdog.stalls,
+            "loop_lag_ms": None if self.watchdog is None else round(self.watchdog.lag * 1000.0, 1),
             "feed_cursor": self.maintenance.feed_cursor,
             "storage": self.store.write_state(),  # ok, disk_full, read_only, ...: reads go on
             **self.eviction.snapshot(),

@@ -90,13 +90,13 @@ class InboxMixin:
         if existing is not None and existing["status"] not in TERMINAL:
             del self.ops[seq]
             error = WorkflowAlreadyExists(f"workflow {child_id!r} already exists (status {existing['status']})", workflow_id=child_id)
-            writes.ops.append((seq, self.run.record_outcome(seq, err=error_record(error))))
+            writes.ops.append((seq, self.run.record_outcome(seq, err=error_record(error), at1=self.engine.clock.now())))
             return
         # A finished workflow's id may be reused (a parent that continues as new may start
         # "the same" child every run); a running one's never.
         child_run = new_id()
         create = CreateWorkflow(child_id, op.name, op.args, child_run, "start_new", None, self.wid, None, None)  # type: ignore[union-attr]
-        started = self.run.record_started(seq, child_id=child_id, child_run_id=child_run, parent_close=op.parent_close)  # type: ignore[union-attr]
+        started = self.run.record_started(seq, child_id=child_id, child_run_id=child_run, parent_close=op.parent_close, at0=self.engine.clock.now())  # type: ignore[union-attr]
         writes.ops.append((seq, started))
         writes.effects.append(CreateChild(create, self.run_id, seq, op.name in self.engine.workflows))  # type: ignore[union-attr]
         writes.fields = {"children": True}
@@ -128,7 +128,7 @@ class InboxMixin:
         if seq is None or seq not in self.ops:
             return None
         self.busy = True
-        return AppendAndConsume(append, self.epoch, self.run_id, seq, self.run.outcome_record(seq, ok=append.payload))
+        return AppendAndConsume(append, self.epoch, self.run_id, seq, self.run.outcome_record(seq, ok=append.payload, at1=self.engine.clock.now()))
 
     def consumed_with_append(self, intent: AppendAndConsume, result: Any) -> None:
         """The commit of ``consume_with_append``'s intent: resume on the signal if it was
@@ -156,12 +156,12 @@ class InboxMixin:
                 if seq is not None:
                     self._take(index)
                     self.ops.pop(seq, None)
-                    record = run.record_outcome(seq, ok=message["payload"], inbox=inbox_seq)
+                    record = run.record_outcome(seq, ok=message["payload"], inbox=inbox_seq, at1=self.engine.clock.now())
                     self._commit(ops=((seq, record),), consume=(inbox_seq,), timers_del=self._clear_timer(seq))
                     return
                 if name in run.signal_handlers:
                     self._take(index)
-                    seq, record = run.record_handler(name, message["payload"], inbox_seq)
+                    seq, record = run.record_handler(name, message["payload"], inbox_seq, at1=self.engine.clock.now())
                     self._commit(ops=((seq, record),), consume=(inbox_seq,))
                     return
             elif kind == "update":
@@ -202,7 +202,7 @@ class InboxMixin:
             self._answer_after(request_id)
             self._commit(consume=(inbox_seq,), effects=effects)
             return
-        seq, packed, record = self.run.record_update(name, args, message["payload"], inbox_seq, request_id, self.engine.payload_limit)
+        seq, packed, record = self.run.record_update(name, args, message["payload"], inbox_seq, request_id, self.engine.payload_limit, at1=self.engine.clock.now())
         answer = {"ok": record["ok"]} if "err" not in record else {"err": record["err"]}
         effects = (PutRequest(request_id, answer),) if request_id else ()
         self._answer_after(request_id)
@@ -241,8 +241,9 @@ class InboxMixin:
             return
         del self.ops[seq]
         outcome = unpack_record(message["payload"])
+        now = self.engine.clock.now()
         if outcome["status"] == "completed":
-            record = self.run.record_outcome(seq, ok=outcome["result"], inbox=inbox_seq)
+            record = self.run.record_outcome(seq, ok=outcome["result"], inbox=inbox_seq, at1=now)
         else:
-            record = self.run.record_outcome(seq, err=child_error(child_id, outcome), inbox=inbox_seq)
+            record = self.run.record_outcome(seq, err=child_error(child_id, outcome), inbox=inbox_seq, at1=now)
         self._commit(ops=((seq, record),), consume=(inbox_seq,))

@@ -10,13 +10,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Callable
 
+from .._isotime import with_iso
 from ..codec import decode, decode_args, encode
 from ..errors import InvalidRequest, PayloadTooLarge, WorkflowClosed, WorkflowNotFound
 from ..store import TERMINAL
 from ..workflow import WorkflowDefinition, WorkflowRun
 from ._hosting import resolve
 from ._validate import validate_id, validate_name
-from ._outcome import describe_workflow, raise_for_outcome
+from ._describe import describe_workflow
+from ._outcome import raise_for_outcome
 
 if TYPE_CHECKING:
     from ..store import LmdbStore
@@ -130,23 +132,27 @@ class WorkflowReads:
             if outcome is not None:
                 return raise_for_outcome(workflow_id, outcome)
 
-    async def describe(self, workflow_id: str) -> dict[str, Any]:
+    async def describe(self, workflow_id: str, *, input_encoded: bool = False) -> dict[str, Any]:
+        """The workflow's record, history, timers and inbox as people read them
+        (``_describe``); ``input_encoded`` keeps its input as codec bytes (for a reply)."""
         self._check_running()
         validate_id(workflow_id)
-        record, holder, ops, inbox = self.store.load_for_replay(workflow_id)
-        if record is None:
+        snapshot = self.store.load_for_describe(workflow_id)
+        if snapshot is None:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
-        return describe_workflow(workflow_id, record, holder, ops, inbox, self.store.get_epoch(workflow_id))
+        return describe_workflow(workflow_id, snapshot, input_encoded)
 
     async def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
-        """One page, ``{"items": [{"id", "type", "status", "updated"}...], "cursor": next or
-        None}``, in workflow-id order. Following the cursors never lists a workflow twice, and
+        """One page, ``{"items": [{"id", "type", "status", "updated", "updated_iso"}...],
+        "cursor": next or None}``, in workflow-id order. Following the cursors never lists a workflow twice, and
         lists every workflow that matches throughout, even one whose status changes meanwhile
         (the exact guarantee: ``store._listing.list_workflows``)."""
         self._check_running()
         if status is not None and status not in TERMINAL | {"pending", "running", "quarantined"}:
             raise InvalidRequest(f"unknown status {status!r}")
-        return self.store.list_workflows(status, type, limit, cursor)
+        page = self.store.list_workflows(status, type, limit, cursor)
+        page["items"] = [with_iso(item, "updated") for item in page["items"]]
+        return page
 
 
 def _answer_of(value: Any, limit: int) -> Any:

@@ -7,7 +7,9 @@ past its ttl, costs it its lease. The loop bumps ``last_turn`` from a ``call_lat
 more than ``threshold``, logs a WARNING with the loop thread's stack and the culprit found in
 it: the activity (an ``ActivityInfo`` local) or the workflow (a ``WorkflowRun`` or actor local)
 running there, the way Temporal's deadlock detector names it. Once per stall, again each time
-it has gone on four times as long. It also leaves a *stall note* naming that workflow in the
+it has gone on four times as long. The same tick measures the loop's *lag*: how late it fires,
+which is how long any ready callback (a request, a commit's resume) waits for the loop right
+now; ``lag`` is the worst of the last second's ticks, the gauge ``stats()`` reports. It also leaves a *stall note* naming that workflow in the
 data directory (``note_path``): if the stall costs the engine its lease, the takeover blames
 that workflow alone, not every workflow the engine held (``store._quarantine``). The engine
 removes the note at its next heartbeat that succeeds (``clear_note``).
@@ -16,6 +18,7 @@ removes the note at its next heartbeat that succeeds (``clear_note``).
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import sys
@@ -80,6 +83,9 @@ class LoopWatchdog:
         self.stalls = 0
         """Stalls seen (each counted once, however long it lasts)."""
         self.longest = 0.0
+        self._lags: collections.deque[float] = collections.deque(maxlen=max(1, round(1.0 / self.interval)))
+        """How late each of the last second's ticks fired (seconds)."""
+        self._due = 0.0
         self._loop_thread = 0
         self._handle: asyncio.TimerHandle | None = None
         self._stop = threading.Event()
@@ -88,6 +94,7 @@ class LoopWatchdog:
     def start(self) -> None:
         self._loop_thread = threading.get_ident()
         self.last_turn = time.monotonic()
+        self._due = self.last_turn + self.interval
         self._handle = self.loop.call_later(self.interval, self._tick)
         self._thread = threading.Thread(target=self._watch, name=f"weft-watchdog-{self.name}", daemon=True)
         self._thread.start()
@@ -108,9 +115,16 @@ class LoopWatchdog:
         if handle is not None:
             handle.cancel()
 
+    @property
+    def lag(self) -> float:
+        """The worst lateness of the loop's tick over about the last second (seconds)."""
+        return max(self._lags, default=0.0)
+
     def _tick(self) -> None:
-        self.last_turn = time.monotonic()
+        now = self.last_turn = time.monotonic()
+        self._lags.append(max(0.0, now - self._due))
         if not self._stop.is_set():
+            self._due = now + self.interval
             self._handle = self.loop.call_later(self.interval, self._tick)
 
     def _watch(self) -> None:

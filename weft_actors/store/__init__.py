@@ -19,7 +19,7 @@ from ._intents import (
     TimerRef,
 )
 from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepResult
-from ._keys import TERMINAL, split_holder
+from ._keys import STATUSES, TERMINAL, split_holder
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
 from ._offers import describe_type_mismatch, offered_types, type_mismatches
 from ._quarantine import QUARANTINED, UNSEEN_FACTOR, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, stall_note_path, write_stall_note
@@ -30,6 +30,7 @@ __all__ = [
     "check_store",
     "SCHEMA_VERSION",
     "is_read_only",
+    "STATUSES",
     "TERMINAL",
     "split_holder",
     "AppendInbox",

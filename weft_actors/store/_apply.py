@@ -21,6 +21,7 @@ from ._keys import (
     START_SEQ,
     TERMINAL,
     by_engine_key,
+    count_key,
     expiring_key,
     fence,
     holder_value,
@@ -31,11 +32,11 @@ from ._keys import (
     run_prefix,
     timer_key,
     unpack_u64,
-    visibility_key,
+    visibility_group,
     visibility_value,
 )
 
-__all__ = ["TxnState", "APPLIERS", "DEFAULT_MAX_INBOX", "next_epoch", "set_visibility", "release_claims", "step_commit", "append_inbox", "create_workflow", "delete_prefix"]
+__all__ = ["TxnState", "APPLIERS", "DEFAULT_MAX_INBOX", "next_epoch", "set_visibility", "add_counts", "release_claims", "step_commit", "append_inbox", "create_workflow", "delete_prefix"]
 
 
 DEFAULT_MAX_INBOX = 10_000
@@ -46,9 +47,11 @@ _CAPPED_KINDS = frozenset({"signal", "update"})
 
 
 class TxnState:
-    """Per-transaction facts shared by the intents of one batch."""
+    """Per-transaction facts shared by the intents of one batch. Whoever makes one for a
+    transaction that may change a status calls ``flush`` before it commits: the feed sequence
+    and the workflow counts are written once per transaction, not once per intent."""
 
-    __slots__ = ("txn", "dbs", "engine_raw", "now", "feed_seq", "writes", "max_inbox")
+    __slots__ = ("txn", "dbs", "engine_raw", "now", "feed_seq", "writes", "max_inbox", "counts")
 
     def __init__(self, txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes, now: float, max_inbox: int = DEFAULT_MAX_INBOX) -> None:
         self.txn = txn
@@ -58,6 +61,16 @@ class TxnState:
         self.feed_seq: int | None = None
         self.writes = 0
         self.max_inbox = max_inbox
+        self.counts: dict[bytes, int] | None = None
+        """(status, type) group -> change of its workflow count in this transaction."""
+
+    def count(self, status: str, wf_type: str, delta: int) -> None:
+        """Note that ``delta`` workflows joined (or left) the (``status``, ``wf_type``) group."""
+        counts = self.counts
+        if counts is None:
+            counts = self.counts = {}
+        group = visibility_group(status, wf_type)
+        counts[group] = counts.get(group, 0) + delta
 
     def next_feed_seq(self) -> int:
         if self.feed_seq is None:
@@ -69,6 +82,26 @@ class TxnState:
     def flush(self) -> None:
         if self.feed_seq is not None:
             self.txn.put(b"feed_seq", pack_u64(self.feed_seq), db=self.dbs.meta)
+        if self.counts:
+            add_counts(self.txn, self.dbs, self.counts)
+
+
+def add_counts(txn: lmdb.Transaction[bytes], dbs: Databases, deltas: dict[bytes, int]) -> None:
+    """Apply ``deltas`` to the workflow counts (``meta``: ``count/ || group`` -> workflows in
+    it, u64). A group that empties is deleted, so the counts name the groups that exist. A
+    count that would go below zero (a drift ``check`` reports as ``counts_mismatch``) is
+    deleted too, never left to fail the transaction."""
+    db = dbs.meta
+    for group, delta in deltas.items():
+        if not delta:
+            continue
+        key = count_key(group)
+        stored = txn.get(key, db=db)
+        total = (0 if stored is None else unpack_u64(stored)[0]) + delta
+        if total > 0:
+            txn.put(key, pack_u64(total), db=db)
+        elif stored is not None:
+            txn.delete(key, db=db)
 
 
 def next_epoch(state: TxnState, wid_raw: bytes) -> int:
@@ -83,13 +116,22 @@ def set_visibility(state: TxnState, record: dict[str, Any], wid: str, old: dict[
     """Move ``wid``'s index entries from ``old`` (its previous record, if any) to ``record``:
     its visibility entry, and, for a finished workflow whose history is kept, its ``expiring``
     entry (what the retention prune scans, oldest first). Called by every transaction that
-    changes a status, in that transaction."""
+    changes a status, in that transaction; the workflow counts by (status, type) follow
+    (``TxnState.count``, written at ``flush``)."""
     dbs, txn = state.dbs, state.txn
+    counts = state.counts
+    if counts is None:
+        counts = state.counts = {}
+    wid_raw = wid.encode()
     if old is not None:
-        txn.delete(visibility_key(old["status"], old["type"], wid), db=dbs.visibility)
+        group = visibility_group(old["status"], old["type"])
+        txn.delete(group + wid_raw, db=dbs.visibility)  # its visibility_key
+        counts[group] = counts.get(group, 0) - 1
         if old["status"] in TERMINAL and not old.get("history_pruned"):
             txn.delete(expiring_key(old["updated"], wid), db=dbs.expiring)
-    txn.put(visibility_key(record["status"], record["type"], wid), visibility_value(record["updated"]), db=dbs.visibility)
+    group = visibility_group(record["status"], record["type"])
+    counts[group] = counts.get(group, 0) + 1
+    txn.put(group + wid_raw, visibility_value(record["updated"]), db=dbs.visibility)
     if record["status"] in TERMINAL:
         txn.put(expiring_key(record["updated"], wid), b"", db=dbs.expiring)
 

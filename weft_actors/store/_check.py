@@ -17,7 +17,9 @@ One read transaction, one pass per keyspace. What it checks and why:
   would wake a run that is gone, and leaks for ever);
 - an update still ``pending`` in a running workflow has its inbox message still pending (else
   it was consumed without an answer, and its caller would wait for ever);
-- no feed entry is older than the feed retention (plus slack) on a store with no live engine.
+- no feed entry is older than the feed retention (plus slack) on a store with no live engine;
+- the workflow counts per (status, type) (in ``meta``, what ``/metrics`` reports) are those of
+  the visibility index (checked by ``check_store``, over the whole store only).
 
 A corrupted store must not crash the checker: every key and record is decoded through
 ``_Reader``, which reports what it cannot read (``unreadable_record``: keyspace and key;
@@ -36,9 +38,22 @@ import lmdb
 from .._clock import SystemClock
 from ..codec import unpack_record
 from ._env import Databases
-from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, expiring_key, split_holder, split_timer_key, unpack_u64, visibility_key, visibility_value
+from ._keys import (
+    COUNT_PREFIX,
+    NO_ENGINE,
+    STATUS_CODES,
+    TERMINAL,
+    expiring_key,
+    group_length,
+    split_holder,
+    split_timer_key,
+    split_visibility_group,
+    unpack_u64,
+    visibility_key,
+    visibility_value,
+)
 
-__all__ = ["Problem", "check_environment", "check_store"]
+__all__ = ["Problem", "check_environment", "check_counts", "check_store"]
 
 
 class Problem(NamedTuple):
@@ -368,6 +383,36 @@ def _check_feed(reader: _Reader, now: float, feed_retention: float, lease_now: f
     return problems
 
 
+def check_counts(txn: lmdb.Transaction[bytes], dbs: Databases) -> list[Problem]:
+    """The workflow counts (``meta``, ``count/`` keys) against the visibility index, group by
+    group. Only meaningful over the whole store (a view of some workflows' entries would
+    disagree with the whole store's counts)."""
+    reader = _Reader(txn, dbs)
+    indexed: Counter[bytes] = Counter()
+    for key, _ in reader.raw("visibility", values=False):
+        try:
+            indexed[bytes(key[: group_length(key)])] += 1
+        except (struct.error, IndexError):
+            continue  # an unreadable visibility key: ``_check_visibility`` reports it
+    stored: dict[bytes, int] = {}
+    for key, value in reader.raw("meta"):
+        if bytes(key).startswith(COUNT_PREFIX):
+            try:
+                stored[bytes(key[len(COUNT_PREFIX):])] = _u64(value)
+            except ValueError as exc:
+                reader.problems.append(Problem("unreadable_record", None, f"meta key {bytes(key)!r}: {exc}"))
+    problems = []
+    for group in sorted(indexed.keys() | stored.keys()):
+        if indexed.get(group, 0) != stored.get(group, 0):
+            try:
+                status, wf_type = split_visibility_group(group)
+                name = f"{status} {wf_type!r}"
+            except (ValueError, KeyError, IndexError, UnicodeDecodeError, struct.error):
+                name = repr(group)
+            problems.append(Problem("counts_mismatch", None, f"{name}: counted {stored.get(group, 0)}, the visibility index holds {indexed.get(group, 0)}"))
+    return reader.problems + problems
+
+
 def check_store(path: str, now: float, feed_retention: float = 3600.0) -> list[Problem]:
     """Open the store at ``path`` read-only and check it (safe beside running engines too)."""
     from ._store import LmdbStore
@@ -375,6 +420,11 @@ def check_store(path: str, now: float, feed_retention: float = 3600.0) -> list[P
     store = LmdbStore(path, readonly=True)
     try:
         with store.env.begin() as txn:
-            return check_environment(txn, store.dbs, now, feed_retention)
+            problems = check_environment(txn, store.dbs, now, feed_retention)
+            try:
+                problems += check_counts(txn, store.dbs)
+            except Exception as exc:  # as check_environment: report it, never crash
+                problems.append(Problem("check_failed", None, f"check_counts: {type(exc).__name__}: {exc}"))
+            return problems
     finally:
         store.close()

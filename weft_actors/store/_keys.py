@@ -32,6 +32,8 @@ STATUS_CODES: Final = {
     "quarantined": 9,
 }
 STATUS_NAMES: Final = {code: name for name, code in STATUS_CODES.items()}
+STATUSES: Final = tuple(STATUS_CODES)
+"""Every status a workflow record can have, in their code order."""
 TERMINAL: Final = frozenset({"completed", "failed", "cancelled", "terminated", "timed_out", "continued"})
 
 pack_u64 = _U64.pack
@@ -119,6 +121,26 @@ def split_visibility_key(key: bytes) -> tuple[str, str, str]:
     if len(key) < 3 + type_len:
         raise ValueError("truncated visibility key")
     return status, key[3 : 3 + type_len].decode(), key[3 + type_len :].decode()
+
+
+COUNT_PREFIX: Final = b"count/"
+"""``meta`` keys ``count/ || group``: how many workflows one (status, type) group holds. In
+``meta``, not a keyspace of their own: a transaction that writes them often writes ``meta``
+anyway (the feed sequence), and then they cost no page of their own, which matters when a
+full store's last pages are kept for closes and purges (``_reserve``)."""
+
+
+def count_key(group: bytes) -> bytes:
+    return COUNT_PREFIX + group
+
+
+def split_visibility_group(group: bytes) -> tuple[str, str]:
+    """``(status, type)`` of a group prefix (a count key without its prefix); raises on
+    anything else."""
+    (type_len,) = _U16.unpack_from(group, 1)
+    if len(group) != 3 + type_len:
+        raise ValueError("not a visibility group")
+    return STATUS_NAMES[group[0]], group[3:].decode()
 
 
 def group_length(key: bytes) -> int:

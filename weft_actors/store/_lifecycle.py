@@ -118,6 +118,7 @@ def purge_workflow(state: TxnState, intent: PurgeWorkflow) -> int:
                 if not cursor.delete() or not cursor.key():
                     break
     txn.delete(visibility_key(record["status"], record["type"], wid), db=dbs.visibility)
+    state.count(record["status"], record["type"], -1)
     txn.delete(expiring_key(record["updated"], wid), db=dbs.expiring)
     txn.delete(wid.encode(), db=dbs.workflows)
     return next_epoch(state, wid.encode())

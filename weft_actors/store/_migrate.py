@@ -4,7 +4,10 @@ Version 1 kept ``updated`` inside visibility keys (``status || type || updated |
 had no ``expiring`` index. Both indexes are derived from the workflow records, so the upgrade
 rebuilds them from the records. Version 2 judged engine leases by the wall clock; version 3
 by a lease clock each engine record names (``adopt_lease_clock``, run at every read-write
-open, moves older records onto it).
+open, moves older records onto it). Version 4 keeps the number of workflows per (status,
+type) in ``meta`` (``count/`` keys: what ``/metrics`` reports without scanning); the upgrade
+counts the visibility index once. An older version would not keep those counts, so it refuses a
+version-4 store.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..codec import pack_record, unpack_record
-from ._keys import TERMINAL, expiring_key, visibility_key, visibility_value
+from ._keys import COUNT_PREFIX, TERMINAL, count_key, expiring_key, group_length, pack_u64, visibility_key, visibility_value
 
 if TYPE_CHECKING:
     import lmdb
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
     from .._clock import Clock
     from ._env import Databases
 
-__all__ = ["upgrade", "adopt_lease_clock"]
+__all__ = ["upgrade", "adopt_lease_clock", "rebuild_counts", "count_groups"]
 
 
 def rebuild_indexes(txn: lmdb.Transaction[bytes], dbs: Databases) -> int:
@@ -35,13 +38,46 @@ def rebuild_indexes(txn: lmdb.Transaction[bytes], dbs: Databases) -> int:
         if record["status"] in TERMINAL and not record.get("history_pruned"):
             txn.put(expiring_key(record["updated"], wid), b"", db=dbs.expiring)
         count += 1
+    rebuild_counts(txn, dbs)
     return count
+
+
+def count_groups(txn: lmdb.Transaction[bytes], dbs: Databases) -> dict[bytes, int]:
+    """The visibility index's entries per (status, type) group: one pass over its keys."""
+    counts: dict[bytes, int] = {}
+    group = b""
+    found = 0
+    for key in txn.cursor(db=dbs.visibility).iternext(values=False):
+        if not group or not key.startswith(group):
+            if found:
+                counts[group] = found
+            group, found = bytes(key[: group_length(key)]), 0
+        found += 1
+    if found:
+        counts[group] = found
+    return counts
+
+
+def rebuild_counts(txn: lmdb.Transaction[bytes], dbs: Databases) -> int:
+    """Rewrite the workflow counts (``meta``, ``count/`` keys) from the visibility index;
+    returns the workflows counted."""
+    cursor = txn.cursor(db=dbs.meta)
+    if cursor.set_range(COUNT_PREFIX):
+        while cursor.key().startswith(COUNT_PREFIX):
+            if not cursor.delete() or not cursor.key():
+                break
+    counts = count_groups(txn, dbs)
+    for group, found in counts.items():
+        txn.put(count_key(group), pack_u64(found), db=dbs.meta)
+    return sum(counts.values())
 
 
 def upgrade(txn: lmdb.Transaction[bytes], dbs: Databases, version: int) -> None:
     """Bring a store of schema ``version`` to the current one (the caller writes the number)."""
     if version < 2:
-        rebuild_indexes(txn, dbs)
+        rebuild_indexes(txn, dbs)  # the counts too
+    elif version < 4:
+        rebuild_counts(txn, dbs)
 
 
 def adopt_lease_clock(txn: lmdb.Transaction[bytes], dbs: Databases, clock: Clock) -> int:

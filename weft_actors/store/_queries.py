@@ -4,15 +4,29 @@ Listing lives in ``_listing``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import lmdb
 
 from ..codec import unpack_record
 from ._env import Databases
-from ._keys import inbox_seq, op_seq, prefixed, run_prefix, unpack_u64
+from ._keys import DEADLINE_SEQ, START_SEQ, inbox_seq, op_seq, prefixed, run_prefix, timer_key, unpack_u64
 
-__all__ = ["get_workflow", "get_epoch", "load_ops", "load_inbox", "by_engine"]
+__all__ = ["get_workflow", "get_epoch", "load_ops", "load_inbox", "by_engine", "Snapshot", "snapshot", "durable_timers"]
+
+
+class Snapshot(NamedTuple):
+    """What ``describe`` shows of one workflow, read in one transaction."""
+
+    record: dict[str, Any]
+    holder: bytes | None
+    ops: dict[int, dict[str, Any]]
+    inbox: list[tuple[int, dict[str, Any]]]
+    epoch: int
+    owner: dict[str, Any] | None
+    """The holder's engine record (slot, pid, state, ...), if the holder names one."""
+    timers: list[dict[str, Any]]
+    """Its durable timers (``durable_timers``)."""
 
 
 def get_workflow(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> dict[str, Any] | None:
@@ -53,3 +67,42 @@ def by_engine(txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes) -
                 break
             found.append(key[16:].decode())
     return found
+
+
+def durable_timers(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str, record: dict[str, Any], ops: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:
+    """``{"kind", "seq", "fire_at"}`` of each durable timer of ``wid``, earliest first. The
+    timers keyspace is ordered by fire time, not by workflow, so they are found where the
+    records name them (a pending op's ``fire_at``/``retry_at``, the record's ``start_at`` and
+    ``deadline``) and each is looked up: one point read per timer, never a scan, and only
+    timers that exist are listed. ``seq`` is None for a delayed start or a deadline."""
+    found: list[dict[str, Any]] = []
+    for seq, op in ops.items():
+        if "t" in op:
+            continue
+        for field in ("fire_at", "retry_at"):
+            at = op.get(field)
+            if isinstance(at, (int, float)):
+                stored = txn.get(timer_key(at, wid, seq), db=dbs.timers)
+                if stored is not None:
+                    found.append({"kind": unpack_record(stored).get("kind"), "seq": seq, "fire_at": at})
+    for field, seq, kind in (("start_at", START_SEQ, "start"), ("deadline", DEADLINE_SEQ, "deadline")):
+        at = record.get(field)
+        if isinstance(at, (int, float)) and txn.get(timer_key(at, wid, seq), db=dbs.timers) is not None:
+            found.append({"kind": kind, "seq": None, "fire_at": at})
+    found.sort(key=lambda timer: timer["fire_at"])
+    return found
+
+
+def snapshot(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> Snapshot | None:
+    """``wid``'s record, holder, current run's op log, inbox, epoch, owner engine record and
+    durable timers; None if there is no such workflow."""
+    record = get_workflow(txn, dbs, wid)
+    if record is None:
+        return None
+    holder = txn.get(wid.encode(), db=dbs.claim_holder)
+    ops = load_ops(txn, dbs, wid, record["run_id"])
+    owner = None
+    if holder is not None:
+        raw = txn.get(bytes(holder[:16]), db=dbs.engines)
+        owner = None if raw is None else unpack_record(raw)
+    return Snapshot(record, holder, ops, load_inbox(txn, dbs, wid), get_epoch(txn, dbs, wid), owner, durable_timers(txn, dbs, wid, record, ops))

@@ -24,7 +24,7 @@ from ._env import DEFAULT_MAP_SIZE, close_environment, lock_file_replaced, open_
 from ._ownership import Ownership
 from ._refusals import Refusals, last_refusal
 from ._reserve import GROWTH, StorageReserve
-from ._keys import NO_ENGINE, STATUS_CODES, TERMINAL, engine_key, split_holder
+from ._keys import COUNT_PREFIX, NO_ENGINE, STATUS_CODES, TERMINAL, engine_key, split_holder, split_visibility_group, unpack_u64
 
 
 __all__ = ["LmdbStore"]
@@ -366,6 +366,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
             ops = _queries.load_ops(txn, self.dbs, wid, record["run_id"])
             return record, holder, ops, _queries.load_inbox(txn, self.dbs, wid)
 
+    def load_for_describe(self, wid: str) -> _queries.Snapshot | None:
+        """What ``describe`` shows of ``wid`` (``_queries.snapshot``), in one snapshot."""
+        with self.env.begin() as txn:
+            return _queries.snapshot(txn, self.dbs, wid)
+
     def read_feed(self, after: int, limit: int = 10_000) -> list[tuple[int, str]]:
         with self.env.begin() as txn:
             return read_feed(txn, self.dbs, after, limit)
@@ -421,6 +426,20 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                         break
                     found += 1
         return found
+
+    def workflow_counts(self) -> dict[tuple[str, str], int]:
+        """How many workflows the store holds per ``(status, type)``: the counts kept in
+        ``meta`` by every transaction that changes a status, so reading them costs one entry
+        per group, never a pass over the workflows."""
+        with self.env.begin() as txn:
+            found = {}
+            cursor = txn.cursor(db=self.dbs.meta)
+            if cursor.set_range(COUNT_PREFIX):
+                for key, value in cursor:
+                    if not key.startswith(COUNT_PREFIX):
+                        break
+                    found[split_visibility_group(key[len(COUNT_PREFIX):])] = unpack_u64(value)[0]
+            return found
 
     def count(self, name: str) -> int:
         with self.env.begin() as txn:

@@ -8,6 +8,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
+from ..store import STATUSES
+
 __all__ = ["MetricsServer", "render"]
 
 _COUNTERS = {
@@ -48,7 +50,10 @@ _HELP = {
     "shard_commits_total": "Group commits (store transactions) made.",
     "shard_commits_per_s": "Group commits per second, recently.",
     "shard_writes_total": "Writes (intents) committed.",
-    "shard_timers": "Timers armed in the shard's timer service.",
+    "shard_timers": "Timers armed in the shard's timer service (live ones: fired and cancelled timers are not counted).",
+    "shard_timer_entries": "Entries the shard's timer heap holds, cancelled ones not yet dropped included (its memory; stays within the live timers + 64).",
+    "shard_loop_lag_ms": "Worst lateness of the shard's event loop over the last second (ms): how long a ready callback waits for it.",
+    "workflows": "Workflows in the store by type and status (kept by every status change; every shard's store is the same one).",
     "shard_workflows_in_flight": "Workflows running now, not parked (bounded by --max-running).",
     "shard_starts_overloaded_total": "Starts refused with Overloaded by the shard.",
     "shard_quarantined_workflows": "Workflows quarantined in the store.",
@@ -59,9 +64,16 @@ _HELP = {
 }
 
 
+def _label(value: Any) -> str:
+    """A label value in the text format: backslash, double quote and newline escaped."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def render(stats: dict[str, Any]) -> str:
     """Numeric figures as ``weft_<name>{slot="N"}``, each family with its HELP and TYPE
-    lines; workflow ids are never labels."""
+    lines; workflow ids are never labels. ``weft_workflows{type, status}`` has a series for
+    every status of each type the store holds (0 included: a status that empties keeps its
+    series)."""
     lines: list[str] = []
     seen: set[str] = set()
 
@@ -82,6 +94,13 @@ def render(stats: dict[str, Any]) -> str:
             metric = f"weft_supervisor_{name}"
             declare(metric, "counter" if name.endswith("_total") or name in ("restarts", "hung_kills", "frontdoor_requests", "frontdoor_errors") else "gauge")
             lines.append(f"{metric} {value}")
+
+    counts: dict[str, dict[str, int]] = {}
+    for entry in stats.get("workflows") or ():
+        counts.setdefault(str(entry["type"]), {})[entry["status"]] = entry["count"]
+    for wf_type, by_status in sorted(counts.items()):
+        for status in STATUSES:
+            add("weft_workflows", "gauge", f'type="{_label(wf_type)}",status="{status}"', by_status.get(status, 0))
 
     for shard in stats.get("shards", []):
         slot = shard.get("slot")

@@ -100,7 +100,9 @@ class ShardOps:
         await self._engine_method("lift_quarantine")(request["wid"])
 
     async def describe(self, request: dict[str, Any]) -> bytes:
-        return encode(await self.engine.describe(request["wid"]), "describe")
+        """The input travels as its own codec bytes: the client decodes it apart from the rest,
+        so a type it does not know costs it the input, not the answer."""
+        return encode(await self.engine.describe(request["wid"], input_encoded=True), "describe")
 
     async def list(self, request: dict[str, Any]) -> dict[str, Any]:
         return await self.engine.list(request.get("status"), request.get("type"), request.get("limit", 100), request.get("cursor"))

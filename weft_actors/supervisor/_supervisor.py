@@ -453,6 +453,17 @@ class Supervisor:
         self._live_cache = (now, live)
         return live
 
+    def _workflow_counts(self) -> list[dict[str, Any]]:
+        """``[{"type", "status", "count"}]``: the store's workflows per type and status, read
+        from the counts every status change keeps (one entry per group, no scan of the
+        workflows, so every scrape may read them fresh); empty if the store cannot be read."""
+        try:
+            counts = self.store.workflow_counts()
+        except Exception as exc:  # a read; the store may be briefly unreadable
+            log.warning("cannot read the workflow counts: %s", exc)
+            return []
+        return [{"type": wf_type, "status": status, "count": count} for (status, wf_type), count in sorted(counts.items(), key=lambda item: (item[0][1], item[0][0]))]
+
     def stats(self) -> dict[str, Any]:
         shards = []
         for slot in self.slots:
@@ -464,6 +475,7 @@ class Supervisor:
             shards.append(entry)
         return {
             "ready": bool(self.routing.live_slots),
+            "workflows": self._workflow_counts(),
             "supervisor": {
                 "pid": os.getpid(),
                 "uptime_s": round(time.time() - self.started, 3),

@@ -45,12 +45,13 @@ class HandlersMixin:
     def _stuck(self, message: str) -> None:  # provided by WorkflowRun
         raise NotImplementedError
 
-    def record_handler(self, name: str, payload: bytes, inbox_seq: int) -> tuple[int, bytes]:
-        """Record that signal handler ``name`` applies now, at the current await point."""
+    def record_handler(self, name: str, payload: bytes, inbox_seq: int, **extra: Any) -> tuple[int, bytes]:
+        """Record that signal handler ``name`` applies now, at the current await point.
+        ``extra`` fields (the engine's wall-clock stamp) ride on the record; replay ignores them."""
         seq = self.next_seq
         self.next_seq += 1
         t = self._next_t
-        record = {"kind": HANDLER, "name": name, "t": t, "ok": payload, "inbox": inbox_seq}
+        record = {"kind": HANDLER, "name": name, "t": t, "ok": payload, "inbox": inbox_seq, **extra}
         self._next_t = t + 1
         self._keep_outcome(seq, record)
         return seq, pack_record(record)
@@ -81,15 +82,16 @@ class HandlersMixin:
             raise UpdateRejected(f"update {name!r} rejected by its validator", workflow_id=self.workflow_id, update=name)
 
     def record_update(
-        self, name: str, args: tuple[Any, ...], payload: bytes, inbox_seq: int, request_id: str | None, limit: int
+        self, name: str, args: tuple[Any, ...], payload: bytes, inbox_seq: int, request_id: str | None, limit: int, **extra: Any
     ) -> tuple[int, bytes, dict[str, Any]]:
         """Apply update handler ``name`` now, at the current await point, and record it with
         its result (failed with ``PayloadTooLarge`` if that is over ``limit`` bytes). Call only
         with every earlier outcome delivered (the engine's poll does): applying it here,
-        before the commit, is then the same as applying it at delivery."""
+        before the commit, is then the same as applying it at delivery. ``extra`` fields (the
+        engine's wall-clock stamp) ride on the record; replay ignores them."""
         seq = self.next_seq
         self.next_seq += 1
-        record: dict[str, Any] = {"kind": UPDATE, "name": name, "t": self._next_t, "args": payload, "inbox": inbox_seq, "request_id": request_id}
+        record: dict[str, Any] = {"kind": UPDATE, "name": name, "t": self._next_t, "args": payload, "inbox": inbox_seq, "request_id": request_id, **extra}
         self._next_t += 1
         try:
             value = _call_plain(self.update_handlers[name][0], args, name)
