@@ -1,8 +1,14 @@
-"""Helpers for testing code that uses weft_actors."""
+"""Helpers for testing code that uses weft_actors: a clock that moves only when told to, and
+a time-skipping environment in which a workflow that sleeps for days ends in milliseconds."""
 
 from __future__ import annotations
 
-__all__ = ["FakeClock"]
+import asyncio
+import shutil
+import tempfile
+from typing import Any
+
+__all__ = ["FakeClock", "TimeSkippingEnvironment"]
 
 
 class FakeClock:
@@ -38,3 +44,139 @@ class FakeClock:
     def jump(self, seconds: float) -> None:
         """Move the wall clock alone by ``seconds`` (negative: back)."""
         self._now += seconds
+
+
+_TIMER_GRAIN = 0.001
+"""Durable timers are kept to the millisecond: a jump lands this far past one to be sure it is due."""
+
+
+class TimeSkippingEnvironment:
+    """An embedded ``Engine`` on a temporary store whose workflow time skips ahead, as in
+    Temporal's time-skipping test environment::
+
+        async with TimeSkippingEnvironment(app=[approval]) as env:
+            handle = await env.engine.start(approval, "order-1")
+            await env.sleep(86_400)            # a day passes: the reminder timer fires
+            await handle.signal("approve", True)
+            assert await env.result(handle) == "approved"
+
+    Workflow time (timers, ``ctx.now()``, start delays, execution timeouts) is virtual and
+    starts at ``start`` (seconds since the epoch). It moves only inside ``sleep`` (by exactly
+    that much, firing each timer on the way in order) and while ``result``/``execute`` wait:
+    then, whenever nothing can happen but a timer (no activity running, no commit or replay
+    pending), it jumps to the next one. Activities run in real time and are never skipped
+    over. Only the wall clock moves: the engine's lease does not expire however far it goes.
+    ``skipped`` is the virtual time skipped so far.
+    """
+
+    def __init__(self, app: Any, *, start: float = 1_700_000_000.0, settle: float = 0.002, **engine_options: Any) -> None:
+        self.app = app
+        self.clock = FakeClock(start)
+        self.skipped = 0.0
+        self._settle = settle
+        self._options = engine_options
+        self._data_dir: str | None = None
+        self._engine: Any = None
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            raise RuntimeError("the environment is not open: use `async with TimeSkippingEnvironment(...)`")
+        return self._engine
+
+    def now(self) -> float:
+        """The workflows' time."""
+        return self.clock.now()
+
+    async def __aenter__(self) -> TimeSkippingEnvironment:
+        from .shard import Engine  # the engine imports nothing from here
+
+        self._data_dir = tempfile.mkdtemp(prefix="weft-test-")
+        self._engine = Engine(self._data_dir, app=self.app, clock=self.clock, **self._options)
+        await self._engine.open()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        try:
+            if self._engine is not None:
+                await self._engine.close()
+        finally:
+            self._engine = None
+            if self._data_dir is not None:
+                shutil.rmtree(self._data_dir, ignore_errors=True)
+
+    async def sleep(self, seconds: float) -> None:
+        """Let ``seconds`` of workflow time pass, firing every timer due by then in order and
+        letting what each sets off run (real time) before the next."""
+        if not seconds >= 0:
+            raise ValueError("seconds must be >= 0")
+        target = self.clock.now() + seconds
+        while True:
+            await self._until_idle()
+            due = self._next_due()
+            if due is None or due > target:
+                break
+            self._jump_to(due)
+        self._jump_to(target, exact=True)
+        await self._until_idle()
+
+    async def result(self, handle: Any, timeout: float | None = 30.0) -> Any:
+        """``handle``'s result (a handle or a workflow id), skipping time while it waits;
+        ``timeout`` is in real seconds."""
+        wid = handle if isinstance(handle, str) else handle.id
+        waiting = asyncio.ensure_future(self.engine.result(wid, timeout))
+        skipper = asyncio.ensure_future(self._skip_while(waiting))
+        try:
+            return await waiting
+        finally:
+            skipper.cancel()
+            try:
+                await skipper
+            except asyncio.CancelledError:
+                pass
+
+    async def execute(self, workflow: Any, *args: Any, timeout: float | None = 30.0, **start_options: Any) -> Any:
+        """Start ``workflow(*args)`` and return its result, skipping time meanwhile."""
+        handle = await self.engine.start(workflow, *args, **start_options)
+        return await self.result(handle, timeout)
+
+    # -- skipping -----------------------------------------------------------------------------
+
+    async def _skip_while(self, waiting: asyncio.Future[Any]) -> None:
+        while not waiting.done():
+            await self._until_idle()
+            if waiting.done():
+                return
+            due = self._next_due()
+            if due is None:
+                await asyncio.sleep(self._settle)  # nothing to skip to: a signal may come
+                continue
+            self._jump_to(due)
+
+    def _idle(self) -> bool:
+        """Nothing can happen now but a timer: no activity attempt in flight or waiting for a
+        slot, no intent waiting for its commit, no workflow waiting to be replayed."""
+        engine = self.engine
+        activities = engine.activities
+        return not activities.inflight and not activities.queued and not engine.committer.pending and not len(engine.driver)
+
+    async def _until_idle(self) -> None:
+        """Yield until the engine has been idle across two settles (real time)."""
+        calm = 0
+        while calm < 2:
+            await asyncio.sleep(self._settle)
+            calm = calm + 1 if self._idle() else 0
+
+    def _next_due(self) -> float | None:
+        engine = self.engine
+        stops = [t for t in (engine.timers.next_fire(), engine.store.next_timer()) if t is not None]
+        return min(stops) if stops else None
+
+    def _jump_to(self, at: float, exact: bool = False) -> None:
+        """Move workflow time to ``at`` (never back) and fire what is due."""
+        at = at if exact else at + _TIMER_GRAIN
+        now = self.clock.now()
+        if at > now:
+            self.clock.jump(at - now)
+            self.skipped += at - now
+        self.engine.tick()

@@ -68,6 +68,15 @@ class TimerService:
     def poke(self) -> None:
         self._fire()
 
+    def next_fire(self) -> float | None:
+        """The time of the earliest timer still armed, or None (a time-skipping clock's next
+        stop). Cancelled entries at the top are dropped on the way."""
+        heap = self._heap
+        while heap and heap[0][2] is None:
+            heapq.heappop(heap)
+            self._cancelled -= 1
+        return heap[0][0] if heap else None
+
     def close(self) -> None:
         self.closed = True
         if self._handle is not None:

@@ -68,6 +68,16 @@ class UpkeepMixin:
                         break
         return found
 
+    def next_timer(self) -> float | None:
+        """The fire time of the earliest durable timer of any kind (op timers, delayed
+        starts, execution deadlines), or None if there is none: what a time-skipping test
+        clock jumps to."""
+        with self.env.begin() as txn:
+            cursor = txn.cursor(db=self.dbs.timers)
+            if not cursor.first():
+                return None
+            return split_timer_key(cursor.key())[0]
+
     def prune_feed(self, engine_id: str, own_cursor: int, retention: float, limit: int = 10_000) -> int:
         """Delete feed entries below every live engine's cursor and older than ``retention``.
 
