@@ -127,7 +127,10 @@ def test_a_huge_unfinished_message_has_its_connection_cut_and_the_rest_is_served
             sampling.set()
             sampler.join(5)
             grown = peak[0] - before
-            assert grown < (budget_mb + 200) << 20, f"the supervisor grew {grown >> 20} MiB for a {parts * part_mb} MiB message"
+            # Cut well before the whole message is in (without the guard it all is, and stays):
+            # the margin is what arrives at loopback speed while a busy machine delays the
+            # guard's sampling (283 MiB was seen once on a loaded 2-core CI run).
+            assert grown < (budget_mb + 320) << 20, f"the supervisor grew {grown >> 20} MiB for a {parts * part_mb} MiB message"
             wait_until(lambda: _rss(pid) - before < 64 << 20, timeout=10, what="the memory back")
             # The cut client reconnects by itself and is served like any other.
             hostile.send(encode_request(2, "ping"))
