@@ -20,11 +20,7 @@ from ..errors import InvalidRequest
 from ..store import LmdbStore
 from ._listing import STATUSES, ListQuery, newest_first
 
-__all__ = ["overview", "workflows", "workflow", "list_query", "iso", "encode_cursor", "MAX_LIMIT"]
-
-iso = iso_utc
-"""Epoch seconds as ISO 8601 UTC with milliseconds (``...Z``), ``None`` for ``None``: the
-scheme ``describe`` and ``list`` use."""
+__all__ = ["overview", "workflows", "workflow", "list_query", "encode_cursor", "MAX_LIMIT"]
 
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
@@ -102,14 +98,14 @@ def workflows(store: LmdbStore, query: ListQuery) -> dict[str, Any]:
     with store.read() as txn:
         page = newest_first(txn, store.dbs, query)
     for item in page["items"]:
-        item["updated_iso"] = iso(item["updated"])
+        item["updated_iso"] = iso_utc(item["updated"])
     page["cursor"] = encode_cursor(page["cursor"])
     page["filter"] = {
         "status": query.status,
         "type": query.type,
         "prefix": query.prefix,
-        "from": iso(query.updated_from),
-        "to": iso(query.updated_to),
+        "from": iso_utc(query.updated_from),
+        "to": iso_utc(query.updated_to),
         "limit": query.limit,
     }
     return page
