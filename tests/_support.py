@@ -49,7 +49,7 @@ def hold_write_lock(env: Any) -> Iterator[Callable[..., None]]:
     holder.start()
     assert taken.wait(10), "could not take the write lock"
     try:
-        yield _wait_blocked
+        yield wait_blocked_on_lock
     finally:
         release.set()
         holder.join(10)
@@ -71,7 +71,23 @@ def _begin_lines() -> tuple[str, set[tuple[str, int]]]:
     return _store.__file__, found
 
 
-def _wait_blocked(thread: threading.Thread, timeout: float = 10.0) -> None:
+def asleep_on_lock(thread: threading.Thread, timeout: float = 10.0) -> None:
+    """Return once ``thread`` sleeps in the kernel on a futex (a lock it waits for), not
+    merely on its way to it: waiters of one futex are woken in the order they slept."""
+    path = f"/proc/self/task/{thread.native_id}/wchan"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(path) as f:
+                if "futex" in f.read():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.001)
+    raise AssertionError(f"{thread.name} never slept on a lock")
+
+
+def wait_blocked_on_lock(thread: threading.Thread, timeout: float = 10.0) -> None:
     filename, where = _begin_lines()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

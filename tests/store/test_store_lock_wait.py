@@ -4,11 +4,14 @@ its expiry (a takeover, a feed prune past its cursor), no stale time lets it com
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from typing import Any
 
 import pytest
 
+from _support import asleep_on_lock
 from weft_actors.errors import EngineDeposed
 from weft_actors.store import Created
 
@@ -151,3 +154,149 @@ def test_a_feed_prune_that_passes_an_expired_engines_cursor_marks_it(kit, fake_c
     kit.store.prune_feed(pruner, kit.store.feed_head(), retention=0.0)
     assert kit.store.engine(silent)["state"] == "expired"
     assert kit.store.engine(pruner)["state"] == "live"
+
+
+
+# -- peers and an engine that waits for the write lock ---------------------------------------
+#
+# An engine blocked behind other processes' transactions cannot heartbeat. Its own check
+# passes once it gets the lock (it judges by the time before the wait), so a peer that acted
+# on its lapsed lease meanwhile would depose a healthy engine: one long transaction or slow
+# fsync would take every engine queued behind it down with it.
+
+LAPSED = 4.5
+"""Seconds past a renewal at which the lease has lapsed (ttl 3 + 2 x heartbeat 0.5 = 4), yet
+within ``LOCK_WAIT_GRACE`` (2 ttls = 6 s) of a wait that began at that renewal."""
+
+
+def _create_later(kit: Any, store: Any, engine_id: str) -> _Call:
+    """``engine_id`` creating a workflow through ``store``, in a thread (not yet started)."""
+    return _Call(lambda: store.apply(engine_id, [kit.create_intent()]))
+
+
+def _created(call: _Call) -> None:
+    (created,) = call.outcome()
+    assert isinstance(created, Created) and created.created, created
+
+
+def test_a_write_that_waits_for_the_lock_says_so_to_every_process(store_factory, kit, fake_clock, backend_hook):
+    waiter_store = store_factory()
+    waiter = kit.engine(waiter_store)
+    began = fake_clock.lease_now()
+    assert kit.store.waiting_since(waiter) == 0.0
+    with backend_hook("hold_write_lock")(kit.store) as wait_blocked:
+        call = _create_later(kit, waiter_store, waiter)
+        call.start()
+        wait_blocked(call)
+        assert kit.store.waiting_since(waiter) == pytest.approx(began, abs=1e-3)
+    _created(call)
+    assert kit.store.waiting_since(waiter) == 0.0  # out of the write again
+    waiter_store.close()
+    assert kit.store.waiting_since(waiter) == 0.0  # its process let go: nobody waits there
+
+
+def test_a_peer_lists_nothing_of_an_engine_that_waits_for_the_lock_until_the_grace_runs_out(store_factory, kit, fake_clock, backend_hook):
+    waiter_store = store_factory()
+    waiter, peer = kit.engine(waiter_store), kit.engine()
+    wid, _, _ = kit.start(waiter, store=waiter_store)
+    with backend_hook("hold_write_lock")(kit.store) as wait_blocked:
+        call = _create_later(kit, waiter_store, waiter)
+        call.start()
+        wait_blocked(call)
+        fake_clock.advance(LAPSED)  # the reclaim pass reads; it needs no lock
+        assert wid not in {w for w, _, _ in kit.store.reclaim_candidates(peer)}
+        fake_clock.advance(2 * kit.TTL)  # past the grace: a wait that long is judged again
+        assert wid in {w for w, _, _ in kit.store.reclaim_candidates(peer)}
+    call.outcome()
+
+
+def test_a_takeover_that_judges_an_engine_queued_behind_it_does_not_depose_it(store_factory, kit, fake_clock, backend_hook):
+    waiter_store = store_factory()
+    waiter, taker = kit.engine(waiter_store), kit.engine()
+    wid, _, epoch = kit.start(waiter, store=waiter_store)
+    candidates = [(wid, kit.store.get_holder_bytes(wid))]
+    take = _Call(lambda: kit.store.takeover(taker, candidates))
+    create = _create_later(kit, waiter_store, waiter)
+    with backend_hook("hold_write_lock")(kit.store) as wait_blocked:
+        take.start()
+        wait_blocked(take)
+        asleep_on_lock(take)  # queued first: the lock is handed to it first
+        create.start()
+        wait_blocked(create)
+        fake_clock.advance(LAPSED)  # the waiter's lease lapses while both wait
+    # The takeover judged the waiter's lapsed lease holding the lock the waiter queued for.
+    assert take.outcome() == {wid: epoch + 1}
+    assert kit.store.engine(waiter)["state"] == "live"
+    _created(create)  # let through, it goes on committing
+
+
+def test_a_wait_slot_is_trusted_for_a_wait_begun_in_time_and_for_the_grace_only(store_factory, kit, fake_clock, backend_hook):
+    publish = backend_hook("publish_wait")
+    frozen_store = store_factory()  # another process's: this one's writes publish for its own
+    for since, spared in ((None, False), (1.0, True), (LAPSED + 0.5, False)):
+        frozen, pruner = kit.engine(frozen_store), kit.engine()
+        renewed = fake_clock.lease_now()
+        # Its process published a wait ``since`` s after its last renewal (None: none), then
+        # froze before it reached the lock.
+        publish(frozen, 0.0 if since is None else renewed + since)
+        _outlive(kit, fake_clock, pruner)  # 5 s: lapsed, within the grace of a wait at 1 s
+        kit.store.prune_feed(pruner, kit.store.feed_head(), retention=0.0)
+        assert kit.store.engine(frozen)["state"] == ("live" if spared else "expired"), since
+        if spared:
+            _outlive(kit, fake_clock, pruner)  # 10 s from the wait: past the grace of 6
+            kit.store.prune_feed(pruner, kit.store.feed_head(), retention=0.0)
+            assert kit.store.engine(frozen)["state"] == "expired"  # the grace ran out
+
+
+# -- a write gives way to a peer starved of the lock -----------------------------------------
+#
+# LMDB's write lock is not fair: a process that commits again at once wins it over a woken
+# waiter not yet run, so on a loaded machine a waiter could starve past its lease while its
+# peers commit. A writer lets a peer that has waited longer than its heartbeat go first.
+
+
+def _in_function(thread: threading.Thread, name: str, timeout: float = 10.0) -> None:
+    """Return once ``thread`` runs inside a function called ``name``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident)  # type: ignore[arg-type]
+        while frame is not None:
+            if frame.f_code.co_name == name:
+                return
+            frame = frame.f_back
+        time.sleep(0.001)
+    raise AssertionError(f"{thread.name} never entered {name}")
+
+
+def test_a_write_lets_a_peer_starved_of_the_lock_go_first(store_factory, kit, fake_clock, backend_hook):
+    waiter_store = store_factory()
+    waiter, writer = kit.engine(waiter_store), kit.engine()
+    kit.store.heartbeat(writer)  # each heartbeat maps the peers' wait slots
+    order: list[str] = []
+    waiter_store.before_commit = lambda: order.append("waiter")
+    kit.store.before_commit = lambda: order.append("writer")
+    starved = _create_later(kit, waiter_store, waiter)
+    late = _create_later(kit, kit.store, writer)
+    with backend_hook("hold_write_lock")(kit.store) as wait_blocked:
+        starved.start()
+        wait_blocked(starved)
+        fake_clock.advance(kit.HEARTBEAT + 0.1)  # it has waited longer than its heartbeat
+        late.start()
+        _in_function(late, "_give_way")  # it does not queue for the lock: it gives way
+    _created(starved)
+    _created(late)
+    assert order == ["waiter", "writer"]
+    assert kit.store.gave_way == 1
+
+
+def test_a_waiter_that_never_reaches_the_lock_is_given_way_once(store_factory, kit, fake_clock, backend_hook):
+    publish = backend_hook("publish_wait")
+    frozen_store = store_factory()
+    frozen, writer = kit.engine(frozen_store), kit.engine()
+    publish(frozen, fake_clock.lease_now())  # then it froze (or died) before the lock
+    fake_clock.advance(kit.HEARTBEAT + 0.1)
+    kit.store.heartbeat(writer)  # maps the slot, and gives way to it, briefly
+    for _ in range(3):
+        (created,) = kit.store.apply(writer, [kit.create_intent()])
+        assert isinstance(created, Created) and created.created, created
+    assert kit.store.gave_way == 1  # once for that wait, however many writes follow

@@ -43,3 +43,35 @@ def test_a_shard_that_just_got_the_write_lock_after_a_wait_is_spared_while_it_co
     record = _record(1.5 * TTL)
     assert hung_reason(record, -(NOW - 0.1), NOW, TTL) is None
     assert hung_reason(record, -(NOW - TTL - 0.1), NOW, TTL) is not None
+
+
+def test_a_shard_let_through_the_lock_between_the_reads_is_judged_by_its_renewal(tmp_path):
+    """The supervisor reads each shard's wait slot, then the records. A shard that finishes
+    its wait in between has committed its renewal into the records it reads next; read the
+    other way round, its stale record and empty slot got it killed the moment its stalled
+    lock holder was (seen in the chaos runs)."""
+    from weft_actors.store import LmdbStore
+    from weft_actors.supervisor._liveness import judge_shards
+    from weft_actors.testing import FakeClock
+
+    clock = FakeClock()
+    shard_store, supervisor_store = LmdbStore(str(tmp_path), clock=clock), LmdbStore(str(tmp_path), clock=clock)
+    try:
+        shard_store.register_engine("a" * 32, heartbeat=0.5, ttl=TTL)
+        clock.advance(TTL + 0.5)  # silent past its ttl, as while it waited for the lock
+        read = supervisor_store.waiting_since
+
+        def slot_read_as_the_wait_ends(engine_id: str) -> float:
+            since = read(engine_id)
+            shard_store.heartbeat(engine_id)  # let through: its renewal commits at once
+            return since
+
+        supervisor_store.waiting_since = slot_read_as_the_wait_ends  # type: ignore[method-assign]
+        judged = judge_shards(supervisor_store, [("a" * 32, 0.0)], TTL)
+        assert judged.reasons == [None]
+        clock.advance(TTL + 0.5)  # and silent again, with no wait: hung
+        supervisor_store.waiting_since = read  # type: ignore[method-assign]
+        assert "not heartbeated" in (judge_shards(supervisor_store, [("a" * 32, 0.0)], TTL).reasons[0] or "")
+    finally:
+        shard_store.close()
+        supervisor_store.close()

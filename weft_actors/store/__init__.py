@@ -6,6 +6,7 @@ implements the same methods and passes the same conformance suite (``tests/store
 
 from ._check import Problem, check_store
 from ._disk import is_read_only
+from ._engines import LOCK_WAIT_GRACE
 from ._env import SCHEMA_VERSION
 from ._intents import (
     AppendInbox,
@@ -29,6 +30,7 @@ __all__ = [
     "Problem",
     "check_store",
     "SCHEMA_VERSION",
+    "LOCK_WAIT_GRACE",
     "is_read_only",
     "STATUSES",
     "TERMINAL",

@@ -15,11 +15,18 @@ itself, and must not depose itself for it. That is sound because every transacti
 on another engine's expiry (a takeover of its claims, a feed prune past its cursor) first
 marks that engine ``expired`` (``mark_expired``): an engine whose stale time still passes
 finds the mark, and commits nothing, once anyone has acted on its expiry.
+
+Peers judge the same way. An engine whose process began to wait for the write lock while its
+lease held (its lock file's wait slot, ``_ownership``) will pass its own check once it gets
+the lock: it is blocked behind other processes' transactions, perhaps the judge's own, not
+stalled. So nobody acts on its expiry while it waits, up to ``LOCK_WAIT_GRACE`` ttls
+(``blocked_on_lock``); without that, one long transaction or slow fsync would depose every
+engine queued behind it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Final
 
 import lmdb
 
@@ -29,6 +36,9 @@ from ._env import Databases
 from ._keys import engine_key
 
 __all__ = [
+    "LOCK_WAIT_GRACE",
+    "blocked_on_lock",
+    "counts_as_live",
     "is_expired",
     "is_live",
     "check_live",
@@ -48,6 +58,27 @@ def is_expired(record: dict[str, Any], now: float) -> bool:
 
 def is_live(record: dict[str, Any], now: float) -> bool:
     return record["state"] == "live" and not is_expired(record, now)
+
+
+LOCK_WAIT_GRACE: Final = 2.0
+"""Ttls a process may wait for the write lock before it is judged by its lease again: time
+for a stalled holder to be killed and its transaction rolled back, yet a bound on trusting
+a wait slot whose process froze before it reached the lock."""
+
+
+def blocked_on_lock(record: dict[str, Any], waiting_since: float, now: float) -> bool:
+    """Whether an engine whose lease lapsed only waits for the write lock: its process began
+    waiting (``waiting_since`` > 0, its wait slot) before the lease lapsed, so it commits
+    once it gets the lock, and less than ``LOCK_WAIT_GRACE`` ttls ago."""
+    return waiting_since > 0.0 and not is_expired(record, waiting_since) and now - waiting_since < LOCK_WAIT_GRACE * record["ttl"]
+
+
+def counts_as_live(record: dict[str, Any], engine_id: str, now: float, waiting_since: Callable[[str], float]) -> bool:
+    """``is_live``, or expired but ``blocked_on_lock``: an engine no peer may act on the
+    expiry of (``waiting_since`` is read only for an expired record: a file read)."""
+    if record["state"] != "live":
+        return False
+    return not is_expired(record, now) or blocked_on_lock(record, waiting_since(engine_id), now)
 
 
 def engine_record(txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes) -> dict[str, Any] | None:
@@ -80,15 +111,18 @@ def check_live(
     return record
 
 
-def mark_expired(txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes, now: float) -> bool:
+def mark_expired(
+    txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes, now: float, waiting_since: Callable[[str], float]
+) -> bool:
     """In a transaction about to act on ``engine_raw``'s expiry: mark a ``live`` record that
     has expired at ``now`` as ``expired``. True if that engine can never commit again (its
-    record is gone, not live, or now marked), False if it is live after all (it renewed its
-    lease since the caller read it)."""
+    record is gone, not live, or now marked), False if it is live after all: it renewed its
+    lease since the caller read it, or it is blocked on the write lock (``waiting_since``
+    reads its wait slot, only for a record that has expired)."""
     record = engine_record(txn, dbs, engine_raw)
     if record is None or record["state"] != "live":
         return True
-    if not is_expired(record, now):
+    if not is_expired(record, now) or blocked_on_lock(record, waiting_since(engine_raw.hex()), now):
         return False
     record["state"] = "expired"
     record["ended"] = now
@@ -108,12 +142,16 @@ def refuse_second_single(txn: lmdb.Transaction[bytes], dbs: Databases, engine_id
             )
 
 
-def live_records(txn: lmdb.Transaction[bytes], dbs: Databases, now: float) -> dict[str, dict[str, Any]]:
-    return {
-        key.hex(): record
-        for key, value in txn.cursor(db=dbs.engines)
-        if is_live(record := unpack_record(value), now)
-    }
+def live_records(
+    txn: lmdb.Transaction[bytes], dbs: Databases, now: float, waiting_since: Callable[[str], float] | None = None
+) -> dict[str, dict[str, Any]]:
+    """The live engines' records by id; with ``waiting_since``, those ``counts_as_live``."""
+    found = {}
+    for key, value in txn.cursor(db=dbs.engines):
+        record = unpack_record(value)
+        if is_live(record, now) if waiting_since is None else counts_as_live(record, key.hex(), now, waiting_since):
+            found[key.hex()] = record
+    return found
 
 
 def prune_engines(txn: lmdb.Transaction[bytes], dbs: Databases, now: float, keep: float) -> list[str]:

@@ -1,13 +1,22 @@
 """Engine liveness and ownership: registering an engine, its heartbeat, its end (confirmed
 dead, or released on a graceful stop), the takeover of workflows from lost engines, and the
-lock file by which a peer on this machine confirms a death without waiting for expiry."""
+lock file by which a peer on this machine confirms a death without waiting for expiry.
+
+The lock file also carries the engine's *wait slot*: its first 8 bytes, mapped shared by the
+process that holds the lock, are a native double saying when that process began to wait
+for the write lock (the lease clock), negated once it got it, 0.0 outside a write. A peer
+(or the supervisor) reads it before it acts on an engine's lapsed lease: a process blocked
+behind other processes' transactions cannot heartbeat, yet it has not stalled
+(``_engines.blocked_on_lock``)."""
 
 from __future__ import annotations
 
 import fcntl
 import logging
+import mmap
 import os
-from typing import TYPE_CHECKING, Any, Iterable
+import struct
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, cast
 
 from ..codec import unpack_record
 from . import _engines
@@ -28,6 +37,17 @@ __all__ = ["Ownership"]
 
 log = logging.getLogger("weft_actors.store")
 
+_SLOT = struct.Struct("d")
+"""The wait slot at the start of an engine's lock file (see the module docstring)."""
+
+
+class WaitSlot(Protocol):
+    """A wait slot as mapped: ``slot[0]`` reads and writes the double."""
+
+    def __getitem__(self, index: int) -> float: ...
+
+    def __setitem__(self, index: int, value: float) -> None: ...
+
 
 class Ownership:
     """The engine registry transactions of one ``LmdbStore``, which holds this and delegates
@@ -38,15 +58,25 @@ class Ownership:
     def __init__(self, store: LmdbStore) -> None:
         self.store = store
         self._locks: dict[str, int] = {}
+        self._slots: dict[str, tuple[mmap.mmap, memoryview[float]]] = {}
+        self.wait_slots: tuple[WaitSlot, ...] = ()
+        """The wait slot of every engine this instance holds the lock file of: a write of
+        this process publishes its wait in each (a process waits for the lock once, whichever
+        of its engines it writes for)."""
+        self._peers: dict[str, tuple[mmap.mmap, memoryview[float], float]] = {}
+        self.peer_slots: tuple[tuple[WaitSlot, float], ...] = ()
+        """``(wait slot, heartbeat)`` of every other live engine, mapped read-only
+        (``watch_peers``): a write of this process gives way to a peer that has waited for
+        the lock longer than its heartbeat (``LmdbStore``)."""
         self.incarnations: dict[str, str] = {}
         """engine id -> the incarnation this instance registered: a record re-registered by
         someone else is no longer ours, and every commit checks that."""
 
     def close(self) -> None:
         """Let go of every lock file this instance holds (its engines then read as gone)."""
-        for fd in self._locks.values():
-            os.close(fd)
-        self._locks.clear()
+        for engine_id in list(self._locks):
+            self._unlock(engine_id)
+        self._watch({})
 
     def register_engine(
         self,
@@ -118,13 +148,12 @@ class Ownership:
         try:
             store._write(txn_fn)
         except BaseException:
-            fd = self._locks.pop(engine_id, None)
-            if fd is not None:  # refused: leave no trace, not even the lock file
+            if engine_id in self._locks:  # refused: leave no trace, not even the lock file
                 try:
                     os.unlink(self._lock_path(engine_id))
                 except OSError:
                     pass
-                os.close(fd)
+                self._unlock(engine_id)
             raise
         self.incarnations[engine_id] = incarnation
 
@@ -145,7 +174,9 @@ class Ownership:
             _engines.put_engine(txn, store.dbs, engine_key(engine_id), record)
             return record
 
-        return store._write(txn_fn)
+        record = store._write(txn_fn)
+        self.watch_peers()
+        return record
 
     def mark_engine_dead(self, engine_id: str) -> bool:
         """Confirmed death: the engine's claims become reclaimable at once. Idempotent."""
@@ -185,9 +216,7 @@ class Ownership:
             return moved
 
         moved = store._write(txn_fn)
-        fd = self._locks.pop(engine_id, None)
-        if fd is not None:
-            os.close(fd)
+        self._unlock(engine_id)
         return moved
 
     def takeover(self, engine_id: str, candidates: Iterable[tuple[str, bytes | None]]) -> dict[str, int | None]:
@@ -196,9 +225,10 @@ class Ownership:
         A candidate whose holder changed since it was read, or whose workflow is no longer
         running, is lost (``None``). One transaction for the whole list. An engine taken from
         that has expired is marked ``expired`` here (``_engines.mark_expired``), so it commits
-        nothing more however stale the time it judges its own lease by; one still live (it
-        renewed since the candidates were read) only loses that workflow: its writes for it
-        are fenced out by the new epoch.
+        nothing more however stale the time it judges its own lease by; one live after all (it
+        renewed since the candidates were read, or waits for the write lock: candidates are
+        never read from such an engine, ``reclaim_candidates``) is not marked and only loses
+        that workflow: its writes for it are fenced out by the new epoch.
         """
         store = self.store
         me = engine_key(engine_id)
@@ -235,7 +265,7 @@ class Ownership:
                 if holder is not None and old_engine not in marked:
                     marked.add(old_engine)
                     if old_engine != me:
-                        _engines.mark_expired(txn, store.dbs, old_engine, lease)
+                        _engines.mark_expired(txn, store.dbs, old_engine, lease, self.waiting_since)
                 txn.delete(by_engine_key(old_engine, wid), db=store.dbs.by_engine)
                 epoch = next_epoch(state, wid_raw)
                 txn.put(wid_raw, holder_value(me, epoch, now), db=store.dbs.claim_holder)
@@ -266,7 +296,87 @@ class Ownership:
             os.close(fd)
             log.warning("engine %s: lock file is held by its previous incarnation", engine_id)
             return
+        try:
+            self._map_slot(engine_id, fd)
+        except BaseException:
+            os.close(fd)
+            raise
         self._locks[engine_id] = fd
+
+    def _map_slot(self, engine_id: str, fd: int) -> None:
+        if os.fstat(fd).st_size < _SLOT.size:
+            os.ftruncate(fd, _SLOT.size)
+        mapped = mmap.mmap(fd, _SLOT.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        view = memoryview(mapped).cast("d")
+        view[0] = 0.0
+        self._slots[engine_id] = (mapped, view)
+        self.wait_slots = tuple(cast(WaitSlot, view) for _, view in self._slots.values())
+
+    def _unlock(self, engine_id: str) -> None:
+        """Let go of one engine's lock file and unmap its wait slot."""
+        slot = self._slots.pop(engine_id, None)
+        if slot is not None:
+            mapped, view = slot
+            self.wait_slots = tuple(cast(WaitSlot, view) for _, view in self._slots.values())
+            view.release()
+            mapped.close()
+        fd = self._locks.pop(engine_id, None)
+        if fd is not None:
+            os.close(fd)
+
+    def watch_peers(self) -> None:
+        """Map the wait slots of the other engines that count as live, and unmap the rest.
+        The heartbeat runs it: an engine that starts or ends is seen within one interval."""
+        store = self.store
+        with store.env.begin() as txn:
+            live = _engines.live_records(txn, store.dbs, store.clock.lease_now(), self.waiting_since)
+        self._watch({engine_id: record for engine_id, record in live.items() if engine_id not in self._slots})
+
+    def _watch(self, peers: dict[str, dict[str, Any]]) -> None:
+        for engine_id in [engine_id for engine_id in self._peers if engine_id not in peers]:
+            mapped, view, _ = self._peers.pop(engine_id)
+            view.release()
+            mapped.close()
+        for engine_id, record in peers.items():
+            if engine_id in self._peers:
+                continue
+            try:
+                fd = os.open(self._lock_path(engine_id), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                if os.fstat(fd).st_size < _SLOT.size:
+                    continue  # not published yet (or an older version's file): next interval
+                mapped = mmap.mmap(fd, _SLOT.size, mmap.MAP_SHARED, mmap.PROT_READ)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            self._peers[engine_id] = (mapped, memoryview(mapped).cast("d"), float(record["heartbeat"]))
+        self.peer_slots = tuple((cast(WaitSlot, view), heartbeat) for _, view, heartbeat in self._peers.values())
+
+    def waiting_since(self, engine_id: str) -> float:
+        """When ``engine_id``'s process began to wait for the write lock, as its wait slot
+        says (negated: when it got it); 0.0 when it is not in a write, its lock file is
+        missing or unreadable, or its process is gone (the lock is free)."""
+        slot = self._slots.get(engine_id)
+        if slot is not None:
+            return float(cast(WaitSlot, slot[1])[0])
+        try:
+            fd = os.open(self._lock_path(engine_id), os.O_RDONLY)
+        except OSError:
+            return 0.0
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:  # held: its process runs; read what it says
+                raw = os.pread(fd, _SLOT.size, 0)
+                return _SLOT.unpack(raw)[0] if len(raw) == _SLOT.size else 0.0
+            return 0.0  # free: nobody waits behind that file any more
+        except OSError:
+            return 0.0
+        finally:
+            os.close(fd)
 
     def remove_files(self, engine_id: str) -> None:
         """Delete the lock file and stall note of an engine pruned from the registry."""
@@ -292,12 +402,17 @@ class Ownership:
             except OSError:
                 continue
             log.warning("engine %s: its lock file %s was deleted or replaced; recreating it", engine_id, path)
+            old_slot = self._slots.pop(engine_id)
             del self._locks[engine_id]
             self._lock_engine_file(engine_id)
             if engine_id in self._locks:
                 os.close(fd)
-            else:
-                self._locks[engine_id] = fd  # someone else holds the new file: keep ours
+                old_slot[1].release()
+                old_slot[0].close()
+            else:  # someone else holds the new file: keep ours (and its slot)
+                self._locks[engine_id] = fd
+                self._slots[engine_id] = old_slot
+                self.wait_slots = tuple(cast(WaitSlot, view) for _, view in self._slots.values())
 
     def process_gone(self, engine_id: str) -> bool:
         """True when the process that registered ``engine_id`` has surely exited: its lock

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Iterable
+import time
+from typing import Any, Callable, Final, Iterable
 
 import lmdb
 
@@ -30,6 +31,11 @@ from ._keys import COUNT_PREFIX, NO_ENGINE, STATUS_CODES, TERMINAL, engine_key, 
 __all__ = ["LmdbStore"]
 
 log = logging.getLogger("weft_actors.store")
+
+GIVE_WAY_MAX: Final = 0.05
+"""Seconds a write waits at most for a starving peer to get the write lock (``_give_way``)."""
+GIVE_WAY_POLL: Final = 0.0005
+
 _WRITE_LOG = RateLimitedLog(log)
 """A full or read-only disk fails every write: one line per interval says so."""
 
@@ -79,6 +85,9 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self._refusals = Refusals(self.clock)
         self.commits = 0
         self.writes = 0
+        self.gave_way = 0
+        """How many times a write of this process let a starving peer take the lock first."""
+        self._given_way: set[float] = set()
         self._closed = False
         self._ownership = Ownership(self)
         self._incarnations = self._ownership.incarnations  # the same dict: every commit reads it
@@ -89,13 +98,6 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.before_commit: Callable[[], None] | None = None
         """Called inside ``apply``'s transaction once every intent is applied, just before the
         commit: the crash-test failpoint ``commit:after-apply`` (``None`` otherwise)."""
-        self.write_wait: Any = None
-        """A shared slot (``write_wait[0]``, e.g. a ``multiprocessing.RawArray("d", 1)``) where
-        this process publishes when it began to wait for the write lock, and then, negated,
-        when it got it, until its transaction has committed (0.0 outside a write): its
-        supervisor tells a shard blocked behind another's stalled transaction, or one that got
-        the lock a moment ago and is committing the renewal it could not make meanwhile, from
-        a hung one by it. ``None``: nothing is published."""
 
     def close(self) -> None:
         self._ownership.close()
@@ -150,13 +152,17 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         # time cannot pass once anyone acted on its expiry (they mark it; see ``_engines``).
         clock = self.clock
         started = clock.lease_now()
-        wait = self.write_wait
-        if wait is not None:
-            wait[0] = started
+        if self._ownership.peer_slots:
+            self._give_way(started)
+        slots = self._ownership.wait_slots  # published for peers and the supervisor (``_ownership``)
+        for slot in slots:
+            slot[0] = started
         try:
             with self.env.begin(write=True) as txn:
-                if wait is not None:
-                    wait[0] = -clock.lease_now()
+                if slots:
+                    got = -clock.lease_now()
+                    for slot in slots:
+                        slot[0] = got
                 record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
                 now = clock.now()  # for the records: read holding the lock
                 lease = clock.lease_now()  # for the lease (wall-clock jumps do not move it)
@@ -201,8 +207,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
             error = self._write_failed(storage_failure(exc, self.path, "commit failed"))
             return [error] * len(intents)
         finally:
-            if wait is not None:
-                wait[0] = 0.0
+            for slot in slots:
+                slot[0] = 0.0
         if self.write_failure is not None:
             self._write_recovered()
         if written is not None:
@@ -210,6 +216,24 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         self.commits += 1
         self.writes += len(intents)
         return results
+
+    def _give_way(self, now: float) -> None:
+        """Before taking the write lock, let a peer that has waited for it longer than its
+        heartbeat go first: LMDB's lock is not fair, and a process that commits again at
+        once wins it over a waiter that was woken but not yet run, so on a loaded machine a
+        waiter can starve past its lease while the others commit. Each wait is given way
+        to once, for ``GIVE_WAY_MAX`` at most (a peer that died waiting holds nobody up)."""
+        for slot, heartbeat in self._ownership.peer_slots:
+            since = slot[0]
+            if since <= 0.0 or now - since <= heartbeat or since in self._given_way:
+                continue
+            if len(self._given_way) > 64:
+                self._given_way.clear()
+            self._given_way.add(since)
+            self.gave_way += 1
+            deadline = time.monotonic() + GIVE_WAY_MAX
+            while slot[0] == since and time.monotonic() < deadline:
+                time.sleep(GIVE_WAY_POLL)
 
     def verify_lock_file(self) -> None:
         """Raise ``StorageError`` (naming the file) if ``lock.mdb`` was deleted or replaced
@@ -227,13 +251,19 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
 
     def _write(self, fn: Any) -> Any:
         self.verify_lock_file()
-        wait = self.write_wait
-        if wait is not None:
-            wait[0] = self.clock.lease_now()
+        slots = self._ownership.wait_slots
+        if slots:
+            started = self.clock.lease_now()
+            if self._ownership.peer_slots:
+                self._give_way(started)
+            for slot in slots:
+                slot[0] = started
         try:
             with self.env.begin(write=True) as txn:
-                if wait is not None:
-                    wait[0] = -self.clock.lease_now()
+                if slots:
+                    got = -self.clock.lease_now()
+                    for slot in slots:
+                        slot[0] = got
                 result = fn(txn)
         except lmdb.MapFullError as exc:
             self._refusals.note()
@@ -241,8 +271,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         except (lmdb.Error, OSError) as exc:
             raise self._write_failed(storage_failure(exc, self.path, "commit failed")) from exc
         finally:
-            if wait is not None:
-                wait[0] = 0.0
+            for slot in slots:
+                slot[0] = 0.0
         if self.write_failure is not None:
             self._write_recovered()
         return result
@@ -307,6 +337,11 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
     def takeover(self, engine_id: str, candidates: Iterable[tuple[str, bytes | None]]) -> dict[str, int | None]:
         """CAS each ``(wid, holder bytes read)`` to this engine; the new epoch, or ``None`` if lost."""
         return self._ownership.takeover(engine_id, candidates)
+
+    def waiting_since(self, engine_id: str) -> float:
+        """When ``engine_id``'s process began to wait for the write lock (its lock file's wait
+        slot; negated once it got it, 0.0 outside a write or if its process is gone)."""
+        return self._ownership.waiting_since(engine_id)
 
     def process_gone(self, engine_id: str) -> bool:
         """True when the process that registered ``engine_id`` has surely exited (its lock
@@ -388,12 +423,13 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         or held by nobody (the first ``limit`` of them, if given). The caller filters by
         preference and registered types."""
         now = self.clock.lease_now()
+        waiting_since = self._ownership.waiting_since
         with self.env.begin() as txn:
             gone = [NO_ENGINE]
             for key, value in txn.cursor(db=self.dbs.engines):
                 if key.hex() == engine_id:
                     continue
-                if not _engines.is_live(unpack_record(value), now):
+                if not _engines.counts_as_live(unpack_record(value), key.hex(), now, waiting_since):
                     gone.append(key)
             found: list[tuple[str, bytes | None, str]] = []
             for engine_raw in gone:

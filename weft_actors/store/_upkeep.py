@@ -88,13 +88,14 @@ class UpkeepMixin:
         def txn_fn(txn: lmdb.Transaction[bytes]) -> int:
             now = self.clock.now()
             lease = self.clock.lease_now()
-            live = _engines.live_records(txn, self.dbs, lease)
+            waiting_since = self._ownership.waiting_since
+            live = _engines.live_records(txn, self.dbs, lease, waiting_since)
             cursors = [own_cursor if eid == engine_id else int(r.get("cursor") or 0) for eid, r in live.items()]
             if engine_id not in live:
                 return 0  # a deposed engine changes nothing
             for key in list(txn.cursor(db=self.dbs.engines).iternext(values=False)):
                 if key.hex() not in live:  # its cursor is passed over: it must never commit again
-                    _engines.mark_expired(txn, self.dbs, key, lease)
+                    _engines.mark_expired(txn, self.dbs, key, lease, waiting_since)
             return prune_feed(txn, self.dbs, cursors, now, retention, limit)
 
         return self._write(txn_fn)

@@ -3,9 +3,9 @@
 A shard is hung when its engine renewed nothing for a whole ttl (``hung_reason``): the
 supervisor then kills it (SIGKILL) and restarts it through the normal path, which also frees
 the store's write lock if it stalled holding it. A shard that only waits for that lock is not
-hung: each shard publishes when it began to wait (``LmdbStore.write_wait``, shared memory),
-and such a shard is left alone for ``LOCK_WAIT_GRACE`` ttls, time enough for the holder to be
-killed. The store writes that follow a death go through ``DeathRecorder``'s own thread:
+hung: each shard publishes when it began to wait (the wait slot in its engine's lock file,
+``LmdbStore.waiting_since``), and such a shard is left alone for ``LOCK_WAIT_GRACE`` ttls,
+time enough for the holder to be killed (peers spare it the same way). The store writes that follow a death go through ``DeathRecorder``'s own thread:
 marking an engine dead takes the write lock, and the loop that must kill a stalled holder can
 never wait for it.
 """
@@ -15,20 +15,17 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, Final
+from typing import Any, NamedTuple, Sequence
 
 import zmq
 
 from ..bus import encode_hint, publisher
 from ..errors import WeftError
+from ..store import LOCK_WAIT_GRACE
 
-__all__ = ["DeathRecorder", "hung_reason", "LOCK_WAIT_GRACE"]
+__all__ = ["DeathRecorder", "Judgement", "hung_reason", "judge_shards", "LOCK_WAIT_GRACE"]
 
 log = logging.getLogger("weft_actors.supervisor")
-
-LOCK_WAIT_GRACE: Final = 2.0
-"""Ttls a silent shard waiting for the write lock is spared: the holder, if it is one of
-ours, is killed after one ttl. Past that (a shard stopped while it waited) it is hung too."""
 
 
 def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float, ttl: float, ready_at: float = 0.0) -> str | None:
@@ -54,6 +51,29 @@ def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float
     if waiting_since < 0 and wall + waiting_since < ttl:
         return None  # it got the lock a moment ago and commits what it could not meanwhile
     return f"it has not heartbeated for {silent:.1f} s (ttl {ttl:g} s)"
+
+
+class Judgement(NamedTuple):
+    records: dict[str, dict[str, Any]]
+    """Every engine record, as read for the judgement."""
+    wall: float
+    """The lease clock's time the records were judged at."""
+    reasons: list[str | None]
+    """Per watched engine, why its shard is hung (``hung_reason``), or ``None``."""
+
+
+def judge_shards(store: Any, watched: Sequence[tuple[str, float]], ttl: float) -> Judgement:
+    """Judge each watched ``(engine id, ready_at)`` by ``hung_reason``.
+
+    Every wait slot is read before the records: a shard that finished its wait in between
+    has committed its renewal into the records read next. Read the other way round, a
+    shard let through the lock a moment ago (its stalled holder just killed) showed the
+    stale record and no wait, and was killed too. Raises what ``store.engines()`` raises."""
+    waits = [store.waiting_since(engine_id) for engine_id, _ in watched]
+    records = store.engines()
+    wall = store.clock.lease_now()  # the records' lease clock, blind to wall-clock jumps
+    reasons = [hung_reason(records.get(engine_id), waiting, wall, ttl, ready_at) for (engine_id, ready_at), waiting in zip(watched, waits)]
+    return Judgement(records, wall, reasons)
 
 
 class DeathRecorder:

@@ -42,14 +42,13 @@ REPLY_BATCH_BYTES = 4 << 20
 front door then never holds one huge message of large results at once."""
 
 
-def shard_main(config: ShardConfig, control: Connection, write_wait: Any = None) -> None:
-    """Entry point of a spawned shard process. ``write_wait``: shared memory where the store
-    publishes when it waits for the write lock, for the supervisor to tell hung from blocked."""
+def shard_main(config: ShardConfig, control: Connection) -> None:
+    """Entry point of a spawned shard process."""
     configure_logging(config.log_level, config.log_json, f"shard-{config.slot}")
     try:
         import uvloop
 
-        code = uvloop.run(ShardServer(config, control, write_wait).serve())
+        code = uvloop.run(ShardServer(config, control).serve())
     except (StorageError, StorageFull) as exc:
         if not cannot_write(exc):
             log.exception("shard %d crashed", config.slot)
@@ -75,10 +74,9 @@ def load_app(name: str) -> Any:
 
 
 class ShardServer:
-    def __init__(self, config: ShardConfig, control: Connection, write_wait: Any = None) -> None:
+    def __init__(self, config: ShardConfig, control: Connection) -> None:
         self.config = config
         self.control = control
-        self.write_wait = write_wait
         self.engine: Engine
         self.ops: ShardOps
         self._stopping = False
@@ -117,7 +115,6 @@ class ShardServer:
             warn_type_mismatch=False,  # the supervisor says it, once for all its shards
         )
         await self.engine.open()
-        self.engine.store.write_wait = self.write_wait
         self.ops = ShardOps(self.engine)
         self.dealer = self.context.socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.IDENTITY, shard_identity(config.slot))

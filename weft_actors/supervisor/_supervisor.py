@@ -28,7 +28,7 @@ from ._config import ShardConfig, SupervisorConfig
 from ._console import check_http_bind, parse_http, start_console
 from ._curve import check_bind, server_keys, start_authenticator
 from ._app_types import TypeMismatchWatch
-from ._liveness import DeathRecorder, hung_reason
+from ._liveness import DeathRecorder, judge_shards
 from ._metrics import MetricsServer, render
 from ._shard_process import EXIT_UNWRITABLE, shard_main
 
@@ -46,7 +46,7 @@ EXIT_RESTART_INTENSITY = 3
 
 
 class _Slot:
-    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready", "started_at", "write_wait", "killed", "ready_at", "unwritable")
+    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready", "started_at", "killed", "ready_at", "unwritable")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -59,7 +59,6 @@ class _Slot:
         self.stats: dict[str, Any] = {}
         self.ready = False
         self.started_at = 0.0
-        self.write_wait: Any = None
         """Shared with the process: when it began to wait for the store's write lock."""
         self.killed = False
         """Killed as hung, not reaped yet."""
@@ -240,12 +239,11 @@ class Supervisor:
             max_running=config.max_running,
             max_queued_requests=config.max_queued_requests,
         )
-        write_wait = self._mp.RawArray("d", 1)
-        process = self._mp.Process(target=shard_main, args=(shard, child, write_wait), name=f"shard-{slot.index}")
+        process = self._mp.Process(target=shard_main, args=(shard, child), name=f"shard-{slot.index}")
         process.start()
         child.close()
         slot.process, slot.control, slot.ready = process, parent, False
-        slot.write_wait, slot.killed = write_wait, False
+        slot.killed = False
         slot.engine_id = None
         slot.pid = process.pid
         slot.started_at = time.monotonic()
@@ -320,18 +318,14 @@ class Supervisor:
         if now < self._next_hung_check:
             return
         self._next_hung_check = now + self.config.heartbeat / 4
+        watched = [slot for slot in self.slots if slot.process is not None and slot.ready and not slot.killed and slot.engine_id is not None]
         try:
-            records = self.store.engines()
+            judged = judge_shards(self.store, [(slot.engine_id or "", slot.ready_at) for slot in watched], self.config.ttl)
         except Exception as exc:  # a read; the store may be briefly unreadable
             log.warning("cannot read the engine records: %s", exc)
             return
-        wall = self.store.clock.lease_now()  # the records' lease clock, blind to wall-clock jumps
-        self.type_watch.check(records, _live_ids(records, wall), (slot.engine_id for slot in self.slots))
-        for slot in self.slots:
-            if slot.process is None or not slot.ready or slot.killed or slot.engine_id is None:
-                continue
-            waiting = slot.write_wait[0] if slot.write_wait is not None else 0.0
-            reason = hung_reason(records.get(slot.engine_id), waiting, wall, self.config.ttl, slot.ready_at)
+        self.type_watch.check(judged.records, _live_ids(judged.records, judged.wall), (slot.engine_id for slot in self.slots))
+        for slot, reason in zip(watched, judged.reasons):
             if reason is None:
                 continue
             log.error("shard %d (pid %s, engine %s) is hung: %s; killing it", slot.index, slot.pid, slot.engine_id, reason)
@@ -364,7 +358,7 @@ class Supervisor:
         if slot.control is not None:
             slot.control.close()
         slot.process, slot.control, slot.ready, slot.stats = None, None, False, {}
-        slot.write_wait, slot.killed = None, False
+        slot.killed = False
         now = time.monotonic()
         if unwritable:
             # Not a crash: the store is read-only for now. Retried every few seconds (the
