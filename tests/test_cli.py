@@ -57,7 +57,7 @@ def test_help_lists_operator_commands() -> None:
     done = run_module("-m", "weft_actors", "--help")
     assert done.returncode == 0, done.stderr
     lines = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("    ") and line.split()}
-    for name in ("backup", "purge", "replay"):
+    for name in ("backup", "purge", "replay", "export"):
         assert name in lines and len(lines[name].split()) > 3, f"{name} is not described in --help:\n{done.stdout}"
 
 

@@ -1,8 +1,10 @@
-"""Operator commands on a data directory: ``backup``, ``purge``, ``replay``.
+"""Operator commands on a data directory: ``backup``, ``purge``, ``replay``, ``export``.
 
     python -m weft_actors backup DEST [--data DIR]
     python -m weft_actors purge [--status S] [--older-than 7d] [--id ID ...] [--data DIR] [--yes]
     python -m weft_actors replay ID --app MODULE [--data DIR]
+    python -m weft_actors replay --history FILE --app MODULE
+    python -m weft_actors export ID [--data DIR] > FILE
 
 They open the store directly (beside running engines is fine: LMDB serialises writers and
 readers see snapshots). ``restore`` is a procedure, not a command: stop the supervisor,
@@ -19,15 +21,16 @@ import sys
 import time
 from typing import Any, Sequence
 
+from . import history
 from .codec import decode, decode_args
-from .errors import UnknownWorkflowType, WeftError, WorkflowNotFound
+from .errors import UnknownWorkflowType, WeftError
 from .store import LmdbStore
 from .store._admin import backup, purge, purge_candidates
 from .workflow import WorkflowRun, collect_workflows
 
-__all__ = ["COMMANDS", "main", "parse_duration", "replay_report"]
+__all__ = ["COMMANDS", "main", "parse_duration", "replay_history", "replay_report"]
 
-COMMANDS = ("backup", "purge", "replay")
+COMMANDS = ("backup", "purge", "replay", "export")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
@@ -83,8 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("--id", action="append", dest="ids", help="a workflow id (repeatable)")
     cmd.add_argument("--yes", action="store_true", help="really delete")
     cmd = commands.add_parser("replay", help="replay one workflow's history against current code")
-    cmd.add_argument("workflow_id")
+    cmd.add_argument("workflow_id", nargs="?", help="a workflow in the data directory")
+    cmd.add_argument("--history", help="a file written by export, instead of a workflow id (- for stdin)")
     cmd.add_argument("--app", required=True, help="module holding the @workflow functions")
+    cmd = commands.add_parser("export", help="write one workflow's history as JSON (for replay --history)")
+    cmd.add_argument("workflow_id")
     for sub in commands.choices.values():
         sub.add_argument("--data", default=argparse.SUPPRESS, help="data directory")
     return parser
@@ -121,20 +127,39 @@ def _run(args: argparse.Namespace, out: Any) -> int:
             out.write(f"not purged {wid}: {code}\n")
         out.write(f"{len(outcome) - len(failed)} workflow(s) purged\n")
         return 1 if failed else 0
-    store = LmdbStore(args.data, readonly=True)
-    try:
-        record, _, ops, _ = store.load_for_replay(args.workflow_id)
-    finally:
-        store.close()
-    if record is None:
-        raise WorkflowNotFound(f"workflow {args.workflow_id!r} not found", workflow_id=args.workflow_id)
-    definitions = collect_workflows(importlib.import_module(args.app))
-    definition = definitions.get(record["type"])
-    if definition is None:
-        raise UnknownWorkflowType(f"{args.app} has no workflow {record['type']!r}", workflow_type=record["type"])
-    report = replay_report(definition, args.workflow_id, record, ops)
+    if args.command == "export":
+        store = LmdbStore(args.data, readonly=True)
+        try:
+            recorded = history.export_history(store, args.workflow_id)
+        finally:
+            store.close()
+        out.write(history.dumps(recorded) + "\n")
+        return 0
+    if (args.workflow_id is None) == (args.history is None):
+        raise ValueError("replay needs a workflow id or --history FILE (one of them)")
+    if args.history is not None:
+        text = sys.stdin.read() if args.history == "-" else open(args.history, "rb").read()
+        recorded = history.loads(text)
+    else:
+        store = LmdbStore(args.data, readonly=True)
+        try:
+            recorded = history.export_history(store, args.workflow_id)
+        finally:
+            store.close()
+    report = replay_history(recorded, importlib.import_module(args.app), app_name=args.app)
     out.write(json.dumps(report, default=str) + "\n")
     return 0 if report["ok"] else 1
+
+
+def replay_history(recorded: history.History, app: Any, app_name: str | None = None) -> dict[str, Any]:
+    """``replay_report`` of ``recorded`` against the workflow of its type in ``app`` (a
+    module, or a list of ``@workflow`` functions); ``UnknownWorkflowType`` if it has none."""
+    definitions = collect_workflows(app)
+    wf_type = recorded.record["type"]
+    definition = definitions.get(wf_type)
+    if definition is None:
+        raise UnknownWorkflowType(f"{app_name or 'the app'} has no workflow {wf_type!r}", workflow_type=wf_type)
+    return replay_report(definition, recorded.workflow_id, recorded.record, recorded.ops)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

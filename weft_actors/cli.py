@@ -37,7 +37,8 @@ _GLOBAL_OPTIONS_WITH_VALUE = ("--data", "--endpoint", "--timeout", "--curve-serv
 _OPERATOR_COMMANDS = {
     "backup": "write a consistent, compacted copy of a data directory (DEST [--data DIR])",
     "purge": "delete finished workflows (--status, --older-than, --id; a dry run unless --yes)",
-    "replay": "check recorded histories against new code without writing (ID --app MODULE)",
+    "replay": "check a history against new code (ID or --history FILE, --app MODULE)",
+    "export": "write a workflow's history as JSON, for replay --history (ID)",
 }
 
 

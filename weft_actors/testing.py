@@ -1,14 +1,43 @@
-"""Helpers for testing code that uses weft_actors: a clock that moves only when told to, and
-a time-skipping environment in which a workflow that sleeps for days ends in milliseconds."""
+"""Helpers for testing code that uses weft_actors: a clock that moves only when told to, a
+time-skipping environment in which a workflow that sleeps for days ends in milliseconds, and
+``replay_history``, which checks a recorded history (``python -m weft_actors export``)
+against the code under test."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from typing import Any
 
-__all__ = ["FakeClock", "TimeSkippingEnvironment"]
+from .errors import NonDeterminismError
+from .history import History, loads
+
+__all__ = ["FakeClock", "TimeSkippingEnvironment", "replay_history"]
+
+
+def replay_history(source: History | str | bytes | os.PathLike[str], app: Any) -> dict[str, Any]:
+    """Replay a recorded history against the workflows in ``app`` (a module, or a list of
+    ``@workflow`` functions) without executing anything; raise ``NonDeterminismError`` if
+    the code no longer replays it, else return the report (``next``: what it would run).
+
+    ``source``: a ``History``, the JSON text ``export`` wrote, or the path of such a file.
+    Keep a few exported histories of long-running workflows beside your tests: a change that
+    would break them in production then fails in CI instead."""
+    from .admin import replay_history as report_of  # the command's replay, one code path
+
+    if isinstance(source, History):
+        recorded = source
+    elif isinstance(source, bytes) or (isinstance(source, str) and source.lstrip().startswith("{")):
+        recorded = loads(source)
+    else:
+        with open(source, "rb") as f:
+            recorded = loads(f.read())
+    report = report_of(recorded, app)
+    if not report["ok"]:
+        raise NonDeterminismError(report.get("divergence", "the history does not replay"), workflow_id=recorded.workflow_id, report=report)
+    return report
 
 
 class FakeClock:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from ..codec import decode, encode
 from ..errors import SerializationError
 from ._ops import Combinator, ConditionOp, Op
-from ._records import Command, cancelled_record, contained, error_from_record, error_record
+from ._records import Command, cancelled_record, contained, error_from_record, error_record, op_label
 
 __all__ = ["CombinatorMixin", "ENCODED_NONE"]
 
@@ -135,8 +135,8 @@ class CombinatorMixin:
             if record is not None and (record.get("kind") != child.kind or record.get("name") != child.name or record.get("in", path) != path):
                 recorded = record.get("in")
                 self._stuck(
-                    f"replay issued {child.kind} {child.name!r} under {path} at #{seq} but the history has "
-                    f"{record.get('kind')} {record.get('name')!r}" + ("" if recorded is None else f" under {recorded}")
+                    f"replay issued {op_label(child.kind, child.name)} under {path} at #{seq} but the history has "
+                    f"{op_label(record.get('kind'), record.get('name'))}" + ("" if recorded is None else f" under {recorded}")
                 )
                 return
             self._paths[seq] = path

@@ -26,7 +26,7 @@ from ._combinators import CombinatorMixin
 from ._handlers import HandlersMixin
 from ._context import Context
 from ._ops import HANDLER, UPDATE, ContinueAsNew, Op
-from ._records import Command, contained, error_from_record, error_record
+from ._records import Command, contained, error_from_record, error_record, op_label
 
 __all__ = ["Command", "WorkflowRun", "error_record", "error_from_record"]
 
@@ -360,8 +360,8 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         record = self.history.get(seq)
         if record is not None and (record.get("kind") != kind or record.get("name") != op.name or "in" in record):
             self._stuck(
-                f"replay issued {kind} {op.name!r} at #{seq} but the history has "
-                f"{record.get('kind')} {record.get('name')!r}{_under(record.get('in'))}"
+                f"replay issued {op_label(kind, op.name)} at #{seq} but the history has "
+                f"{op_label(record.get('kind'), record.get('name'))}{_under(record.get('in'))}"
             )
             return None
         self.waiting = op

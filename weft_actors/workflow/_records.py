@@ -9,7 +9,7 @@ from typing import Any, Final, NamedTuple
 from ..errors import ActivityError, ChildWorkflowError, UserCodeExit, WeftError, error_class
 from ._ops import Op
 
-__all__ = ["Command", "error_record", "error_from_record", "cancelled_record", "contained", "CANCEL_REQUESTED"]
+__all__ = ["Command", "error_record", "error_from_record", "cancelled_record", "contained", "op_label", "CANCEL_REQUESTED"]
 
 CANCEL_REQUESTED: Final = "workflow cancelled"
 """Message of the cancelled outcome recorded for the ops a workflow awaits when it is cancelled."""
@@ -100,3 +100,9 @@ def error_from_record(record: dict[str, Any]) -> BaseException:
     if "code" in record:
         return error_class(record["code"])(record["message"])
     return WeftError(f"{record.get('type')}: {record.get('message')}")
+
+
+def op_label(kind: Any, name: Any) -> str:
+    """How a divergence message names an op: ``activity 'charge'``, or ``sleep`` alone for
+    the kinds without a name."""
+    return f"{kind} {name!r}" if name else f"{kind}"
