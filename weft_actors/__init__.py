@@ -10,6 +10,7 @@ from . import errors
 from .bus import AsyncClient, AsyncClientHandle, Client, ClientHandle
 from .codec import register_type
 from .errors import WeftError
+from ._schedule_handle import ScheduleHandle
 from .shard import Engine, WorkflowHandle
 from .workflow import ActivityInfo, Context, RetryPolicy, activity, workflow
 
@@ -22,6 +23,7 @@ __all__ = [
     "Context",
     "Engine",
     "RetryPolicy",
+    "ScheduleHandle",
     "WeftError",
     "WorkflowHandle",
     "activity",

@@ -26,7 +26,7 @@ from .codec import decode, decode_args
 from .errors import UnknownWorkflowType, WeftError
 from .store import LmdbStore
 from .store._admin import backup, purge, purge_candidates
-from .workflow import WorkflowRun, collect_workflows
+from .workflow import WorkflowRun, collect_workflows, with_system_workflows
 
 __all__ = ["COMMANDS", "main", "parse_duration", "replay_history", "replay_report"]
 
@@ -154,7 +154,7 @@ def _run(args: argparse.Namespace, out: Any) -> int:
 def replay_history(recorded: history.History, app: Any, app_name: str | None = None) -> dict[str, Any]:
     """``replay_report`` of ``recorded`` against the workflow of its type in ``app`` (a
     module, or a list of ``@workflow`` functions); ``UnknownWorkflowType`` if it has none."""
-    definitions = collect_workflows(app)
+    definitions = with_system_workflows(collect_workflows(app))
     wf_type = recorded.record["type"]
     definition = definitions.get(wf_type)
     if definition is None:

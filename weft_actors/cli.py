@@ -25,6 +25,7 @@ from typing import Any, Sequence, TextIO
 
 import zmq.auth
 
+from ._schedule_spec import OVERLAP_POLICIES, SCHEDULE_TYPE
 from .bus import DEFAULT_ENDPOINT, Client
 from .errors import OutcomeUnknown, ServerUnavailable, WeftError
 
@@ -193,9 +194,68 @@ def _parser() -> argparse.ArgumentParser:
     p = command("keygen", "write a CURVE key pair")
     p.add_argument("dir")
     p.add_argument("--name", default="client")
+    _schedule_commands(command("schedule", "create, list and act on schedules (schedule ACTION --help)"), common)
     for name, help in _OPERATOR_COMMANDS.items():  # parsed by weft_actors.admin (see main)
         commands.add_parser(name, help=help, add_help=False)
     return parser
+
+
+def _schedule_commands(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    p = actions.add_parser("create", help="create a schedule", parents=[common])
+    p.add_argument("id", help="the schedule id (its runs are ID/<fire time ISO>)")
+    p.add_argument("workflow")
+    p.add_argument("args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON", help="JSON array of the workflow's arguments")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", help="5 fields (or 6, seconds first), e.g. '0 9 * * mon-fri'")
+    when.add_argument("--every", type=float, metavar="S", help="an interval in seconds")
+    p.add_argument("--offset", type=float, default=0.0, metavar="S", help="shift of --every's grid (default 0)")
+    p.add_argument("--timezone", default="UTC", help="zoneinfo name the cron string is read in (default UTC)")
+    p.add_argument("--start", type=float, metavar="EPOCH_S", help="no fire before this")
+    p.add_argument("--end", type=float, metavar="EPOCH_S", help="no fire after this")
+    p.add_argument("--jitter", type=float, default=0.0, metavar="S", help="delay each fire by up to S seconds")
+    p.add_argument("--overlap", choices=OVERLAP_POLICIES, default="skip", help="when the previous run still runs (default: %(default)s)")
+    p.add_argument("--catchup-window", type=float, default=60.0, metavar="S", help="missed fires younger than this still start (default 60)")
+    p.add_argument("--paused", action="store_true", help="create it paused")
+    p.add_argument("--note")
+    actions.add_parser("list", help="list schedules", parents=[common]).add_argument("--limit", type=int, default=100)
+    for name, help in (("describe", "next fire times, recent runs, counts"), ("trigger", "fire now"), ("delete", "fire no more")):
+        actions.add_parser(name, help=help, parents=[common]).add_argument("id")
+    for name, help in (("pause", "stop firing until unpaused"), ("unpause", "fire again (what fell due meanwhile is not caught up)")):
+        p = actions.add_parser(name, help=help, parents=[common])
+        p.add_argument("id")
+        p.add_argument("--note")
+    p = actions.add_parser("backfill", help="start every fire time in [START, END] not started yet", parents=[common])
+    p.add_argument("id")
+    p.add_argument("start", type=float, metavar="START_EPOCH_S")
+    p.add_argument("end", type=float, metavar="END_EPOCH_S")
+
+
+def _run_schedule(args: argparse.Namespace, out: TextIO, client: Client) -> None:
+    action = args.action
+    if action == "create":
+        spec = {"cron": args.cron, "every": args.every, "offset": args.offset, "timezone": args.timezone, "start": args.start, "end": args.end, "jitter": args.jitter}
+        handle = client.create_schedule(
+            args.id, args.workflow, *args.args, spec=spec, overlap=args.overlap, catchup_window=args.catchup_window, paused=args.paused, note=args.note,
+        )
+        _emit(args, out, {"id": handle.id}, f"schedule {handle.id} created")
+        return
+    if action == "list":
+        page = client.list(type=SCHEDULE_TYPE, limit=args.limit)
+        _emit(args, out, page, _table(page))
+        return
+    schedule = client.get_schedule(args.id)
+    if action == "describe":
+        value = schedule.describe()
+        _emit(args, out, value, _readable(_iso_times(value)))
+        return
+    if action in ("pause", "unpause"):
+        getattr(schedule, action)(args.note)
+    elif action == "backfill":
+        schedule.backfill(args.start, args.end)
+    else:
+        getattr(schedule, action)()
+    _emit(args, out, {"ok": True}, "ok")
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -253,6 +313,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
             else:
                 handle = client.signal_with_start(args.workflow, *args.args, signal=args.signal, payload=args.payload, **_start_kwargs(args))
             _emit(args, out, {"id": handle.id, "run_id": handle.run_id}, f"{handle.id} (run {handle.run_id})")
+        elif command == "schedule":
+            _run_schedule(args, out, client)
         elif command in ("list", "stats", "ping"):
             if command == "list":
                 page = client.list(status=args.status, type=args.type, limit=args.limit, cursor=args.cursor)

@@ -134,6 +134,22 @@ class TimeSkippingEnvironment:
             if self._data_dir is not None:
                 shutil.rmtree(self._data_dir, ignore_errors=True)
 
+    async def restart(self, downtime: float = 0.0) -> None:
+        """Close the engine, let ``downtime`` seconds of workflow time pass with nothing
+        running, and open a new engine on the same store: what an outage or a deploy does
+        to timers and schedules (overdue timers fire at once; schedules catch up)."""
+        from .shard import Engine
+
+        if not downtime >= 0:
+            raise ValueError("downtime must be >= 0")
+        await self.engine.close()
+        self._engine = None
+        assert self._data_dir is not None  # open, as ``engine`` checked
+        self.clock.jump(downtime)
+        self.skipped += downtime
+        self._engine = Engine(self._data_dir, app=self.app, clock=self.clock, **self._options)
+        await self._engine.open()
+
     async def sleep(self, seconds: float) -> None:
         """Let ``seconds`` of workflow time pass, firing every timer due by then in order and
         letting what each sets off run (real time) before the next."""

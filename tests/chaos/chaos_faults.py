@@ -213,18 +213,15 @@ class FaultsMixin:
 
     def _live_engine_pids(self) -> set[int]:
         try:
-            store = open_reader(self.data_dir)
+            with open_reader(self.data_dir) as store:
+                now = store.clock.lease_now()  # leases are judged on the lease clock
+                return {
+                    record["pid"]
+                    for record in store.engines().values()
+                    if record.get("state") == "live" and record["expires_at"] > now
+                }
         except WeftError:
             return set()
-        try:
-            now = store.clock.lease_now()  # leases are judged on the lease clock
-            return {
-                record["pid"]
-                for record in store.engines().values()
-                if record.get("state") == "live" and record["expires_at"] > now
-            }
-        finally:
-            store.close()
 
     def _epochs(self) -> None:
         """Sample every claim epoch about twice a second: none may ever shrink or vanish."""
@@ -233,14 +230,10 @@ class FaultsMixin:
         previous: dict[bytes, int] = {}
         while not self.stop_load.wait(0.5):
             try:
-                store = open_reader(self.data_dir)
+                with open_reader(self.data_dir) as store, store.env.begin() as txn:
+                    epochs = {bytes(key): unpack_u64(value)[0] for key, value in txn.cursor(db=store.dbs.claim_epoch)}
             except WeftError:
                 continue
-            try:
-                with store.env.begin() as txn:
-                    epochs = {bytes(key): unpack_u64(value)[0] for key, value in txn.cursor(db=store.dbs.claim_epoch)}
-            finally:
-                store.close()
             self.count("epoch_samples")
             for key, epoch in previous.items():
                 now = epochs.get(key)

@@ -17,6 +17,7 @@ Clock jumps are in ``chaos_faults_clock`` (``--clock-faults``): they step the ma
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -26,7 +27,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 __all__ = ["StoreFaults", "STORE_KINDS", "STORE_WEIGHTS", "hold_watching", "open_reader"]
 
@@ -43,12 +44,19 @@ reader table, so the shards (still writing through their earlier handles) may re
 it reads, and it reads torn trees (seen: epochs "vanishing", an LMDB assertion)."""
 
 
-def open_reader(data_dir: Path) -> Any:
-    """A read-only ``LmdbStore`` on ``data_dir``, never opened while it is mounted read-only."""
+@contextlib.contextmanager
+def open_reader(data_dir: Path) -> Iterator[Any]:
+    """A read-only ``LmdbStore`` on ``data_dir`` for the block, which holds ``READERS``
+    throughout: no harness read is open while the directory is mounted read-only (an open
+    before the remount read after it tore a tree: ``MDB_PAGE_NOTFOUND``)."""
     from weft_actors.store import LmdbStore
 
     with READERS:
-        return LmdbStore(str(data_dir), readonly=True)
+        store = LmdbStore(str(data_dir), readonly=True)
+        try:
+            yield store
+        finally:
+            store.close()
 
 
 def _run(*command: str) -> bool:
@@ -121,7 +129,16 @@ class StoreFaults:
 
     def _unbind(self) -> None:
         if self._bound:
-            _run("umount", str(self.data_dir))
+            # A process that opened a file through the read-only bind keeps it busy for a
+            # moment (a shard restarted into it is on its way out): retry, then detach it
+            # lazily, so that nothing opened from now on sees it read-only.
+            path = str(self.data_dir)
+            for _ in range(30):
+                if _run("umount", path):
+                    break
+                time.sleep(0.1)
+            else:
+                _run("umount", "-l", path)
             self._bound = False
 
     def _hold(self, seconds: float, supervisor: Any, violation: Callable[[str], None], what: str) -> None:

@@ -106,18 +106,12 @@ class IsolationMixin:
         return [pid for pid in self._track_shards() if (stat := _proc_stat(pid)) is not None and stat[0] != "T"]
 
     def _engines(self) -> dict[str, dict[str, Any]]:
-        store = open_reader(self.data_dir)
-        try:
+        with open_reader(self.data_dir) as store:
             return store.engines()
-        finally:
-            store.close()
 
     def _held_by(self, engine_id: str) -> list[str]:
-        store = open_reader(self.data_dir)
-        try:
+        with open_reader(self.data_dir) as store:
             return store.held_by(engine_id)
-        finally:
-            store.close()
 
     def _wait_gone(self, pid: int, what: str) -> float | None:
         """Seconds until the supervisor killed stopped ``pid`` (a violation past ``KILL_BOUND``);

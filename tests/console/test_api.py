@@ -222,3 +222,20 @@ def test_bench_console_list_prints_its_json_line():
     done = subprocess.run([sys.executable, str(bench), "--workflows", "2000", "--repeat", "1"], capture_output=True, text=True, timeout=120, check=True)
     result = json.loads(done.stdout.strip())
     assert result["workflows"] == 2000 and result["page_html_ms_p50"] > 0
+
+
+def test_the_schedules_page_lists_each_schedule_as_it_describes_itself(served):
+    sup, base, client = served
+    client.create_schedule("console-nightly", "echo", "night", spec={"cron": "0 3 * * *", "timezone": "Europe/Paris"}, paused=True, note="until launch")
+    client.create_schedule("console-often", "echo", "often", spec=1.0, overlap="buffer_one")
+    wait_until(lambda: client.get_schedule("console-often").describe()["fired"] >= 1, timeout=30, what="a fire")
+    listed = {item["id"]: item for item in get_json(f"{base}/api/schedules")["items"]}
+    nightly, often = listed["console-nightly"], listed["console-often"]
+    assert nightly["paused"] and nightly["note"] == "until launch" and nightly["spec"]["cron"] == "0 3 * * *"
+    assert often["overlap"] == "buffer_one" and often["fired"] >= 1 and ISO.match(often["next_iso"][0])
+    status, _, body = request(f"{base}/schedules")
+    assert status == 200
+    page = body.decode()
+    assert 'id="schedules"' in page and "cron 0 3 * * * (Europe/Paris)" in page and "until launch" in page
+    assert "every 1" in page and "/workflows/console-often%2F" in page  # its last run, linked
+    client.get_schedule("console-often").delete()

@@ -153,3 +153,15 @@ def test_terminate_through_the_rendered_form(served):
         browser.open(wid_url(base, ODD))
         assert browser.evaluate("document.querySelector('#cancel [name=token]').value") == TOKEN
     assert client.get_handle("b-waiting").describe()["status"] == "terminated"
+
+
+def test_schedules_page_renders_each_schedule_and_links_its_workflow(served):
+    _, base, client = served
+    client.create_schedule("b-weekly", "echo", "week", spec={"cron": "0 6 * * mon"}, overlap="skip", paused=True, note="<b>not yet</b>")
+    dom = dump_dom(base + "/schedules")
+    assert "<h1>Schedules</h1>" in dom and '<a href="/schedules">Schedules</a>' in dom
+    row = re.search(r'<tr><td><a href="/workflows/b-weekly">b-weekly</a></td>(.*?)</tr>', dom)
+    assert row, dom[-2000:]
+    assert 'badge paused">paused</span> &lt;b&gt;not yet&lt;/b&gt;' in row[1]  # the note escaped
+    assert "<td>echo</td><td>cron 0 6 * * mon (UTC)</td><td>skip</td><td>-</td>" in row[1]  # paused: no next fire
+    client.get_schedule("b-weekly").delete()

@@ -18,6 +18,7 @@ from typing import Any
 
 import zmq
 
+from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..errors import ServerUnavailable
 from . import _calls
 from ._calls import Call
@@ -247,6 +248,14 @@ class AsyncClient:
     def get_handle(self, id: str) -> AsyncClientHandle:
         """A handle on workflow ``id``; no I/O happens until one of its methods is awaited."""
         return AsyncClientHandle._make(self, id, None)
+
+    async def create_schedule(self, id: str, workflow: Any, *args: Any, spec: Any = None, **options: Any) -> ScheduleHandle:
+        """Create schedule ``id`` (as ``Engine.create_schedule``); returns once it is durable."""
+        return ScheduleHandle(await self.start(SCHEDULE_TYPE, new_schedule(workflow, args, spec, options), id=id))
+
+    def get_schedule(self, id: str) -> ScheduleHandle:
+        """A handle on schedule ``id``; no I/O happens until one of its methods is awaited."""
+        return ScheduleHandle(self.get_handle(id))
 
     async def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
         """One page of workflows, ``{"items": [...], "cursor": next_or_None}``."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import zmq
 
+from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..errors import ServerUnavailable
 from . import _calls
 from ._calls import Call
@@ -229,6 +230,14 @@ class Client:
     def get_handle(self, id: str) -> ClientHandle:
         """A handle on workflow ``id``; no I/O happens until one of its methods is called."""
         return ClientHandle._make(self, id, None)
+
+    def create_schedule(self, id: str, workflow: Any, *args: Any, spec: Any = None, **options: Any) -> ScheduleHandle:
+        """Create schedule ``id`` (as ``Engine.create_schedule``); returns once it is durable."""
+        return ScheduleHandle(self.start(SCHEDULE_TYPE, new_schedule(workflow, args, spec, options), id=id))
+
+    def get_schedule(self, id: str) -> ScheduleHandle:
+        """A handle on schedule ``id``; no I/O happens until one of its methods is called."""
+        return ScheduleHandle(self.get_handle(id))
 
     def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
         """One page of workflows, ``{"items": [...], "cursor": next_or_None}``."""

@@ -15,12 +15,13 @@ import datetime
 from typing import Any, Mapping
 
 from .._isotime import iso_utc
+from .._schedule_spec import SCHEDULE_TYPE
 from ..bus import Client
-from ..errors import InvalidRequest
+from ..errors import InvalidRequest, WeftError
 from ..store import LmdbStore
 from ._listing import STATUSES, ListQuery, newest_first
 
-__all__ = ["overview", "workflows", "workflow", "list_query", "encode_cursor", "MAX_LIMIT"]
+__all__ = ["overview", "workflows", "workflow", "schedules", "list_query", "encode_cursor", "MAX_LIMIT"]
 
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
@@ -115,3 +116,20 @@ def workflow(client: Client, wid: str) -> dict[str, Any]:
     """``describe`` as the CLI gets it: ISO 8601 times beside the raw ones, the owner's
     shard (slot, pid) beside its engine id, the input, the op times and the timers."""
     return client.get_handle(wid).describe()
+
+
+SCHEDULES_SHOWN = 200
+"""Schedules the Schedules page lists (each is described: one query to its owner)."""
+
+
+def schedules(client: Client) -> dict[str, Any]:
+    """Every schedule (up to ``SCHEDULES_SHOWN``), each as its ``describe`` says; one whose
+    owner cannot answer now shows the error instead."""
+    page = client.list(type=SCHEDULE_TYPE, limit=SCHEDULES_SHOWN)
+    items = []
+    for item in page["items"]:
+        try:
+            items.append({**client.get_schedule(item["id"]).describe(), "status": item["status"]})
+        except WeftError as exc:
+            items.append({"id": item["id"], "status": item["status"], "error": f"{exc.code}: {exc}"})
+    return {"items": items, "more": page["cursor"] is not None}

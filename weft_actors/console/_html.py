@@ -85,6 +85,6 @@ def page(title: str, body: str) -> str:
     return (
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         f"<title>{esc(title)} · weft_actors</title><style>{_CSS}</style><script>{_JS}</script></head>"
-        "<body><header><b>weft_actors</b><a href=\"/\">Overview</a><a href=\"/workflows\">Workflows</a></header>"
+        "<body><header><b>weft_actors</b><a href=\"/\">Overview</a><a href=\"/workflows\">Workflows</a><a href=\"/schedules\">Schedules</a></header>"
         f"<main><h1>{esc(title)}</h1>{body}</main></body></html>"
     )

@@ -8,7 +8,7 @@ from typing import Any
 from ._html import as_json, badge, esc, page, query_href, table, workflow_href
 from ._listing import STATUSES
 
-__all__ = ["overview_page", "workflows_page", "workflow_page", "error_page"]
+__all__ = ["overview_page", "workflows_page", "workflow_page", "schedules_page", "error_page"]
 
 _SHARD_COLUMNS = (
     ("slot", "slot"), ("pid", "pid"), ("engine_id", "engine id"), ("alive", "alive"), ("restarts", "restarts"),
@@ -96,6 +96,41 @@ def workflows_page(data: dict[str, Any]) -> str:
         f"{listing}<p>{' · '.join(nav)}</p>"
     )
     return page("Workflows", body)
+
+
+def _spec_text(spec: Any) -> str:
+    if not isinstance(spec, dict):
+        return ""
+    if spec.get("cron"):
+        when = f"cron {spec['cron']} ({spec.get('timezone') or 'UTC'})"
+    else:
+        when = f"every {duration_text(spec.get('every'))}" + (f" + {duration_text(spec['offset'])}" if spec.get("offset") else "")
+    return when + (f", jitter {duration_text(spec['jitter'])}" if spec.get("jitter") else "")
+
+
+def schedules_page(data: dict[str, Any]) -> str:
+    rows = []
+    for item in data["items"]:
+        if "error" in item:
+            rows.append([_link(item["id"]), badge(item["status"]), "", "", "", "", esc(item["error"]), "", ""])
+            continue
+        state = "deleted" if item["deleted"] else "paused" if item["paused"] else "active"
+        recent = item["recent"][-1] if item["recent"] else None
+        rows.append([
+            _link(item["id"]),
+            badge(state) + (f" {esc(item['note'])}" if item.get("note") else ""),
+            esc(item["workflow"]),
+            esc(_spec_text(item["spec"])),
+            esc(item["overlap"]),
+            esc(item["next_iso"][0] if item["next_iso"] else "-"),
+            (_link(recent["id"]) + " " + badge(recent["status"])) if recent else "-",
+            esc(f"{item['fired']} / {item['missed']} / {item['skipped']}"),
+            esc(len(item["running"])),
+        ])
+    headers = ["schedule", "state", "workflow", "when", "overlap", "next fire", "last run", "fired / missed / skipped", "running"]
+    listing = table(headers, rows, table_id="schedules") if rows else '<p id="empty">No schedule yet.</p>'
+    more = "<p>Only the first schedules are shown.</p>" if data["more"] else ""
+    return page("Schedules", f"<p>Each schedule is a workflow: its page has its history and actions.</p>{listing}{more}")
 
 
 def _link(wid: Any) -> str:

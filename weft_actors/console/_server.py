@@ -156,6 +156,8 @@ class ConsoleServer:
         elif path.rstrip("/") == "/workflows":
             data = _data.workflows(self.store, _data.list_query(params))
             self._answer(handler, api, data, _pages.workflows_page)
+        elif path.rstrip("/") == "/schedules":
+            self._answer(handler, api, _data.schedules(self.client), _pages.schedules_page)
         elif path.startswith("/workflows/") and "/" not in path[len("/workflows/"):]:
             described = _data.workflow(self.client, unquote(path[len("/workflows/"):]))
             self._answer(handler, api, described, lambda d: _pages.workflow_page(d, _notice(params), params.get("error")))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
 
 from ..codec import encode
 from ..errors import PayloadTooLarge, SerializationError, WeftError
-from ..store import CancelOther, Finish, StepCommit, TimerRef
+from ..store import CancelOther, Finish, StepCommit, TerminateOther, TimerRef
 from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, cancelled_record, error_record
 from . import _events as events
 from ._activities import DecidedFailure, Finished, timed_out
@@ -40,6 +40,7 @@ __all__ = ["Actor"]
 
 _ENCODED_NONE = encode(None)
 _ENCODED_TRUE = encode(True)
+_ENCODED_NONE = encode(None)
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
 _DONE = 0
 _FIRED = 1
@@ -286,8 +287,10 @@ class Actor(InboxMixin, EndingMixin):
                 self._start_timer(cmd, op.timeout)  # type: ignore[union-attr]
         elif kind == "sleep":
             self._start_timer(cmd, op.seconds)  # type: ignore[union-attr]
-        elif kind == "child":
+        elif kind == "child" or kind == "start_child":
             self._start_child(cmd)
+        elif kind == "close_child":
+            self._close_child(cmd)
         else:
             self._value_outcome(cmd)
 
@@ -340,7 +343,7 @@ class Actor(InboxMixin, EndingMixin):
                 attempt[1]()
         writes = self._writes()
         writes.timers_del.extend(self._clear_timer(seq, record))
-        if kind == "child":
+        if kind == "child":  # a start_child op never waits: it is never cancelled
             child_id = (record or self.run.history.get(seq) or {}).get("child_id")
             if child_id is not None:
                 if self.children:
@@ -355,6 +358,15 @@ class Actor(InboxMixin, EndingMixin):
         writes.ops.append((seq, packed))
 
     # -- outcomes -------------------------------------------------------------------------
+
+    def _close_child(self, cmd: Command) -> None:
+        op = cmd.op
+        writes = self._writes()
+        target = op.name  # type: ignore[union-attr]
+        writes.effects.append(CancelOther(target) if op.how == "cancel" else TerminateOther(target, op.reason))  # type: ignore[union-attr]
+        seq = cmd.seq
+        del self.ops[seq]
+        writes.ops.append((seq, self.run.record_outcome(seq, ok=_ENCODED_NONE, at1=self.engine.clock.now())))
 
     def _value_outcome(self, cmd: Command) -> None:
         kind = cmd.op.kind  # type: ignore[union-attr]

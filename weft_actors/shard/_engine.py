@@ -29,7 +29,8 @@ from ..errors import (
     WeftError,
 )
 from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, describe_type_mismatch, stall_note_path, type_mismatches
-from ..workflow import Op, WorkflowDefinition, collect_workflows, workflow_definition
+from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
+from ..workflow import SYSTEM_TYPES, Op, WorkflowDefinition, collect_workflows, with_system_workflows, workflow_definition
 from ._activities import ActivityRunner
 from ._actor import Actor
 from ._commit_retry import CommitRetry
@@ -156,7 +157,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if not retention >= 0:
             raise ValueError("retention must be >= 0")
         self.data_dir = data_dir
-        self.workflows: dict[str, WorkflowDefinition] = collect_workflows(app)
+        self.workflows: dict[str, WorkflowDefinition] = with_system_workflows(collect_workflows(app))
         self.clock: Clock = clock or SystemClock()
         self.heartbeat = heartbeat
         self.ttl = ttl
@@ -236,7 +237,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.store = LmdbStore(self.data_dir, clock=self.clock, sync=self._sync, max_inbox=self.max_inbox, **kwargs)
         try:
             self.store.register_engine(
-                self.engine_id, heartbeat=self.heartbeat, ttl=self.ttl, mode=self.ownership, slot=self.slot, pid=os.getpid(), types=self.workflows
+                self.engine_id, heartbeat=self.heartbeat, ttl=self.ttl, mode=self.ownership, slot=self.slot, pid=os.getpid(),
+                types=self.app_types,
             )
         except BaseException:
             self.store.close()
@@ -266,16 +268,22 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], note_path=note)
             self.watchdog.start()
 
+    @property
+    def app_types(self) -> list[str]:
+        """The workflow types of this engine's app (``workflows`` less the built-in ones)."""
+        return [name for name in self.workflows if name not in SYSTEM_TYPES]
+
     def _warn_on_type_mismatch(self) -> None:
         """One WARNING if live engines on this store register other workflow types than this
         one: each runs and takes over only its own, which is rarely what two deployments of
         "the same" service on one store mean (a different ``--app``)."""
         peers = {engine_id: record for engine_id, record in self.store.live_engines().items() if engine_id != self.engine_id}
-        groups = type_mismatches(self.workflows, peers)
+        mine = self.app_types
+        groups = type_mismatches(mine, peers)
         if groups:
             log.warning(
                 "%s",
-                describe_type_mismatch(f"engine {self.engine_id}", self.workflows, groups),
+                describe_type_mismatch(f"engine {self.engine_id}", mine, groups),
                 extra={"event": "workflow_types_differ", "engine_id": self.engine_id, "engines": [engine_id for _, ids in groups for engine_id in ids]},
             )
 
@@ -509,6 +517,22 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     def get_handle(self, workflow_id: str) -> WorkflowHandle:
         """A handle on ``workflow_id``; no I/O happens until a method is awaited."""
         return WorkflowHandle(self, workflow_id)
+
+    # -- schedules (``workflow._schedule``: a schedule is a workflow) -------------------------
+
+    async def create_schedule(self, id: str, workflow: Any, *args: Any, spec: Any = None, **options: Any) -> ScheduleHandle:
+        """Start workflow ``workflow(*args)`` at each fire time of ``spec`` (a cron string, an
+        interval in seconds, or a dict: ``cron``/``every``, ``offset``, ``timezone``, ``start``,
+        ``end``, ``jitter``). ``options``: ``overlap`` (``skip``, ``buffer_one``,
+        ``buffer_all``, ``cancel_other``, ``terminate_other``, ``allow_all``),
+        ``catchup_window`` (seconds, default 60), ``paused``, ``note``. Each fire starts
+        ``<id>/<fire time ISO>``, once. ``WorkflowAlreadyExists`` if ``id`` is taken."""
+        handle = await self.start(SCHEDULE_TYPE, new_schedule(workflow, args, spec, options), id=id)
+        return ScheduleHandle(handle)
+
+    def get_schedule(self, schedule_id: str) -> ScheduleHandle:
+        """A handle on schedule ``schedule_id``; no I/O happens until a method is awaited."""
+        return ScheduleHandle(self.get_handle(schedule_id))
 
     async def signal(self, workflow_id: str, name: str, payload: Any = None) -> None:
         """Append a signal to the durable inbox (and the feed); returns once committed. The

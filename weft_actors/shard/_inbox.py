@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..codec import count_args, decode_args, unpack_record
+from ..codec import count_args, decode_args, encode, unpack_record
 from ..errors import InvalidRequest, UpdateRejected, WorkflowAlreadyExists
 from ..errors import WeftError
 from ..store import TERMINAL, AppendAndConsume, AppendInbox, CreateChild, CreateWorkflow, PutRequest
-from ..workflow import CANCEL_REQUESTED, Command, cancelled_record, error_record
+from ..workflow import CANCEL_REQUESTED, CHILD_DONE_SIGNAL, Command, cancelled_record, error_record
 from ._validate import new_id
 from ._writes import Writes, child_error, child_id_for
 
@@ -84,10 +84,12 @@ class InboxMixin:
         refused = self._child_arguments_refused(op)  # type: ignore[arg-type]
         if refused is not None:  # the child would fail at once: this op fails instead
             del self.ops[seq]
-            writes.ops.append((seq, self.run.record_outcome(seq, err=error_record(refused))))
+            writes.ops.append((seq, self.run.record_outcome(seq, err=error_record(refused), at1=self.engine.clock.now())))
             return
+        waits = op.kind == "child"  # type: ignore[union-attr]
         existing = self.engine.store.get_workflow(child_id)
-        if existing is not None and existing["status"] not in TERMINAL:
+        if existing is not None and (existing["status"] not in TERMINAL or not waits):
+            # A started child's id is never reused: that start happened, once.
             del self.ops[seq]
             error = WorkflowAlreadyExists(f"workflow {child_id!r} already exists (status {existing['status']})", workflow_id=child_id)
             writes.ops.append((seq, self.run.record_outcome(seq, err=error_record(error), at1=self.engine.clock.now())))
@@ -95,12 +97,21 @@ class InboxMixin:
         # A finished workflow's id may be reused (a parent that continues as new may start
         # "the same" child every run); a running one's never.
         child_run = new_id()
+        now = self.engine.clock.now()
         create = CreateWorkflow(child_id, op.name, op.args, child_run, "start_new", None, self.wid, None, None)  # type: ignore[union-attr]
-        started = self.run.record_started(seq, child_id=child_id, child_run_id=child_run, parent_close=op.parent_close, at0=self.engine.clock.now())  # type: ignore[union-attr]
-        writes.ops.append((seq, started))
-        writes.effects.append(CreateChild(create, self.run_id, seq, op.name in self.engine.workflows))  # type: ignore[union-attr]
+        started = self.run.record_started(seq, child_id=child_id, child_run_id=child_run, parent_close=op.parent_close, at0=now)  # type: ignore[union-attr]
+        claim = op.name in self.engine.workflows  # type: ignore[union-attr]
         writes.fields = {"children": True}
-        self._children()[child_id] = seq
+        if waits:
+            writes.ops.append((seq, started))
+            writes.effects.append(CreateChild(create, self.run_id, seq, claim))
+            self._children()[child_id] = seq
+            return
+        # Started, not awaited: resolved by this very commit, with the child's run id. The
+        # child names no parent run, so its ending reaches whichever run is current then.
+        del self.ops[seq]
+        writes.ops.append((seq, self.run.record_outcome(seq, ok=encode(child_run), at1=now)))
+        writes.effects.append(CreateChild(create, None, seq, claim))
 
     def _child_arguments_refused(self, op: ChildOp) -> InvalidRequest | None:
         """Arguments that do not fit the child's signature, if this engine registers its type
@@ -237,6 +248,11 @@ class InboxMixin:
         child_id = message["name"]
         seq = self.children.pop(child_id, None) if self.children else None
         if seq is None or seq not in self.ops:
+            if CHILD_DONE_SIGNAL in self.run.signal_handlers:  # a start_child child: its handler
+                status = unpack_record(message["payload"])["status"]
+                seq, record = self.run.record_handler(CHILD_DONE_SIGNAL, encode((child_id, status)), inbox_seq, at1=self.engine.clock.now())
+                self._commit(ops=((seq, record),), consume=(inbox_seq,))
+                return
             self._commit(consume=(inbox_seq,))  # nobody awaits that child any more
             return
         del self.ops[seq]

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 from .._placement import preferred
 from ..errors import WeftError
 from ..store import CloseWorkflow, FireStart, offered_types
+from ..workflow import SYSTEM_TYPES
 from . import _events as events
 
 if TYPE_CHECKING:
@@ -96,7 +97,8 @@ class Reclaimer:
         found = self._takers.get(wf_type)
         if found is None:
             offers = self._offers
-            found = [engine_id for engine_id in live if (types := offers.get(engine_id)) is None or wf_type in types]
+            system = wf_type in SYSTEM_TYPES  # every engine runs those: records do not list them
+            found = [engine_id for engine_id in live if system or (types := offers.get(engine_id)) is None or wf_type in types]
             self._takers[wf_type] = found
         return found
 

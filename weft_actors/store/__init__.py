@@ -19,7 +19,7 @@ from ._intents import (
     StepCommit,
     TimerRef,
 )
-from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepResult
+from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepResult, TerminateOther
 from ._keys import STATUSES, TERMINAL, split_holder
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
 from ._offers import describe_type_mismatch, offered_types, type_mismatches
@@ -39,6 +39,7 @@ __all__ = [
     "CancelOther",
     "ContinueRun",
     "CreateChild",
+    "TerminateOther",
     "PutRequest",
     "AppendAndConsume",
     "RequestCancel",

@@ -21,6 +21,7 @@ __all__ = ["on_terminal", "apply_parent_close", "request_cancel", "CHILD_DONE", 
 
 CHILD_DONE = "child-done"
 CANCEL = "cancel"
+_STARTS_CHILD = frozenset(("child", "start_child"))
 
 
 def _record(state: TxnState, wid: str) -> dict[str, Any] | None:
@@ -46,7 +47,8 @@ def notify_parent(state: TxnState, wid: str, record: dict[str, Any]) -> str | No
     started it (a parent that moved on or ended has nobody waiting)."""
     parent_id = record["parent"]
     parent = _record(state, parent_id)
-    if parent is None or parent["status"] in TERMINAL or parent["run_id"] != record.get("parent_run"):
+    parent_run = record.get("parent_run")
+    if parent is None or parent["status"] in TERMINAL or (parent_run is not None and parent["run_id"] != parent_run):
         return None
     outcome = {"status": record["status"], "result": record.get("result"), "error": record.get("error")}
     append_inbox(state, AppendInbox(parent_id, CHILD_DONE, wid, pack_record(outcome)))
@@ -62,13 +64,13 @@ def apply_parent_close(state: TxnState, wid: str, record: dict[str, Any], run_id
     touched: list[str] = []
     for op in load_ops(state.txn, state.dbs, wid, run_id).values():
         child_id = op.get("child_id")
-        if op.get("kind") != "child" or child_id is None:
+        if op.get("kind") not in _STARTS_CHILD or child_id is None:
             continue
         policy = op.get("parent_close", "terminate")
         if policy == "abandon":
             continue
         child = _record(state, child_id)
-        if child is None or child["status"] in TERMINAL or child.get("parent") != wid or child.get("parent_run") != run_id:
+        if child is None or child["status"] in TERMINAL or child.get("parent") != wid or child.get("parent_run") not in (run_id, None):
             continue
         if policy == "cancel":
             if request_cancel(state, child_id) is not None:

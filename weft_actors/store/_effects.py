@@ -15,11 +15,12 @@ from ..codec import pack_record, unpack_record
 from ..errors import FencedOut, WorkflowAlreadyExists, WorkflowNotFound
 from ._apply import TxnState, create_workflow, next_epoch, set_visibility, step_commit
 from ._children import apply_parent_close, request_cancel
-from ._intents import Created, CreateWorkflow, StepCommit
+from ._intents import CloseWorkflow, Created, CreateWorkflow, StepCommit
 from ._keys import DEADLINE_SEQ, NO_ENGINE, TERMINAL, by_engine_key, holder_value, prefixed, run_prefix, timer_key
 
 __all__ = [
     "CreateChild",
+    "TerminateOther",
     "PutRequest",
     "CancelOther",
     "ContinueRun",
@@ -36,10 +37,11 @@ MAX_PREVIOUS_RUNS = 20
 class CreateChild(NamedTuple):
     """Create child ``create.wid`` of the committing run (op ``parent_seq``). ``claim``: the
     committing engine can run the child's type and takes it at once; otherwise the child is
-    left unclaimed, for any engine that can run it to reclaim."""
+    left unclaimed, for any engine that can run it to reclaim. ``parent_run`` None: a child
+    nobody waits for (``start_child``), whose ending is told to the parent's current run."""
 
     create: CreateWorkflow
-    parent_run: str
+    parent_run: str | None
     parent_seq: int
     claim: bool
 
@@ -58,6 +60,14 @@ class CancelOther(NamedTuple):
     """Ask workflow ``wid`` to cancel (see ``request_cancel``); nothing if it already ended."""
 
     wid: str
+
+
+class TerminateOther(NamedTuple):
+    """Close workflow ``wid`` as ``terminated`` (``reason`` its message) in this commit, as an
+    operator's terminate would; nothing if it already ended."""
+
+    wid: str
+    reason: str
 
 
 class ContinueRun(NamedTuple):
@@ -113,9 +123,22 @@ def step_with_effects(state: TxnState, intent: StepCommit) -> StepResult:
         elif kind is CancelOther:
             if request_cancel(state, effect.wid) is not None:
                 touched.append(effect.wid)
+        elif kind is TerminateOther:
+            touched.extend(_terminate_other(state, effect))
         elif kind is ContinueRun:
             epoch = _continue_run(state, intent, effect, touched)
     return StepResult(epoch, tuple(created), tuple(touched))
+
+
+def _terminate_other(state: TxnState, effect: TerminateOther) -> list[str]:
+    from ._lifecycle import close_workflow  # a cycle at import time, as in ``_children``
+
+    raw = state.txn.get(effect.wid.encode(), db=state.dbs.workflows)
+    if raw is None or unpack_record(raw)["status"] in TERMINAL:
+        return []
+    error = {"type": "WorkflowTerminated", "message": effect.reason, "kind": "terminated"}
+    result = close_workflow(state, CloseWorkflow(effect.wid, "terminated", error))
+    return [effect.wid, *result.get("touched", ())]
 
 
 def _create_child(state: TxnState, parent: str, effect: CreateChild) -> tuple[str, str, bytes, Created]:

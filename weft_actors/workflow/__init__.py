@@ -15,6 +15,7 @@ from ._api import (
 from ._context import Context
 from ._driver import WorkflowRun
 from ._ops import (
+    CHILD_DONE_SIGNAL,
     HANDLER,
     PARENT_CLOSE,
     UPDATE,
@@ -29,9 +30,30 @@ from ._ops import (
     SleepOp,
     ValueOp,
 )
+from ._schedule import fired_id, run_schedule
 from ._records import CANCEL_REQUESTED, Command, cancelled_record, contained, error_from_record, error_record
 
+
+
+SYSTEM_TYPES = frozenset({"weft.schedule"})
+"""Workflow types every engine registers whatever its app: engine records name only the
+app's own (``types``), and every engine counts as running these."""
+
+
+def with_system_workflows(definitions: dict[str, WorkflowDefinition]) -> dict[str, WorkflowDefinition]:
+    """``definitions`` plus the workflows every engine runs (schedules), unless the app
+    defines a type of that name itself."""
+    schedule = workflow_definition(run_schedule)
+    assert schedule is not None
+    definitions.setdefault(schedule.name, schedule)
+    return definitions
+
+
 __all__ = [
+    "SYSTEM_TYPES",
+    "with_system_workflows",
+    "run_schedule",
+    "fired_id",
     "CANCEL_REQUESTED",
     "HANDLER",
     "PARENT_CLOSE",
@@ -40,6 +62,7 @@ __all__ = [
     "ActivityInfo",
     "ActivityOp",
     "ChildOp",
+    "CHILD_DONE_SIGNAL",
     "Combinator",
     "Command",
     "ConditionOp",

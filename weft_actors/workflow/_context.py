@@ -8,11 +8,14 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 from .._checks import check_seconds, validate_id, validate_name
 from ..codec import encode_args
 from ..errors import InvalidRequest
+from ._schedule_id import ScheduledFire, scheduled_fire
 from ._api import RetryPolicy, WorkflowDefinition, activity_definition, workflow_definition
 from ._ops import (
+    CHILD_DONE_SIGNAL,
     PARENT_CLOSE,
     ActivityOp,
     ChildOp,
+    CloseChildOp,
     Combinator,
     ConditionOp,
     ContinueAsNew,
@@ -73,6 +76,12 @@ class Context:
     @property
     def workflow_type(self) -> str:
         return self._run.workflow_type
+
+    @property
+    def scheduled(self) -> ScheduledFire | None:
+        """``(schedule_id, fire_time)`` if a schedule started this workflow (its id is
+        ``<schedule id>/<fire time ISO>``, the nominal time before jitter), else None."""
+        return scheduled_fire(self._run.workflow_id)
 
     @property
     def attempt(self) -> int:
@@ -164,6 +173,33 @@ class Context:
         if id is not None:
             validate_id(id, "a child workflow id")
         return ChildOp(name, encode_args(args, "child workflow argument"), id, parent_close)
+
+    def start_child(self, workflow: Any, *args: Any, id: str | None = None, parent_close: str = "abandon") -> ChildOp:
+        """Start child workflow ``workflow(*args)`` without waiting for it: ``await`` returns
+        its run id once the start is recorded (in the same commit as this step: exactly one
+        start, whatever crashes). An ``id`` that exists already, running or finished, raises
+        ``WorkflowAlreadyExists``. Its ending calls the ``on_child_done`` handler, in whichever
+        run of this workflow is current then. ``parent_close`` defaults to ``abandon``."""
+        op = self.child(workflow, *args, id=id, parent_close=parent_close)
+        return ChildOp(op.name, op.args, op.id, op.parent_close, kind="start_child")
+
+    def on_child_done(self, fn: Callable[[str, str], Any]) -> None:
+        """Call ``fn(child_id, status)`` when a child started by ``start_child`` ends
+        (``status``: completed, failed, cancelled, terminated or timed_out); recorded like a
+        signal, so a replay calls it at the same point."""
+        self.on_signal(CHILD_DONE_SIGNAL, lambda done: fn(done[0], done[1]))
+
+    def cancel_child(self, workflow_id: str) -> CloseChildOp:
+        """Ask workflow ``workflow_id`` (a child this one started) to cancel, in the commit of
+        this step; nothing if it has ended. ``await`` it."""
+        validate_id(workflow_id, "a child workflow id")
+        return CloseChildOp(workflow_id, "cancel", "")
+
+    def terminate_child(self, workflow_id: str, reason: str | None = None) -> CloseChildOp:
+        """Terminate workflow ``workflow_id`` (a child this one started) in the commit of this
+        step: it runs no more code; nothing if it has ended. ``await`` it."""
+        validate_id(workflow_id, "a child workflow id")
+        return CloseChildOp(workflow_id, "terminate", reason or f"terminated by {self.workflow_id!r}")
 
     def continue_as_new(self, *args: Any) -> ContinueAsNew:
         """End this run with status ``continued`` and start a fresh one (new run id, empty

@@ -6,11 +6,13 @@ An op does nothing by itself: no I/O, no clock, no randomness.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generator
+from typing import Any, Callable, Final, Generator
 
 from ._api import ActivityDefinition, RetryPolicy
 
 __all__ = [
+    "CHILD_DONE_SIGNAL",
+    "CloseChildOp",
     "Op",
     "ActivityOp",
     "SleepOp",
@@ -125,17 +127,35 @@ class ConditionOp(Op):
         self.timeout = timeout
 
 
+CHILD_DONE_SIGNAL: Final = "weft.child-done"
+"""The signal handler name ``on_child_done`` registers: its payload is ``(child id, status)``."""
+
+
 class ChildOp(Op):
     """``child(workflow, *args)``: start a child workflow and wait for its ending. ``name`` is
-    the child's workflow type; ``id`` its workflow id (derived from the parent's when None)."""
+    the child's workflow type; ``id`` its workflow id (derived from the parent's when None).
+    Of kind ``start_child`` (``start_child``): resolved once the child is started, with its
+    run id; its ending goes to the ``on_child_done`` handler, if any."""
 
     __slots__ = ("args", "id", "parent_close")
 
-    def __init__(self, wf_type: str, args: bytes, id: str | None, parent_close: str) -> None:
-        super().__init__("child", wf_type)
+    def __init__(self, wf_type: str, args: bytes, id: str | None, parent_close: str, kind: str = "child") -> None:
+        super().__init__(kind, wf_type)
         self.args = args
         self.id = id
         self.parent_close = parent_close
+
+
+class CloseChildOp(Op):
+    """``cancel_child``/``terminate_child``: ``name`` is the workflow's id; done in the commit
+    of this step (a cancel request, or a terminate), resolved at once with None."""
+
+    __slots__ = ("how", "reason")
+
+    def __init__(self, workflow_id: str, how: str, reason: str) -> None:
+        super().__init__("close_child", workflow_id)
+        self.how = how
+        self.reason = reason
 
 
 class PatchOp(Op):
