@@ -235,3 +235,32 @@ def test_bad_schedules_are_refused_before_anything_is_written():
             assert (await engine.list())["items"] == []
 
     run(main)
+
+
+def _walk(spec: dict, after: float, until: float) -> tuple[int, float | None]:
+    count, last, at = 0, None, after
+    while (fire := next_fire(spec, at)) is not None and fire <= until:
+        count, last, at = count + 1, fire, fire
+    return count, last
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_counting_the_fire_times_of_a_gap_is_the_walk_for_intervals_and_bounded_for_cron(seed):
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(200):
+        spec = make_spec(
+            every=rng.choice([0.25, 1, 7.5, 60, 3600]), offset=rng.uniform(-100, 100),
+            start=rng.choice([None, START + rng.uniform(0, 1e4)]), end=rng.choice([None, START + rng.uniform(1e4, 2e4)]),
+        )
+        after = START + rng.uniform(-1e3, 2e4)
+        until = after + rng.uniform(0, 3e4)
+        count, last = fires_between(spec, after, until)
+        walked, walked_last = _walk(spec, after, until)
+        assert count == walked and (last == walked_last or abs(last - walked_last) < 1e-6)
+    # A per-second cron over a day of downtime: the count stops at the bound, and the last
+    # is the end of the gap, so the schedule moves past it at once instead of walking it.
+    every_second = make_spec(cron="* * * * * *")
+    assert fires_between(every_second, START, START + 86_400, limit=500) == (500, START + 86_400)
+    assert fires_between(every_second, START, START + 10) == (10, START + 10)

@@ -1,5 +1,5 @@
-"""Schedules under a real supervisor: the owner of a schedule is killed with SIGKILL, twice,
-and each fire time still starts exactly one workflow; the CLI creates and drives one."""
+"""Schedules under a real supervisor: the owner of a cron schedule is killed with SIGKILL,
+twice, and each fire time still starts exactly one workflow; the CLI creates and drives one."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ def _fire_time(wid: str) -> dt.datetime:
     return dt.datetime.strptime(wid.split("/", 1)[1], "%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def test_each_fire_time_starts_one_workflow_across_kill_9_of_the_schedules_owner(tmp_path):
+def test_each_fire_time_of_a_cron_schedule_starts_one_workflow_across_kill_9_of_its_owner(tmp_path):
     with RunningSupervisor(tmp_path / "data", shards=2) as sup, Client(sup.endpoint, timeout=10) as client:
-        schedule = client.create_schedule("every-second", "hello", "x", spec=1.0)
+        schedule = client.create_schedule("every-second", "hello", "x", spec="* * * * * *")  # cron, with seconds
         owners = []
         for kill in range(1, 3):
             wait_until(lambda: schedule.describe()["fired"] >= 3 * kill, timeout=30, what=f"{3 * kill} fires")
