@@ -156,3 +156,41 @@ def test_a_child_of_a_type_only_another_engine_runs_reports_back_through_the_inb
             assert kids.store.get_workflow("kid-of-p")["status"] == "completed"
 
     run(main())
+
+
+# -- children started without waiting (start_child) -----------------------------------------
+
+
+@workflow
+async def dispatcher(ctx, rounds: int, ended: list) -> Any:
+    """Starts a waiting child and a failing one, cancels the first and terminates a third;
+    continues as new once, so the endings of children of an earlier run reach the later one."""
+    ctx.on_child_done(lambda child_id, status: ended.append([child_id, status]))
+    if rounds == 0:
+        first = await ctx.start_child(sleepy_kid, id="d-sleepy")
+        assert isinstance(first, str) and len(first) == 32  # its run id, at once
+        await ctx.start_child(kid, -1, id="d-failing")
+        try:
+            await ctx.start_child(kid, 1, id="d-failing")  # that id has started: never again
+        except WorkflowAlreadyExists:
+            ended.append(["refused", "d-failing"])
+        await ctx.start_child(sleepy_kid, id="d-terminated")
+        return ctx.continue_as_new(1, ended)
+    await ctx.cancel_child("d-sleepy")
+    await ctx.terminate_child("d-terminated", "not needed")
+    await ctx.wait_condition(lambda: len(ended) >= 4)
+    return sorted(ended)
+
+
+def test_start_child_returns_at_once_and_each_ending_reaches_the_current_run(tmp_path):
+    async def main() -> None:
+        async with Engine(str(tmp_path), app=[kid, sleepy_kid, dispatcher]) as engine:
+            handle = await engine.start(dispatcher, 0, [], id="dispatcher")
+            assert await handle.result(timeout=10) == [
+                ["d-failing", "failed"], ["d-sleepy", "cancelled"], ["d-terminated", "terminated"], ["refused", "d-failing"],
+            ]
+            terminated = await engine.get_handle("d-terminated").describe()
+            assert terminated["status"] == "terminated" and terminated["error"]["message"] == "not needed"
+            assert (await engine.get_handle("d-sleepy").describe())["parent"] == "dispatcher"
+
+    run(main())
