@@ -101,14 +101,16 @@ def fires_between(spec: dict[str, Any], after: float, until: float, limit: int =
         while last > high:  # float rounding at a boundary
             count, last = count - 1, last - every
         return count, last
-    count, last, at = 0, None, low
+    walked: int = 0
+    latest: float | None = None
+    at = low
     while True:
         fire = next_fire(spec, at)
         if fire is None or fire > high:
-            return count, last
-        if count == limit:
-            return count, until
-        count, last, at = count + 1, fire, fire
+            return walked, latest
+        if walked == limit:
+            return walked, until
+        walked, latest, at = walked + 1, fire, fire
 
 
 def jitter_of(spec: dict[str, Any], schedule_id: str, nominal: float) -> float:

@@ -4,6 +4,8 @@ again once lifted. Owners are "lost" here by letting their leases expire on a fa
 
 from __future__ import annotations
 
+import os
+
 import asyncio
 
 import pytest
@@ -229,6 +231,40 @@ def test_a_stall_note_blames_the_workflow_it_names_and_spares_its_neighbours(tmp
     assert store.get_workflow("culprit")["lost"]["reason"] == {"seq": 4, "kind": "activity", "name": "hangs"}
     assert "lost" not in store.get_workflow("neighbour")
     store.close()
+
+
+def test_a_stall_note_the_data_directory_refuses_is_kept_in_memory_and_still_spares_the_neighbours(tmp_path):
+    """A read-only (or full) data directory refuses the watchdog's note: it goes to this
+    machine's memory (``spare_note_path``) instead, where the taker finds it, so the owner's
+    loss still blames the stalled workflow, not every workflow that was in flight with it."""
+    import shutil
+
+    from weft_actors.codec import encode_args
+    from weft_actors.store import CreateWorkflow, stall_note_path, write_stall_note
+    from weft_actors.store._quarantine import spare_note_path
+
+    clock = FakeClock()
+    store = LmdbStore(str(tmp_path), clock=clock)
+    owner = "c" * 32
+    store.register_engine(owner, heartbeat=HEARTBEAT, ttl=TTL)
+    run_id = "22" * 16
+    store.apply(owner, [CreateWorkflow(wid, "poison", encode_args(("k",)), run_id) for wid in ("stalls-it", "bystander")])
+    path = stall_note_path(store.path, owner)
+    os.makedirs(path)  # a directory where the note goes: refused, as a read-only one would
+    try:
+        write_stall_note(path, {"wid": "stalls-it", "run_id": run_id, "kind": "activity", "name": "hangs", "seq": 0, "at": 1.0})
+        assert os.path.exists(spare_note_path(path))
+        clock.advance(TTL + 2)
+        taker = "d" * 32
+        store.register_engine(taker, heartbeat=HEARTBEAT, ttl=TTL)
+        won = store.takeover(taker, [(wid, holder) for wid, holder, _ in store.reclaim_candidates(taker)])
+        assert set(won) == {"stalls-it", "bystander"}
+        assert store.get_workflow("stalls-it")["lost"]["reason"] == {"seq": 0, "kind": "activity", "name": "hangs"}
+        assert "lost" not in store.get_workflow("bystander")
+    finally:
+        os.rmdir(path)
+        shutil.rmtree(os.path.dirname(spare_note_path(path)), ignore_errors=True)
+        store.close()
 
 
 def test_a_loss_while_the_store_refuses_commits_is_not_counted_against_the_workflow(tmp_path):

@@ -50,8 +50,8 @@ def test_a_missing_lease_check_is_found(monkeypatch: pytest.MonkeyPatch) -> None
 
     original = _engines.check_live
 
-    def blind(txn, dbs, engine_id, now, incarnation=None):  # type: ignore[no-untyped-def]
-        return original(txn, dbs, engine_id, float("-inf"), incarnation)
+    def blind(txn, dbs, engine_id, now, incarnation=None, failed_at=0.0):  # type: ignore[no-untyped-def]
+        return original(txn, dbs, engine_id, float("-inf"), incarnation, failed_at)
 
     monkeypatch.setattr(_engines, "check_live", blind)
     found = []

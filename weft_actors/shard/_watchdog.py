@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import os
 import sys
 import threading
 import time
@@ -28,7 +27,7 @@ import traceback
 from types import FrameType
 from typing import Any
 
-from ..store import write_stall_note
+from ..store import remove_stall_note, write_stall_note
 from ..workflow import ActivityInfo, WorkflowRun
 from ._actor import Actor
 
@@ -103,10 +102,7 @@ class LoopWatchdog:
         """The engine heartbeated after a stall: it kept its lease, so the stall blames nobody."""
         if self.noted and self.note_path is not None:
             self.noted = False
-            try:
-                os.unlink(self.note_path)
-            except OSError:
-                pass
+            remove_stall_note(self.note_path)
 
     def stop(self) -> None:
         """Stop watching; a stall note stays (a deposed engine's note is for its taker)."""

@@ -5,7 +5,7 @@ implements the same methods and passes the same conformance suite (``tests/store
 """
 
 from ._check import Problem, check_store
-from ._disk import is_read_only
+from ._disk import is_read_only, writes_refused
 from ._engines import LOCK_WAIT_GRACE
 from ._env import SCHEMA_VERSION
 from ._intents import (
@@ -23,7 +23,7 @@ from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepRes
 from ._keys import STATUSES, TERMINAL, split_holder
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
 from ._offers import describe_type_mismatch, offered_types, type_mismatches
-from ._quarantine import QUARANTINED, UNSEEN_FACTOR, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, stall_note_path, write_stall_note
+from ._quarantine import QUARANTINED, UNSEEN_FACTOR, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, remove_stall_note, stall_note_path, write_stall_note
 from ._store import LmdbStore
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "LOCK_WAIT_GRACE",
     "is_read_only",
+    "writes_refused",
     "STATUSES",
     "TERMINAL",
     "split_holder",
@@ -51,6 +52,7 @@ __all__ = [
     "pending_reason",
     "UNSEEN_FACTOR",
     "stall_note_path",
+    "remove_stall_note",
     "write_stall_note",
     "offered_types",
     "type_mismatches",

@@ -20,7 +20,7 @@ import lmdb
 
 from ..errors import StorageError, StorageFull
 
-__all__ = ["storage_failure", "is_read_only", "READ_ONLY"]
+__all__ = ["storage_failure", "is_read_only", "writes_refused", "READ_ONLY"]
 
 READ_ONLY: Final = "read_only"
 """The ``reason`` of a ``StorageError`` for a store that cannot be written (EROFS, EACCES)."""
@@ -68,3 +68,17 @@ def storage_failure(exc: BaseException, path: str, what: str) -> StorageError | 
 
 def is_read_only(error: BaseException) -> bool:
     return isinstance(error, StorageError) and getattr(error, "reason", None) == READ_ONLY
+
+
+FULL_BELOW: Final = 64 * 1024
+"""Free bytes under which ``writes_refused`` takes a filesystem as full."""
+
+
+def writes_refused(path: str) -> bool:
+    """Whether the filesystem holding ``path`` refuses writes now: mounted read-only, or
+    (nearly) no space left. One ``statvfs``; False if that fails (nothing is known)."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return False
+    return bool(stats.f_flag & os.ST_RDONLY) or stats.f_bavail * stats.f_frsize < FULL_BELOW

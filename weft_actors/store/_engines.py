@@ -51,13 +51,18 @@ __all__ = [
 ]
 
 
-def is_expired(record: dict[str, Any], now: float) -> bool:
-    """Expired strictly after ``expires_at + 2 * heartbeat``."""
-    return record["expires_at"] + 2 * record["heartbeat"] < now
+def is_expired(record: dict[str, Any], now: float, failed_at: float = 0.0) -> bool:
+    """Expired strictly after ``expires_at + 2 * heartbeat``. ``failed_at``: when the judge
+    last saw a whole transaction fail for the store (full, read-only, I/O); while every write
+    fails nobody can renew, so a lease counts as renewed then (``Refusals.failed_at``)."""
+    expires = record["expires_at"]
+    if failed_at > 0.0:
+        expires = max(expires, failed_at + record["ttl"])
+    return expires + 2 * record["heartbeat"] < now
 
 
-def is_live(record: dict[str, Any], now: float) -> bool:
-    return record["state"] == "live" and not is_expired(record, now)
+def is_live(record: dict[str, Any], now: float, failed_at: float = 0.0) -> bool:
+    return record["state"] == "live" and not is_expired(record, now, failed_at)
 
 
 LOCK_WAIT_GRACE: Final = 2.0
@@ -73,12 +78,14 @@ def blocked_on_lock(record: dict[str, Any], waiting_since: float, now: float) ->
     return waiting_since > 0.0 and not is_expired(record, waiting_since) and now - waiting_since < LOCK_WAIT_GRACE * record["ttl"]
 
 
-def counts_as_live(record: dict[str, Any], engine_id: str, now: float, waiting_since: Callable[[str], float]) -> bool:
+def counts_as_live(
+    record: dict[str, Any], engine_id: str, now: float, waiting_since: Callable[[str], float], failed_at: float = 0.0
+) -> bool:
     """``is_live``, or expired but ``blocked_on_lock``: an engine no peer may act on the
     expiry of (``waiting_since`` is read only for an expired record: a file read)."""
     if record["state"] != "live":
         return False
-    return not is_expired(record, now) or blocked_on_lock(record, waiting_since(engine_id), now)
+    return not is_expired(record, now, failed_at) or blocked_on_lock(record, waiting_since(engine_id), now)
 
 
 def engine_record(txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes) -> dict[str, Any] | None:
@@ -91,7 +98,7 @@ def put_engine(txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes, 
 
 
 def check_live(
-    txn: lmdb.Transaction[bytes], dbs: Databases, engine_id: str, now: float, incarnation: str | None = None
+    txn: lmdb.Transaction[bytes], dbs: Databases, engine_id: str, now: float, incarnation: str | None = None, failed_at: float = 0.0
 ) -> dict[str, Any]:
     """Raise ``EngineDeposed`` unless ``engine_id``'s record is live and still the one this
     process registered (``incarnation``): a deposed engine commits nothing.
@@ -104,7 +111,7 @@ def check_live(
         raise EngineDeposed(f"engine {engine_id} is not registered", engine_id=engine_id)
     if record["state"] != "live":
         raise EngineDeposed(f"engine {engine_id} is marked {record['state']}", engine_id=engine_id)
-    if is_expired(record, now):
+    if is_expired(record, now, failed_at):
         raise EngineDeposed(f"engine {engine_id} has expired", engine_id=engine_id)
     if incarnation is not None and record.get("incarnation") != incarnation:
         raise EngineDeposed(f"engine {engine_id} was registered again by another process", engine_id=engine_id)
@@ -112,7 +119,7 @@ def check_live(
 
 
 def mark_expired(
-    txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes, now: float, waiting_since: Callable[[str], float]
+    txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes, now: float, waiting_since: Callable[[str], float], failed_at: float = 0.0
 ) -> bool:
     """In a transaction about to act on ``engine_raw``'s expiry: mark a ``live`` record that
     has expired at ``now`` as ``expired``. True if that engine can never commit again (its
@@ -122,7 +129,7 @@ def mark_expired(
     record = engine_record(txn, dbs, engine_raw)
     if record is None or record["state"] != "live":
         return True
-    if not is_expired(record, now) or blocked_on_lock(record, waiting_since(engine_raw.hex()), now):
+    if not is_expired(record, now, failed_at) or blocked_on_lock(record, waiting_since(engine_raw.hex()), now):
         return False
     record["state"] = "expired"
     record["ended"] = now
@@ -143,13 +150,13 @@ def refuse_second_single(txn: lmdb.Transaction[bytes], dbs: Databases, engine_id
 
 
 def live_records(
-    txn: lmdb.Transaction[bytes], dbs: Databases, now: float, waiting_since: Callable[[str], float] | None = None
+    txn: lmdb.Transaction[bytes], dbs: Databases, now: float, waiting_since: Callable[[str], float] | None = None, failed_at: float = 0.0
 ) -> dict[str, dict[str, Any]]:
     """The live engines' records by id; with ``waiting_since``, those ``counts_as_live``."""
     found = {}
     for key, value in txn.cursor(db=dbs.engines):
         record = unpack_record(value)
-        if is_live(record, now) if waiting_since is None else counts_as_live(record, key.hex(), now, waiting_since):
+        if is_live(record, now) if waiting_since is None else counts_as_live(record, key.hex(), now, waiting_since, failed_at):
             found[key.hex()] = record
     return found
 

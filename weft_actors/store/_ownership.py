@@ -11,6 +11,7 @@ behind other processes' transactions cannot heartbeat, yet it has not stalled
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import mmap
@@ -25,7 +26,7 @@ from ._disk import storage_failure
 from ._env import check_ownership_mode
 from ._feed import feed_head
 from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value, split_holder
-from ._quarantine import note_lost_owner, read_stall_note, stall_note_path
+from ._quarantine import note_lost_owner, read_stall_note, remove_stall_note, stall_note_path
 from ._refusals import last_refusal
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ class Ownership:
         started = store.clock.lease_now()
 
         def txn_fn(txn: lmdb.Transaction[bytes]) -> dict[str, Any]:
-            record = _engines.check_live(txn, store.dbs, engine_id, started, self.incarnations.get(engine_id))
+            record = _engines.check_live(txn, store.dbs, engine_id, started, self.incarnations.get(engine_id), store._refusals.failed_at)
             if record["mode"] != "single":
                 record["expires_at"] = store.clock.lease_now() + record["ttl"]
             if feed_cursor is not None:
@@ -207,7 +208,7 @@ class Ownership:
             record = _engines.engine_record(txn, store.dbs, raw)
             mine = self.incarnations.get(engine_id)
             now = store.clock.now()
-            if record is None or not _engines.is_live(record, started) or (mine is not None and record.get("incarnation") != mine):
+            if record is None or not _engines.is_live(record, started, store._refusals.failed_at) or (mine is not None and record.get("incarnation") != mine):
                 return 0
             moved = release_claims(TxnState(txn, store.dbs, raw, now))
             record["state"] = "stopped"
@@ -235,7 +236,7 @@ class Ownership:
         started = store.clock.lease_now()  # its own lease, judged as in ``apply``
 
         def txn_fn(txn: lmdb.Transaction[bytes]) -> dict[str, int | None]:
-            mine = _engines.check_live(txn, store.dbs, engine_id, started, self.incarnations.get(engine_id))
+            mine = _engines.check_live(txn, store.dbs, engine_id, started, self.incarnations.get(engine_id), store._refusals.failed_at)
             now = store.clock.now()
             lease = store.clock.lease_now()  # others' expiry is judged holding the lock
             if mine["mode"] != "single" and lease >= mine["expires_at"] - mine["ttl"] + mine["heartbeat"]:
@@ -265,7 +266,7 @@ class Ownership:
                 if holder is not None and old_engine not in marked:
                     marked.add(old_engine)
                     if old_engine != me:
-                        _engines.mark_expired(txn, store.dbs, old_engine, lease, self.waiting_since)
+                        _engines.mark_expired(txn, store.dbs, old_engine, lease, self.waiting_since, store._refusals.failed_at)
                 txn.delete(by_engine_key(old_engine, wid), db=store.dbs.by_engine)
                 epoch = next_epoch(state, wid_raw)
                 txn.put(wid_raw, holder_value(me, epoch, now), db=store.dbs.claim_holder)
@@ -304,8 +305,10 @@ class Ownership:
         self._locks[engine_id] = fd
 
     def _map_slot(self, engine_id: str, fd: int) -> None:
-        if os.fstat(fd).st_size < _SLOT.size:
-            os.ftruncate(fd, _SLOT.size)
+        # Written, not truncated to size: a sparse page of a full disk would be allocated
+        # only when the mapping is first written, and that failing is a SIGBUS, not an error.
+        if os.pwrite(fd, _SLOT.pack(0.0), 0) != _SLOT.size:
+            raise OSError(errno.ENOSPC, "could not write the engine's wait slot")
         mapped = mmap.mmap(fd, _SLOT.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         view = memoryview(mapped).cast("d")
         view[0] = 0.0
@@ -380,11 +383,11 @@ class Ownership:
 
     def remove_files(self, engine_id: str) -> None:
         """Delete the lock file and stall note of an engine pruned from the registry."""
-        for path in (self._lock_path(engine_id), self._lock_path(engine_id)[: -len(".lock")] + ".stall"):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        try:
+            os.unlink(self._lock_path(engine_id))
+        except OSError:
+            pass
+        remove_stall_note(stall_note_path(self.store.path, engine_id))
 
     def restore_lock_files(self) -> None:
         """Recreate the lock file of each engine this instance holds if it was deleted or

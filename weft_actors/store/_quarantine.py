@@ -27,8 +27,10 @@ at the same mark when the store refused a commit since the previous one (full, r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import tempfile
 import zlib
 from typing import Any, Final, NamedTuple
 
@@ -69,8 +71,31 @@ def stall_note_path(store_path: str, engine_id: str) -> str:
     return os.path.join(store_path, "engines", engine_id + ".stall")
 
 
+_SPARE_ROOT: Final = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def spare_note_path(path: str) -> str:
+    """Where a stall note goes when its data directory refuses it (read-only, full): memory
+    of this machine (``/dev/shm``), under a name fixed by the store's directory, so a taker on
+    this machine finds it there. A stall on a read-only store would otherwise blame every
+    workflow in flight on the stalled owner instead of the one that stalled it."""
+    directory = os.path.dirname(os.path.realpath(path))
+    tag = hashlib.blake2b(directory.encode(), digest_size=8).hexdigest()
+    return os.path.join(_SPARE_ROOT, f"weft-stall-{tag}", os.path.basename(path))
+
+
 def write_stall_note(path: str, note: dict[str, Any]) -> None:
-    """Atomically (a rename): a reader sees the whole note or none."""
+    """Atomically (a rename): a reader sees the whole note or none. In ``spare_note_path``
+    if the data directory refuses it; raises ``OSError`` if both do."""
+    try:
+        _write_note(path, note)
+    except OSError:
+        spare = spare_note_path(path)
+        os.makedirs(os.path.dirname(spare), exist_ok=True)
+        _write_note(spare, note)
+
+
+def _write_note(path: str, note: dict[str, Any]) -> None:
     temporary = f"{path}.{os.getpid()}.tmp"
     with open(temporary, "w") as out:
         json.dump(note, out)
@@ -78,6 +103,20 @@ def write_stall_note(path: str, note: dict[str, Any]) -> None:
 
 
 def read_stall_note(path: str) -> dict[str, Any] | None:
+    """The note at ``path`` or at its ``spare_note_path``, the later if both are there."""
+    notes = [note for note in (_read_note(path), _read_note(spare_note_path(path))) if note is not None]
+    return max(notes, key=lambda note: note.get("at") or 0.0) if notes else None
+
+
+def remove_stall_note(path: str) -> None:
+    for where in (path, spare_note_path(path)):
+        try:
+            os.unlink(where)
+        except OSError:
+            pass
+
+
+def _read_note(path: str) -> dict[str, Any] | None:
     try:
         with open(path) as source:
             note = json.load(source)

@@ -39,17 +39,23 @@ def last_refusal(txn: lmdb.Transaction[bytes], dbs: Databases) -> float | None:
 class Refusals:
     """This process's refusals not yet written to the store."""
 
-    __slots__ = ("_clock", "pending", "latest")
+    __slots__ = ("_clock", "pending", "latest", "failed_at")
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self.pending = False
         """A refusal is noted that no committed transaction carries yet (test it first: cheap)."""
         self.latest = 0.0
+        self.failed_at = 0.0
+        """When a whole transaction of this process last failed for the store (full map or
+        disk, read-only, I/O): then no engine could renew its lease (``_engines.is_expired``)."""
 
-    def note(self) -> None:
+    def note(self, failed: bool = False) -> None:
+        """A refusal now; ``failed``: the whole transaction failed (not only growth refused)."""
         self.latest = self._clock.lease_now()
         self.pending = True
+        if failed:
+            self.failed_at = self.latest
 
     def write(self, txn: lmdb.Transaction[bytes], dbs: Databases) -> float:
         """Put the noted time in ``txn``, unless the stored one is later or less than

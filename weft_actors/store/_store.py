@@ -163,7 +163,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                     got = -clock.lease_now()
                     for slot in slots:
                         slot[0] = got
-                record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id))
+                record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id), self._refusals.failed_at)
                 now = clock.now()  # for the records: read holding the lock
                 lease = clock.lease_now()  # for the lease (wall-clock jumps do not move it)
                 refusals = self._refusals
@@ -200,7 +200,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         except WeftError as exc:
             return [exc] * len(intents)
         except lmdb.MapFullError as exc:
-            self._refusals.note()
+            self._refusals.note(failed=True)
             error: WeftError = StorageFull(f"store is full (map size {self.env.info()['map_size']} bytes): {exc}")
             return [error] * len(intents)
         except lmdb.Error as exc:  # a full disk is StorageFull too (``_disk``)
@@ -266,7 +266,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                         slot[0] = got
                 result = fn(txn)
         except lmdb.MapFullError as exc:
-            self._refusals.note()
+            self._refusals.note(failed=True)
             raise StorageFull(f"store is full: {exc}") from exc
         except (lmdb.Error, OSError) as exc:
             raise self._write_failed(storage_failure(exc, self.path, "commit failed")) from exc
@@ -281,7 +281,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         """Note a transaction that failed for the store, not for its content (full, read-only,
         I/O): reported by ``write_state`` until a commit succeeds, logged once per interval."""
         self.write_failure = error
-        self._refusals.note()
+        self._refusals.note(failed=True)
         _WRITE_LOG.error("store", "store: writes fail: %s", error)
         return error
 
@@ -424,12 +424,13 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         preference and registered types."""
         now = self.clock.lease_now()
         waiting_since = self._ownership.waiting_since
+        failed_at = self._refusals.failed_at
         with self.env.begin() as txn:
             gone = [NO_ENGINE]
             for key, value in txn.cursor(db=self.dbs.engines):
                 if key.hex() == engine_id:
                     continue
-                if not _engines.counts_as_live(unpack_record(value), key.hex(), now, waiting_since):
+                if not _engines.counts_as_live(unpack_record(value), key.hex(), now, waiting_since, failed_at):
                     gone.append(key)
             found: list[tuple[str, bytes | None, str]] = []
             for engine_raw in gone:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .._clock import Clock
     from ._env import Databases
     from ._ownership import Ownership
+    from ._refusals import Refusals
 
 __all__ = ["UpkeepMixin"]
 
@@ -29,6 +30,7 @@ class UpkeepMixin:
     clock: Clock
     _incarnations: dict[str, str]
     _ownership: Ownership
+    _refusals: Refusals
 
     def _write(self, fn: Any) -> Any:  # provided by LmdbStore
         raise NotImplementedError
@@ -37,7 +39,7 @@ class UpkeepMixin:
         """Read-only liveness check of this process's engine (for ``single`` mode, which has
         no heartbeat write): ``EngineDeposed`` if it is dead, expired or registered again."""
         with self.env.begin() as txn:
-            return _engines.check_live(txn, self.dbs, engine_id, self.clock.lease_now(), self._incarnations.get(engine_id))
+            return _engines.check_live(txn, self.dbs, engine_id, self.clock.lease_now(), self._incarnations.get(engine_id), self._refusals.failed_at)
 
     def live_engines(self) -> dict[str, dict[str, Any]]:
         """Records of the engines that are live now (state ``live`` and not expired)."""
@@ -88,14 +90,14 @@ class UpkeepMixin:
         def txn_fn(txn: lmdb.Transaction[bytes]) -> int:
             now = self.clock.now()
             lease = self.clock.lease_now()
-            waiting_since = self._ownership.waiting_since
-            live = _engines.live_records(txn, self.dbs, lease, waiting_since)
+            waiting_since, failed_at = self._ownership.waiting_since, self._refusals.failed_at
+            live = _engines.live_records(txn, self.dbs, lease, waiting_since, failed_at)
             cursors = [own_cursor if eid == engine_id else int(r.get("cursor") or 0) for eid, r in live.items()]
             if engine_id not in live:
                 return 0  # a deposed engine changes nothing
             for key in list(txn.cursor(db=self.dbs.engines).iternext(values=False)):
                 if key.hex() not in live:  # its cursor is passed over: it must never commit again
-                    _engines.mark_expired(txn, self.dbs, key, lease, waiting_since)
+                    _engines.mark_expired(txn, self.dbs, key, lease, waiting_since, failed_at)
             return prune_feed(txn, self.dbs, cursors, now, retention, limit)
 
         return self._write(txn_fn)

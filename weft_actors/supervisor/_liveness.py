@@ -62,17 +62,19 @@ class Judgement(NamedTuple):
     """Per watched engine, why its shard is hung (``hung_reason``), or ``None``."""
 
 
-def judge_shards(store: Any, watched: Sequence[tuple[str, float]], ttl: float) -> Judgement:
+def judge_shards(store: Any, watched: Sequence[tuple[str, float]], ttl: float, refused_at: float = 0.0) -> Judgement:
     """Judge each watched ``(engine id, ready_at)`` by ``hung_reason``.
 
     Every wait slot is read before the records: a shard that finished its wait in between
     has committed its renewal into the records read next. Read the other way round, a
     shard let through the lock a moment ago (its stalled holder just killed) showed the
-    stale record and no wait, and was killed too. Raises what ``store.engines()`` raises."""
+    stale record and no wait, and was killed too. ``refused_at``: when the store's
+    filesystem last refused writes (lease clock): nobody could heartbeat then, so each shard
+    has a whole ttl from that moment. Raises what ``store.engines()`` raises."""
     waits = [store.waiting_since(engine_id) for engine_id, _ in watched]
     records = store.engines()
     wall = store.clock.lease_now()  # the records' lease clock, blind to wall-clock jumps
-    reasons = [hung_reason(records.get(engine_id), waiting, wall, ttl, ready_at) for (engine_id, ready_at), waiting in zip(watched, waits)]
+    reasons = [hung_reason(records.get(engine_id), waiting, wall, ttl, max(ready_at, refused_at)) for (engine_id, ready_at), waiting in zip(watched, waits)]
     return Judgement(records, wall, reasons)
 
 

@@ -23,7 +23,7 @@ import zmq
 
 from .._ratelimit import RateLimitedLog
 from ..bus import FrontDoor, HintProxy, RoutingTable
-from ..store import LmdbStore
+from ..store import LmdbStore, writes_refused
 from ._config import ShardConfig, SupervisorConfig
 from ._console import check_http_bind, parse_http, start_console
 from ._curve import check_bind, server_keys, start_authenticator
@@ -116,6 +116,8 @@ class Supervisor:
         self._stop_reason: str | None = None
         self._live_cache: tuple[float, frozenset[str]] | None = None
         self._next_hung_check = 0.0
+        self._refused_at = 0.0
+        """When the store's filesystem last refused writes (lease clock; ``_kill_hung``)."""
         self.type_watch = TypeMismatchWatch(config.app)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -319,8 +321,12 @@ class Supervisor:
             return
         self._next_hung_check = now + self.config.heartbeat / 4
         watched = [slot for slot in self.slots if slot.process is not None and slot.ready and not slot.killed and slot.engine_id is not None]
+        if writes_refused(self.store.path):
+            # A read-only or full disk refuses every heartbeat: silence then says nothing of
+            # a hang, and a kill would only lose what the shard knows of the refusals.
+            self._refused_at = self.store.clock.lease_now()
         try:
-            judged = judge_shards(self.store, [(slot.engine_id or "", slot.ready_at) for slot in watched], self.config.ttl)
+            judged = judge_shards(self.store, [(slot.engine_id or "", slot.ready_at) for slot in watched], self.config.ttl, self._refused_at)
         except Exception as exc:  # a read; the store may be briefly unreadable
             log.warning("cannot read the engine records: %s", exc)
             return
