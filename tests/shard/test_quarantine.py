@@ -209,23 +209,33 @@ def test_graceful_releases_and_progress_do_not_count_as_lost_owners(tmp_path):
     store.close()
 
 
+def _owning(store: LmdbStore, owner: str, run_id: str, *wids: str) -> None:
+    """``owner`` registered, running ``wids`` (type ``poison``, run ``run_id``)."""
+    from weft_actors.codec import encode_args
+    from weft_actors.store import CreateWorkflow
+
+    store.register_engine(owner, heartbeat=HEARTBEAT, ttl=TTL)
+    store.apply(owner, [CreateWorkflow(wid, "poison", encode_args(("k",)), run_id) for wid in wids])
+
+
+def _taken_over_after_expiry(store: LmdbStore, clock: FakeClock, taker: str) -> dict:
+    """Past the owner's lease, ``taker`` registers and takes every candidate."""
+    clock.advance(TTL + 2)
+    store.register_engine(taker, heartbeat=HEARTBEAT, ttl=TTL)
+    return store.takeover(taker, [(wid, holder) for wid, holder, _ in store.reclaim_candidates(taker)])
+
+
 def test_a_stall_note_blames_the_workflow_it_names_and_spares_its_neighbours(tmp_path):
     """The watchdog of an engine whose loop stalled left a note naming the workflow on its
     loop: a takeover from it counts that workflow only, with the note's activity as reason."""
+    from weft_actors.store import stall_note_path, write_stall_note
+
     clock = FakeClock()
     store = LmdbStore(str(tmp_path), clock=clock)
-    from weft_actors.codec import encode_args
-    from weft_actors.store import CreateWorkflow, stall_note_path, write_stall_note
-
-    owner = "a" * 32
-    store.register_engine(owner, heartbeat=HEARTBEAT, ttl=TTL)
-    run_id = "11" * 16
-    store.apply(owner, [CreateWorkflow(wid, "poison", encode_args(("k",)), run_id) for wid in ("culprit", "neighbour")])
+    owner, run_id = "a" * 32, "11" * 16
+    _owning(store, owner, run_id, "culprit", "neighbour")
     write_stall_note(stall_note_path(store.path, owner), {"wid": "culprit", "run_id": run_id, "kind": "activity", "name": "hangs", "seq": 4})
-    clock.advance(TTL + 2)
-    taker = "b" * 32
-    store.register_engine(taker, heartbeat=HEARTBEAT, ttl=TTL)
-    won = store.takeover(taker, [(wid, holder) for wid, holder, _ in store.reclaim_candidates(taker)])
+    won = _taken_over_after_expiry(store, clock, "b" * 32)
     assert set(won) == {"culprit", "neighbour"} and all(won.values())
     assert store.get_workflow("culprit")["lost"]["count"] == 1
     assert store.get_workflow("culprit")["lost"]["reason"] == {"seq": 4, "kind": "activity", "name": "hangs"}
@@ -239,25 +249,19 @@ def test_a_stall_note_the_data_directory_refuses_is_kept_in_memory_and_still_spa
     loss still blames the stalled workflow, not every workflow that was in flight with it."""
     import shutil
 
-    from weft_actors.codec import encode_args
-    from weft_actors.store import CreateWorkflow, stall_note_path, write_stall_note
+    from weft_actors.store import stall_note_path, write_stall_note
     from weft_actors.store._quarantine import spare_note_path
 
     clock = FakeClock()
     store = LmdbStore(str(tmp_path), clock=clock)
-    owner = "c" * 32
-    store.register_engine(owner, heartbeat=HEARTBEAT, ttl=TTL)
-    run_id = "22" * 16
-    store.apply(owner, [CreateWorkflow(wid, "poison", encode_args(("k",)), run_id) for wid in ("stalls-it", "bystander")])
+    owner, run_id = "c" * 32, "22" * 16
+    _owning(store, owner, run_id, "stalls-it", "bystander")
     path = stall_note_path(store.path, owner)
     os.makedirs(path)  # a directory where the note goes: refused, as a read-only one would
     try:
         write_stall_note(path, {"wid": "stalls-it", "run_id": run_id, "kind": "activity", "name": "hangs", "seq": 0, "at": 1.0})
         assert os.path.exists(spare_note_path(path))
-        clock.advance(TTL + 2)
-        taker = "d" * 32
-        store.register_engine(taker, heartbeat=HEARTBEAT, ttl=TTL)
-        won = store.takeover(taker, [(wid, holder) for wid, holder, _ in store.reclaim_candidates(taker)])
+        won = _taken_over_after_expiry(store, clock, "d" * 32)
         assert set(won) == {"stalls-it", "bystander"}
         assert store.get_workflow("stalls-it")["lost"]["reason"] == {"seq": 0, "kind": "activity", "name": "hangs"}
         assert "lost" not in store.get_workflow("bystander")
