@@ -11,13 +11,14 @@ behind other processes' transactions cannot heartbeat, yet it has not stalled
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
 import mmap
 import os
 import struct
-from typing import TYPE_CHECKING, Any, Iterable, Protocol, cast
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol, cast
 
 from ..codec import unpack_record
 from . import _engines
@@ -365,19 +366,36 @@ class Ownership:
         slot = self._slots.get(engine_id)
         if slot is not None:
             return float(cast(WaitSlot, slot[1])[0])
+        with self._peer_lock(engine_id) as probe:
+            if probe is None or not probe[1]:
+                return 0.0  # no file, or free: nobody waits behind it any more
+            try:
+                raw = os.pread(probe[0], _SLOT.size, 0)
+            except OSError:
+                return 0.0
+            return _SLOT.unpack(raw)[0] if len(raw) == _SLOT.size else 0.0
+
+    @contextlib.contextmanager
+    def _peer_lock(self, engine_id: str) -> Iterator[tuple[int, bool] | None]:
+        """Another engine's lock file, opened read-only (flock needs no write access: a
+        read-only store probes too), and whether its process holds it; None when it is
+        missing or unreadable (unknown, never dead). A free file stays locked by this probe
+        for the block."""
         try:
             fd = os.open(self._lock_path(engine_id), os.O_RDONLY)
         except OSError:
-            return 0.0
+            yield None
+            return
         try:
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:  # held: its process runs; read what it says
-                raw = os.pread(fd, _SLOT.size, 0)
-                return _SLOT.unpack(raw)[0] if len(raw) == _SLOT.size else 0.0
-            return 0.0  # free: nobody waits behind that file any more
-        except OSError:
-            return 0.0
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = False
+            except BlockingIOError:
+                held = True
+            except OSError:
+                yield None
+                return
+            yield fd, held
         finally:
             os.close(fd)
 
@@ -425,16 +443,9 @@ class Ownership:
         if engine_id in self._locks:
             return False
         path = self._lock_path(engine_id)
-        try:
-            fd = os.open(path, os.O_RDONLY)  # flock needs no write access: a read-only store probes too
-        except OSError:  # missing, or unreadable: unknown, never dead
-            return False
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        finally:
-            os.close(fd)
+        with self._peer_lock(engine_id) as probe:
+            if probe is None or probe[1]:
+                return False
         try:
             os.unlink(path)
         except OSError:  # gone already, or a read-only directory: the free lock proved it anyway
