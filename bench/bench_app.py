@@ -100,3 +100,17 @@ async def waiter(ctx, count: int) -> list:
         stamp = await ctx.now()
         stamps.append([sent, stamp.timestamp()])
     return stamps
+
+
+# -- activity rate limit ------------------------------------------------------------------
+
+
+@activity(rate_limit="50/s")
+async def rate_limited_stamp() -> float:
+    """The wall time this attempt started: at most 50 a second, across every shard."""
+    return time.time()
+
+
+@workflow
+async def rate_limited(ctx) -> float:
+    return await ctx.run(rate_limited_stamp)

@@ -141,6 +141,7 @@ def _start_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start-at", type=float, metavar="EPOCH_S")
     p.add_argument("--execution-timeout", type=float, metavar="S")
     p.add_argument("--memo", type=_json_value, metavar="JSON")
+    p.add_argument("--priority", type=int, metavar="N", help="place in the queue of a type with concurrency: -128 to 127, higher first")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -294,7 +295,7 @@ def _check_listening(endpoint: str, timeout: float) -> None:
 def _start_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "id": args.id, "if_exists": args.if_exists, "start_delay": args.start_delay, "start_at": args.start_at,
-        "execution_timeout": args.execution_timeout, "memo": args.memo,
+        "execution_timeout": args.execution_timeout, "memo": args.memo, "priority": args.priority,
     }
 
 

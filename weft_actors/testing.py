@@ -200,10 +200,12 @@ class TimeSkippingEnvironment:
 
     def _idle(self) -> bool:
         """Nothing can happen now but a timer: no activity attempt in flight or waiting for a
-        slot, no intent waiting for its commit, no workflow waiting to be replayed."""
+        slot or a permit (but one that waits for a rate limit's next permit: a timer), no intent
+        waiting for its commit, no workflow waiting to be replayed."""
         engine = self.engine
         activities = engine.activities
-        return not activities.inflight and not activities.queued and not engine.committer.pending and not len(engine.driver)
+        timed = 0 if activities.permits is None else activities.permits.timed
+        return not activities.inflight and activities.queued <= timed and not engine.committer.pending and not len(engine.driver)
 
     async def _until_idle(self) -> None:
         """Yield until the engine has been idle across two settles (real time)."""

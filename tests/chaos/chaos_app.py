@@ -10,6 +10,8 @@ check each one exactly:
 - ``parent(n)``: two children in ``ctx.all``, then ``+ 1``: ``4n + 3``.
 - ``counter(n, acc)``: one activity per run, continuing as new down to 0: ``acc + n(n+1)``.
 - ``racer(n)``: races signal ``go`` against a long sleep: ``n + payload``.
+- ``limited(key, n)``: flow control, at most 2 running per key (the checker counts the
+  slots): one activity and a timer, ``2n``.
 
 The fault-isolation faults have their own workflows:
 
@@ -132,6 +134,13 @@ async def napper(ctx, seconds: float) -> list[float]:
     await ctx.sleep(seconds)
     after = await ctx.now()
     return [before.timestamp(), after.timestamp()]
+
+
+@workflow(concurrency=2, concurrency_key=lambda key, n: key)
+async def limited(ctx, key: str, n: int) -> int:
+    value = await ctx.run(work, n)
+    await ctx.sleep(0.05)
+    return value
 
 
 def expected_parent(n: int) -> int:

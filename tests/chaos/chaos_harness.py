@@ -54,8 +54,8 @@ from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, 
 RETRYABLE = (ServerUnavailable, EngineDeposed, EngineStopped, StorageFull)  # full: refused, not applied
 """No answer, or the engine that took the request stopped under it: it may have been applied."""
 
-OPS = ("acc", "signal", "update", "close", "query", "parent", "counter", "racer", "cancel", "terminate", "exit", "nap")
-WEIGHTS = (12, 34, 14, 7, 4, 11, 9, 9, 3, 3, 1, 2)
+OPS = ("acc", "signal", "update", "close", "query", "parent", "counter", "racer", "cancel", "terminate", "exit", "nap", "limited")
+WEIGHTS = (12, 34, 14, 7, 4, 11, 9, 9, 3, 3, 1, 2, 4)
 MAX_OPEN = 6
 """Accumulators one worker keeps open at once (each closes after a random number of adds)."""
 
@@ -298,6 +298,11 @@ class ChaosRun(FaultsMixin, IsolationMixin):
                     seconds = round(rng.uniform(0.2, 4.0), 3)
                     self._start(client, "napper", wid, (seconds,), ("nap", (seconds, time.monotonic())))
                     self.count("naps")
+                elif op == "limited":
+                    # Flow control: two at a time per key, whichever shard takes the start.
+                    n = rng.randrange(1000)
+                    self._start(client, "limited", wid, (f"key-{rng.randrange(4)}", n), ("value", 2 * n))
+                    self.count("limited")
                 else:
                     n, go = rng.randrange(1000), rng.randrange(1000)
                     self._start(client, "racer", wid, (n,), ("value", n + go))

@@ -31,6 +31,8 @@ class Summary:
     """Timer workflows whose wake was checked against the wall clock (never early)."""
     naps_unjudged: int = 0
     """Naps due near a backward clock step, whose early look could be the step's doing."""
+    limited: int = 0
+    """Starts of a type under flow control (two at a time per key)."""
     retries: int = 0
     duplicates: int = 0
     epoch_samples: int = 0
@@ -66,7 +68,7 @@ class Summary:
             f"restarts={self.crash_restarts + self.drain_restarts} (crash {self.crash_restarts}, drain {self.drain_restarts}) "
             f"workflows={self.workflows} children={self.children} continued={self.continued} "
             f"signals={self.signals} updates={self.updates} queries={self.queries} cancels={self.cancels} "
-            f"terminates={self.terminates} naps={self.naps} (unjudged {self.naps_unjudged}) retries={self.retries} "
+            f"terminates={self.terminates} naps={self.naps} (unjudged {self.naps_unjudged}) limited={self.limited} retries={self.retries} "
             f"maybe-applied-duplicates={self.duplicates} epoch-samples={self.epoch_samples} "
             f"checker-runs={self.checker_runs} "
             f"poisons={self.poisons} (quarantined {self.quarantined}, lifted {self.quarantine_lifted}, terminated {self.quarantine_terminated}) "

@@ -98,6 +98,12 @@ def _timestamp(value: Any) -> float | None:
     return check_instant(value, "start_at")
 
 
+def _priority(value: Any) -> int | None:
+    if value is not None and (type(value) is not int or not -128 <= value <= 127):
+        raise InvalidRequest(f"priority must be an int from -128 to 127, not {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
 def _compact(**fields: Any) -> dict[str, Any]:
     # Absent options are left out rather than sent as nil: some (limit, if_exists) must not be nil.
     return {name: value for name, value in fields.items() if value is not None}
@@ -117,6 +123,7 @@ def start_call(
     start_at: float | _dt.datetime | None = None,
     execution_timeout: float | _dt.timedelta | None = None,
     memo: Any = None,
+    priority: int | None = None,
     signal: str | None = None,
     payload: Any = None,
 ) -> Call:
@@ -136,6 +143,7 @@ def start_call(
         start_delay=_seconds(start_delay, "start_delay"),
         start_at=_timestamp(start_at),
         execution_timeout=_seconds(execution_timeout, "execution_timeout"),
+        priority=_priority(priority),
     )
     if signal is None:
         return Call("start", fields, _started)

@@ -193,12 +193,14 @@ class Client:
         start_at: Any = None,
         execution_timeout: float | None = None,
         memo: Any = None,
+        priority: int | None = None,
     ) -> ClientHandle:
         """Start ``workflow(*args)`` (a name or a ``@workflow`` function); returns once the
-        server has committed the start. ``start_at`` is epoch seconds or a datetime."""
+        server has committed the start. ``start_at`` is epoch seconds or a datetime; ``priority``
+        (-128 to 127) orders the queue of a type with ``concurrency``: higher first."""
         call = _calls.start_call(
             workflow, args, id=id, if_exists=if_exists, start_delay=start_delay, start_at=start_at,
-            execution_timeout=execution_timeout, memo=memo,
+            execution_timeout=execution_timeout, memo=memo, priority=priority,
         )
         wid, run_id = self._request(call)
         return ClientHandle._make(self, wid, run_id)

@@ -12,7 +12,8 @@ only the shard, which validates them, does.
 op                  fields                                                ok
 =================== ===================================================== ==========================
 start               workflow, args(bin), wid?, if_exists?, memo(bin)?,    {"id", "run_id"}
-                    start_delay?, start_at?, execution_timeout?
+                    start_delay?, start_at?, execution_timeout?,
+                    priority?
 signal_with_start   start fields + signal, payload(bin)                   {"id", "run_id"}
 signal              wid, name, payload(bin)                               None
 query               wid, name, args(bin)                                  bin (encoded value)
@@ -81,6 +82,7 @@ _OPTIONAL: Final[dict[str, tuple[type, ...]]] = {
     "start_delay": (int, float, type(None)),
     "start_at": (int, float, type(None)),
     "execution_timeout": (int, float, type(None)),
+    "priority": (int, type(None)),
     "request_id": (str, type(None)),
     "wait": (int, float, type(None)),
     "reason": (str, type(None)),

@@ -10,6 +10,9 @@ FIFO queue and starts when a running one ends: backpressure, never a failure. It
 checked by the actor, counts from the first attempt and does include the wait). A plain
 function's call may still wait for a free thread of the pool after it started; if its
 ``start_to_close`` passes there, it is withdrawn and never runs.
+
+An attempt of an activity with a ``rate_limit`` or ``concurrency`` first waits for a permit
+that holds across engines (``_permits``), then for a slot here, like any other.
 """
 
 from __future__ import annotations
@@ -19,10 +22,16 @@ import collections
 import contextvars
 import types
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Coroutine, Generator, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Generator, NamedTuple
 
 from ..codec import decode_args
 from ..workflow import ActivityDefinition, ActivityInfo, contained, current_activity
+from ._permits import PermitGate
+
+if TYPE_CHECKING:
+    from .._clock import Clock
+    from ._committer import GroupCommitter
+    from ._timers import TimerService
 
 __all__ = ["ActivityRunner", "DecidedFailure", "Finished", "start_to_close_exceeded", "timed_out"]
 
@@ -101,9 +110,10 @@ async def _finish(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo
 
 
 class _Queued:
-    """An attempt waiting for a free in-flight slot; ``cancel`` is set once it has started."""
+    """An attempt waiting for a free in-flight slot (or a permit); ``cancel`` is set once it
+    has started; ``release`` gives back the concurrency permit it holds, if any (once)."""
 
-    __slots__ = ("definition", "args", "info", "timeout", "done", "cancel", "cancelled")
+    __slots__ = ("definition", "args", "info", "timeout", "done", "cancel", "cancelled", "release")
 
     def __init__(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> None:
         self.definition = definition
@@ -113,19 +123,26 @@ class _Queued:
         self.done = done
         self.cancel: Callable[[], None] | None = None
         self.cancelled = False
+        self.release: Callable[[], None] | None = None
 
     def stop(self) -> None:
         if self.cancel is not None:
             self.cancel()
         else:
             self.cancelled = True  # dropped when its turn comes; its outcome is never reported
+        release = self.release
+        if release is not None:
+            self.release = None
+            release()
 
 
 class ActivityRunner:
     """Starts attempts and reports each outcome once through ``done(value, error)``.
 
     ``inflight`` counts the attempts started and not yet reported (or cancelled); ``queued``
-    the attempts waiting for one of the ``max_inflight`` slots, started in arrival order.
+    the attempts waiting for one of the ``max_inflight`` slots, started in arrival order, or
+    for a permit of their activity's limits (``permits``, set by the engine; without it
+    limited activities run unlimited).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, max_threads: int, max_inflight: int = 1000) -> None:
@@ -140,10 +157,16 @@ class ActivityRunner:
         self.peak_inflight = 0
         self._queue: collections.deque[_Queued] = collections.deque()
         self._draining = False
+        self.permits: PermitGate | None = None
+
+    def use_permits(self, committer: GroupCommitter, timers: TimerService, clock: Clock) -> None:
+        """Enforce activities' ``rate_limit`` and ``concurrency`` through the store."""
+        self.permits = PermitGate(self, committer, timers, clock)
 
     @property
     def queued(self) -> int:
-        return len(self._queue)
+        permits = self.permits
+        return len(self._queue) if permits is None else len(self._queue) + permits.waiting
 
     def run(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None] | Finished:
         """Start one attempt, or queue it if ``max_inflight`` run already. Returns ``Finished``
@@ -151,12 +174,30 @@ class ActivityRunner:
         (best effort for threads; a queued attempt is just dropped) and ``done`` is called
         once, later: never from within ``run`` or a cancel function (the slot a cancel frees
         goes to the queue on the next loop turn: a queued attempt that ends inline must not
-        report into its caller, an actor in the middle of a step)."""
+        report into its caller, an actor in the middle of a step). An attempt of a limited
+        activity goes to the permit gate, which starts it once it holds a permit."""
+        if definition.limited and self.permits is not None:
+            entry = _Queued(definition, args, info, timeout, done)
+            self.permits.admit(entry)
+            return entry.stop
         if self.inflight >= self.max_inflight or self._queue:  # FIFO: nothing overtakes the queue
             entry = _Queued(definition, args, info, timeout, done)
             self._queue.append(entry)
             return entry.stop
         return self._start(definition, args, info, timeout, done)
+
+    def start_granted(self, entry: _Queued) -> None:
+        """Start (or queue for a slot) an attempt the permit gate let through. Never called
+        from within an actor's step (the gate calls it after a commit): one that ends inline
+        reports through its ``done``, as in ``_drain``."""
+        if self.inflight >= self.max_inflight or self._queue:
+            self._queue.append(entry)
+            return
+        started = self._start(entry.definition, entry.args, entry.info, entry.timeout, entry.done)
+        if started.__class__ is Finished:
+            entry.done(*started)  # type: ignore[misc]
+        else:
+            entry.cancel = started  # type: ignore[assignment]
 
     def _start(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None] | Finished:
         self.started += 1
@@ -285,6 +326,8 @@ class ActivityRunner:
         return cancel
 
     def close(self) -> None:
+        if self.permits is not None:
+            self.permits.close()
         self._queue.clear()
         for task in list(self.tasks):
             task.cancel()

@@ -33,7 +33,7 @@ class GroupCommitter:
     ``failpoint`` is armed only by ``WEFT_FAILPOINT`` (``_failpoints``), read here once.
     """
 
-    __slots__ = ("_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "batches", "intents", "failpoint")
+    __slots__ = ("_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "on_promoted", "batches", "intents", "failpoint")
 
     def __init__(self, store: LmdbStore, engine_id: str, loop: asyncio.AbstractEventLoop) -> None:
         self._store = store
@@ -44,6 +44,8 @@ class GroupCommitter:
         self._scheduled = False
         self._closed: WeftError | None = None
         self.on_deposed: Callable[[EngineDeposed], None] | None = None
+        self.on_promoted: Callable[[list[tuple[str, str, str]]], None] | None = None
+        """Called after a commit that gave queued workflows a slot (``store.promoted``)."""
         self.batches = 0
         self.intents = 0
         self.failpoint = failpoint_from_env()
@@ -94,6 +96,10 @@ class GroupCommitter:
                 callback(result)
             except Exception:
                 log.exception("commit callback failed")
+        if store.promoted:
+            promoted, store.promoted = store.promoted, []
+            if self.on_promoted is not None:
+                self.on_promoted(promoted)
         first = results[0]
         if first.__class__ is EngineDeposed and self.on_deposed is not None and self._closed is None:
             self.on_deposed(first)

@@ -69,6 +69,8 @@ def describe_workflow(workflow_id: str, snapshot: Any, input_encoded: bool = Fal
         "parent": record.get("parent"),
         "previous_runs": [with_iso(run, "ended") for run in record.get("previous_runs") or ()],
         "lost_owners": _lost(record),
+        "queued": record.get("queued") is not None,
+        "flow": snapshot.flow,
     }
     return with_iso(described, "created", "updated", "ended")
 

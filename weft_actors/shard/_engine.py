@@ -249,8 +249,10 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.committer.on_deposed = lambda error: self.depose(str(error))
         self.timers = TimerService(loop, self.clock)
         self.activities = ActivityRunner(loop, self._max_threads, self.max_inflight_activities)
+        self.activities.use_permits(self.committer, self.timers, self.clock)  # activity rate and concurrency limits
         self.driver = Driver(self, self._background)
         self.maintenance = Maintenance(self)
+        self.committer.on_promoted = self.maintenance.reclaimer.fire_promoted
         self.state = "running"
         if self._tune_gc:
             gc.collect()
@@ -425,11 +427,13 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         start_delay: float | None = None,
         start_at: float | None = None,
         execution_timeout: float | None = None,
+        priority: int | None = None,
     ) -> WorkflowHandle:
         """Start ``workflow(*args)``; returns once the start is committed (and, unless it is a
-        delayed start, claimed here in the same transaction)."""
+        delayed start or waits in its type's queue, claimed here in the same transaction).
+        ``priority`` (-128 to 127, default 0) orders that queue: higher starts first."""
         future = self.committer.loop.create_future()
-        options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout}
+        options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout, "priority": priority}
         wid = self._submit_start(future, False, workflow, args, options)
         result = await future
         if isinstance(result, WeftError):

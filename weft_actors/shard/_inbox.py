@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..codec import count_args, decode_args, encode, unpack_record
 from ..errors import InvalidRequest, UpdateRejected, WorkflowAlreadyExists
 from ..errors import WeftError
-from ..store import TERMINAL, AppendAndConsume, AppendInbox, CreateChild, CreateWorkflow, PutRequest
+from ..store import TERMINAL, AppendAndConsume, AppendInbox, CreateChild, CreateWorkflow, Flow, PutRequest
 from ..workflow import CANCEL_REQUESTED, CHILD_DONE_SIGNAL, Command, cancelled_record, error_record
+from ._flow import flow_of
 from ._validate import new_id
 from ._writes import Writes, child_error, child_id_for
 
@@ -81,7 +82,7 @@ class InboxMixin:
             return
         child_id = op.id or child_id_for(self.wid, self.run_id, seq)  # type: ignore[union-attr]
         writes = self._writes()
-        refused = self._child_arguments_refused(op)  # type: ignore[arg-type]
+        refused, flow = self._child_arguments_refused(op)  # type: ignore[arg-type]
         if refused is not None:  # the child would fail at once: this op fails instead
             del self.ops[seq]
             writes.ops.append((seq, self.run.record_outcome(seq, err=error_record(refused), at1=self.engine.clock.now())))
@@ -98,7 +99,7 @@ class InboxMixin:
         # "the same" child every run); a running one's never.
         child_run = new_id()
         now = self.engine.clock.now()
-        create = CreateWorkflow(child_id, op.name, op.args, child_run, "start_new", None, self.wid, None, None)  # type: ignore[union-attr]
+        create = CreateWorkflow(child_id, op.name, op.args, child_run, "start_new", None, self.wid, None, None, flow)  # type: ignore[union-attr]
         started = self.run.record_started(seq, child_id=child_id, child_run_id=child_run, parent_close=op.parent_close, at0=now)  # type: ignore[union-attr]
         claim = op.name in self.engine.workflows  # type: ignore[union-attr]
         writes.fields = {"children": True}
@@ -113,13 +114,20 @@ class InboxMixin:
         writes.ops.append((seq, self.run.record_outcome(seq, ok=encode(child_run), at1=now)))
         writes.effects.append(CreateChild(create, None, seq, claim))
 
-    def _child_arguments_refused(self, op: ChildOp) -> InvalidRequest | None:
-        """Arguments that do not fit the child's signature, if this engine registers its type
-        (one it does not is checked by the engine that runs it, when that drives it)."""
+    def _child_arguments_refused(self, op: ChildOp) -> tuple[InvalidRequest | None, Flow | None]:
+        """Arguments that do not fit the child's signature or its ``concurrency_key``, and
+        its flow control, if this engine registers its type (one it does not is checked by
+        the engine that runs it, when that drives it, and has no flow control)."""
         definition = self.engine.workflows.get(op.name)
         if definition is None:
-            return None
-        return definition.parameters.refusal(count_args(op.args, "child workflow argument"))
+            return None, None
+        refused = definition.parameters.refusal(count_args(op.args, "child workflow argument"))
+        if refused is not None or definition.concurrency is None:
+            return refused, None
+        try:
+            return None, flow_of(definition, decode_args(op.args))
+        except InvalidRequest as exc:
+            return exc, None
 
     def _children(self) -> dict[str, int]:
         if self.children is None:

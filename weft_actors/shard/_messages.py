@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..codec import decode, decode_args, encode, encode_args
 from ..errors import InvalidRequest, PayloadTooLarge, UpdateFailed, UpdateRejected, WeftError, WorkflowClosed, WorkflowNotFound
 from ..store import TERMINAL, AppendInbox, CreateWorkflow, RequestCancel, SignalWithStart, StepResult
+from ._flow import flow_of
 from ._handle import WorkflowHandle
 from ._hosting import resolve
 from ._validate import check_instant, check_seconds, new_id, validate_id, validate_name
@@ -183,6 +184,7 @@ class WorkflowMessages:
         start_delay: float | None = None,
         start_at: float | None = None,
         execution_timeout: float | None = None,
+        priority: int | None = None,
     ) -> WorkflowHandle:
         """Signal workflow ``id``, starting ``workflow(*args)`` under that id first if it does not
         exist, in one transaction. A running (or pending) workflow is just signalled; a finished
@@ -192,7 +194,7 @@ class WorkflowMessages:
         validate_name(signal, "a signal")
         definition = self._definition(workflow)
         self.admit()  # refused like a start at the actor cap, even if it only signals
-        create = self._create_intent(definition, args, id, if_exists, memo, start_delay, start_at, execution_timeout)
+        create = self._create_intent(definition, args, id, if_exists, memo, start_delay, start_at, execution_timeout, priority)
         data = self._check_payload(encode(payload, "signal payload"), "signal payload")
         future = self.committer.loop.create_future()
         wid = create.wid
@@ -224,6 +226,7 @@ class WorkflowMessages:
         start_delay: float | None = None,
         start_at: float | None = None,
         execution_timeout: float | None = None,
+        priority: int | None = None,
     ) -> CreateWorkflow:
         """The create intent of a start, every part checked first (``InvalidRequest``,
         ``PayloadTooLarge``), so that a refused start writes nothing: arguments that do not
@@ -244,7 +247,8 @@ class WorkflowMessages:
         refused = definition.parameters.refusal(len(args))
         if refused is not None:
             raise refused
-        return _new_tuple(CreateWorkflow, (wid, definition.name, data, new_id(), if_exists, memo_bytes, None, start_at, execution_timeout))
+        flow = flow_of(definition, args, priority)
+        return _new_tuple(CreateWorkflow, (wid, definition.name, data, new_id(), if_exists, memo_bytes, None, start_at, execution_timeout, flow))
 
     # -- after an owner's step ------------------------------------------------------------
 

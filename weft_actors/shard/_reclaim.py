@@ -236,6 +236,17 @@ class Reclaimer:
                 error = {"type": "WorkflowTimedOut", "message": "execution timeout", "kind": "timed_out"}
                 engine.committer.submit(CloseWorkflow(wid, "timed_out", error, run_id), self._closed(key, wid))
 
+    def fire_promoted(self, promoted: list[tuple[str, str, str]]) -> None:
+        """Start at once the queued workflows a commit of this engine gave a slot (``_flow``),
+        those whose type it runs: each is a due delayed start, which the maintenance pass of
+        an engine that runs it would otherwise fire."""
+        engine = self.engine
+        for wid, run_id, wf_type in promoted:
+            key = f"start/{wid}/{run_id}"
+            if wf_type in engine.workflows and key not in self._firing:
+                self._firing.add(key)
+                engine.committer.submit(FireStart(wid, run_id), self._started(key, wid))
+
     def _started(self, key: str, wid: str) -> Any:
         def done(epoch: Any) -> None:
             self._firing.discard(key)

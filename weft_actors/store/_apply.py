@@ -15,6 +15,7 @@ from ..errors import FencedOut, LimitExceeded, WorkflowAlreadyExists, WorkflowCl
 from ._env import Databases
 from ._intents import AppendInbox, Created, CreateWorkflow, StepCommit
 from ._feed import feed_entry
+from ._flow import admit, record_flow, release
 from ._keys import (
     DEADLINE_SEQ,
     NO_ENGINE,
@@ -51,7 +52,7 @@ class TxnState:
     transaction that may change a status calls ``flush`` before it commits: the feed sequence
     and the workflow counts are written once per transaction, not once per intent."""
 
-    __slots__ = ("txn", "dbs", "engine_raw", "now", "feed_seq", "writes", "max_inbox", "counts")
+    __slots__ = ("txn", "dbs", "engine_raw", "now", "feed_seq", "writes", "max_inbox", "counts", "promoted")
 
     def __init__(self, txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes, now: float, max_inbox: int = DEFAULT_MAX_INBOX) -> None:
         self.txn = txn
@@ -63,6 +64,13 @@ class TxnState:
         self.max_inbox = max_inbox
         self.counts: dict[bytes, int] | None = None
         """(status, type) group -> change of its workflow count in this transaction."""
+        self.promoted: list[tuple[str, str, str]] | None = None
+        """``(wid, run id, type)`` of the queued workflows this transaction gave a slot (``_flow``)."""
+
+    def promote(self, wid: str, run_id: str, wf_type: str) -> None:
+        if self.promoted is None:
+            self.promoted = []
+        self.promoted.append((wid, run_id, wf_type))
 
     def count(self, status: str, wf_type: str, delta: int) -> None:
         """Note that ``delta`` workflows joined (or left) the (``status``, ``wf_type``) group."""
@@ -134,6 +142,8 @@ def set_visibility(state: TxnState, record: dict[str, Any], wid: str, old: dict[
     txn.put(group + wid_raw, visibility_value(record["updated"]), db=dbs.visibility)
     if record["status"] in TERMINAL:
         txn.put(expiring_key(record["updated"], wid), b"", db=dbs.expiring)
+        if "flow" in record and old is not None and old["status"] not in TERMINAL:
+            release(state, record)
 
 
 def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
@@ -159,11 +169,10 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
         delete_prefix(txn, dbs.inbox, prefix)
         delete_prefix(txn, dbs.requests, prefix)
     pending = intent.start_at is not None and intent.start_at > state.now
-    status = "pending" if pending else "running"
     record: dict[str, Any] = {
         "type": intent.wf_type,
         "args": intent.args,
-        "status": status,
+        "status": "pending",
         "run_id": intent.run_id,
         "created": state.now,
         "updated": state.now,
@@ -176,10 +185,16 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
         "result": None,
         "error": None,
     }
+    if intent.flow is not None:
+        record["flow"] = record_flow(intent.flow)
+        if not pending and not admit(state, wid, record):
+            pending = True  # queued: started when a slot frees
     epoch = 0
     if pending:
-        txn.put(timer_key(cast(float, intent.start_at), wid, START_SEQ), pack_record({"kind": "start", "run_id": intent.run_id}), db=dbs.timers)
+        if "queued" not in record:
+            txn.put(timer_key(cast(float, intent.start_at), wid, START_SEQ), pack_record({"kind": "start", "run_id": intent.run_id}), db=dbs.timers)
     else:
+        record["status"] = "running"
         epoch = next_epoch(state, wid_raw)
         txn.put(wid_raw, holder_value(state.engine_raw, epoch, state.now), db=dbs.claim_holder)
         txn.put(by_engine_key(state.engine_raw, wid), b"", db=dbs.by_engine)
@@ -187,7 +202,7 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
         txn.put(timer_key(record["deadline"], wid, DEADLINE_SEQ), pack_record({"kind": "deadline", "run_id": intent.run_id}), db=dbs.timers)
     txn.put(wid_raw, pack_record(record), db=dbs.workflows)
     set_visibility(state, record, wid, existing)
-    return Created(True, intent.run_id, status, epoch)
+    return Created(True, intent.run_id, record["status"], epoch)
 
 
 def delete_prefix(txn: lmdb.Transaction[bytes], db: Any, prefix: bytes) -> int:

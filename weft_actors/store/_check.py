@@ -18,6 +18,8 @@ One read transaction, one pass per keyspace. What it checks and why:
 - an update still ``pending`` in a running workflow has its inbox message still pending (else
   it was consumed without an answer, and its caller would wait for ever);
 - no feed entry is older than the feed retention (plus slack) on a store with no live engine;
+- flow control: each group's running count is the workflows holding its slots, within its
+  concurrency; queued workflows and queue entries match; no queue waits behind nobody;
 - the workflow counts per (status, type) (in ``meta``, what ``/metrics`` reports) are those of
   the visibility index (checked by ``check_store``, over the whole store only).
 
@@ -38,6 +40,7 @@ import lmdb
 from .._clock import SystemClock
 from ..codec import unpack_record
 from ._env import Databases
+from ._flow import QUEUE_PREFIX, RUNNING_PREFIX
 from ._keys import (
     COUNT_PREFIX,
     NO_ENGINE,
@@ -218,6 +221,7 @@ def check_environment(
         (_check_visibility, (reader, records)),
         (_check_timers_and_requests, (reader, records)),
         (_check_feed, (reader, now, feed_retention, lease_now)),
+        (_check_flow, (reader, records)),
     ]
     for check, args in checks:
         try:
@@ -380,6 +384,53 @@ def _check_feed(reader: _Reader, now: float, feed_retention: float, lease_now: f
         if age > 2 * feed_retention + 3600:
             problems.append(Problem("feed_beyond_retention", None, f"oldest feed entry is {age:.0f} s old"))
         break  # the oldest entry only
+    return problems
+
+
+def _check_flow(reader: _Reader, records: dict[str, dict[str, Any]]) -> list[Problem]:
+    """Flow control (``_flow``): each group's running count is the unfinished workflows that
+    hold its slots, never more than its ``concurrency``; every queued workflow has its queue
+    entry and every entry its queued workflow; a group with nobody running has no queue
+    (its head would never start)."""
+    problems: list[Problem] = []
+    held: Counter[bytes] = Counter()
+    limit: dict[bytes, int] = {}
+    queued: dict[bytes, str] = {}
+    for wid, record in records.items():
+        flow = record.get("flow")
+        if flow is None or record["status"] in TERMINAL:
+            continue
+        group = bytes(flow["group"])
+        limit[group] = max(limit.get(group, 0), flow["concurrency"])
+        if record.get("slot"):
+            held[group] += 1
+        if record.get("queued") is not None:
+            if record["status"] != "pending":
+                problems.append(Problem("flow_queued_not_pending", wid, f"queued yet {record['status']}"))
+            queued[bytes(record["queued"])] = wid
+    running: dict[bytes, int] = {}
+    waiting: Counter[bytes] = Counter()
+    for key, value in reader.raw("meta"):
+        key = bytes(key)
+        if key.startswith(RUNNING_PREFIX):
+            running[key[len(RUNNING_PREFIX):]] = _u64(value)
+        elif key.startswith(QUEUE_PREFIX):
+            wid = bytes(value).decode(errors="replace")
+            if queued.pop(key, None) != wid:
+                problems.append(Problem("flow_queue_orphan", wid, "a queue entry of a workflow that does not wait in it"))
+                continue
+            (length,) = struct.unpack_from(">H", key, len(QUEUE_PREFIX))
+            waiting[key[len(QUEUE_PREFIX) + 2 : len(QUEUE_PREFIX) + 2 + length]] += 1
+    for key, wid in queued.items():
+        problems.append(Problem("flow_queued_lost", wid, "queued, but its queue entry is gone: it would never start"))
+    for group in sorted(held.keys() | running.keys() | waiting.keys()):
+        name = repr(group)
+        if held.get(group, 0) != running.get(group, 0):
+            problems.append(Problem("flow_count_mismatch", None, f"group {name}: counted {running.get(group, 0)} running, {held.get(group, 0)} hold a slot"))
+        if held.get(group, 0) > limit.get(group, 0):
+            problems.append(Problem("flow_over_limit", None, f"group {name}: {held[group]} hold a slot, concurrency {limit.get(group, 0)}"))
+        if waiting.get(group) and not held.get(group):
+            problems.append(Problem("flow_queue_stuck", None, f"group {name}: {waiting[group]} wait and none runs"))
     return problems
 
 

@@ -9,6 +9,7 @@ from ._intents import AppendInbox, CloseWorkflow, FireStart, PurgeWorkflow
 from ._lifecycle import close_workflow, fire_start, purge_workflow
 from ._quarantine import LiftQuarantine, QuarantineWorkflow, lift_quarantine, quarantine_workflow
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart, append_and_consume, append_message, request_cancel_intent, signal_with_start
+from ._permits import HoldPermits, TakePermits, hold_permits, take_permits
 
 __all__ = ["APPLIER_OF", "apply_intent"]
 
@@ -23,6 +24,8 @@ APPLIER_OF: dict[type, Any] = {
     SignalWithStart: signal_with_start,
     QuarantineWorkflow: quarantine_workflow,
     LiftQuarantine: lift_quarantine,
+    TakePermits: take_permits,
+    HoldPermits: hold_permits,
 }
 """intent type -> the function that applies it (``LmdbStore.apply`` looks it up itself: hot path)."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from ._flow import Flow
+
 __all__ = [
     "AppendInbox",
     "CloseWorkflow",
@@ -54,6 +56,8 @@ class CreateWorkflow(NamedTuple):
     parent: str | None = None
     start_at: float | None = None
     execution_timeout: float | None = None
+    flow: Flow | None = None
+    """Flow control (``_flow``): the group's slot is taken here, or the start is queued."""
 
 
 class Created(NamedTuple):

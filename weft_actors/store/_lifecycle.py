@@ -16,6 +16,7 @@ from ..errors import InvalidRequest, WorkflowClosed, WorkflowNotFound
 from ._apply import TxnState, next_epoch, set_visibility
 from ._children import on_terminal
 from ._feed import feed_entry
+from ._flow import admit
 from ._intents import CloseWorkflow, FireStart, PurgeWorkflow
 from ._keys import (
     DEADLINE_SEQ,
@@ -131,9 +132,14 @@ def fire_start(state: TxnState, intent: FireStart) -> int | None:
     if raw is None:
         return None
     record = unpack_record(raw)
-    if record["status"] != "pending" or record["run_id"] != intent.run_id:
+    if record["status"] != "pending" or record["run_id"] != intent.run_id or "queued" in record:
         return None
     old = dict(record)
+    if "flow" in record and not record.get("slot") and not admit(state, wid, record):
+        # Its time came, its group's slots did not: it waits in the queue, timer done.
+        txn.delete(timer_key(record["start_at"], wid, START_SEQ), db=dbs.timers)
+        txn.put(wid.encode(), pack_record(record), db=dbs.workflows)
+        return None
     record["status"] = "running"
     record["updated"] = state.now
     epoch = next_epoch(state, wid.encode())

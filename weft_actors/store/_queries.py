@@ -10,6 +10,7 @@ import lmdb
 
 from ..codec import unpack_record
 from ._env import Databases
+from ._flow import queue_position, running_in, split_group
 from ._keys import DEADLINE_SEQ, START_SEQ, inbox_seq, op_seq, prefixed, run_prefix, timer_key, unpack_u64
 
 __all__ = ["get_workflow", "get_epoch", "load_ops", "load_inbox", "by_engine", "Snapshot", "snapshot", "durable_timers"]
@@ -27,6 +28,8 @@ class Snapshot(NamedTuple):
     """The holder's engine record (slot, pid, state, ...), if the holder names one."""
     timers: list[dict[str, Any]]
     """Its durable timers (``durable_timers``)."""
+    flow: dict[str, Any] | None = None
+    """Its flow control (``flow_state``), if its type has any."""
 
 
 def get_workflow(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> dict[str, Any] | None:
@@ -105,4 +108,24 @@ def snapshot(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> Snapshot
     if holder is not None:
         raw = txn.get(bytes(holder[:16]), db=dbs.engines)
         owner = None if raw is None else unpack_record(raw)
-    return Snapshot(record, holder, ops, load_inbox(txn, dbs, wid), get_epoch(txn, dbs, wid), owner, durable_timers(txn, dbs, wid, record, ops))
+    flow = flow_state(txn, dbs, record)
+    return Snapshot(record, holder, ops, load_inbox(txn, dbs, wid), get_epoch(txn, dbs, wid), owner, durable_timers(txn, dbs, wid, record, ops), flow)
+
+
+def flow_state(txn: lmdb.Transaction[bytes], dbs: Databases, record: dict[str, Any]) -> dict[str, Any] | None:
+    """``{key, concurrency, priority, running, queued, position}`` of a workflow under flow
+    control: ``running`` counts its group's slots taken now, ``position`` is 1 for the next
+    to start (None unless ``queued``)."""
+    flow = record.get("flow")
+    if flow is None:
+        return None
+    queued = record.get("queued")
+    _, key = split_group(flow["group"])
+    return {
+        "key": key or None,
+        "concurrency": flow["concurrency"],
+        "priority": flow["priority"],
+        "running": running_in(txn, dbs.meta, flow["group"]),
+        "queued": queued is not None,
+        "position": None if queued is None else queue_position(txn, dbs.meta, queued),
+    }

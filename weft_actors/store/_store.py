@@ -95,6 +95,9 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         """Why the last transaction failed for the store itself (``None`` once one commits)."""
         self._lock_lost: StorageError | None = None
         """Set once ``lock.mdb`` is found replaced: from then on nothing is written."""
+        self.promoted: list[tuple[str, str, str]] = []
+        """``(wid, run id, type)`` of queued workflows that committed transactions gave a slot
+        (``_flow``), for the engine to fire at once; whoever reads it empties it."""
         self.before_commit: Callable[[], None] | None = None
         """Called inside ``apply``'s transaction once every intent is applied, just before the
         commit: the crash-test failpoint ``commit:after-apply`` (``None`` otherwise)."""
@@ -211,6 +214,8 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                 slot[0] = 0.0
         if self.write_failure is not None:
             self._write_recovered()
+        if state.promoted:
+            self.promoted.extend(state.promoted)
         if written is not None:
             self._refusals.committed(written)
         self.commits += 1

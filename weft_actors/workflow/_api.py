@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple, TypeVar, overload
 from .._checks import MAX_SECONDS, check_seconds
 from ..codec import register_type
 from ..errors import InvalidRequest
+from ._limits import check_limits
 from ._parameters import Parameters, parameters_of
 
 __all__ = [
@@ -71,6 +72,12 @@ class WorkflowDefinition:
     name: str
     fn: Callable[..., Any]
     parameters: Parameters = dataclasses.field(default=None, compare=False, repr=False)  # type: ignore[assignment]
+    concurrency: int | None = None
+    """At most this many running at once across every engine of the store (per key, with
+    ``concurrency_key``); further starts wait in a durable queue."""
+    concurrency_key: Callable[..., Any] | None = dataclasses.field(default=None, compare=False)
+    """Called with a start's arguments; its ``str`` result names the group ``concurrency``
+    counts in."""
 
     def __post_init__(self) -> None:
         if self.parameters is None:
@@ -85,6 +92,17 @@ class ActivityDefinition:
     retry: RetryPolicy
     start_to_close: float | None
     schedule_to_close: float | None
+    rate_interval: float | None = None
+    """Seconds between two permits of the cluster-wide rate limit (``rate_limit="50/s"``: 0.02)."""
+    burst: int = 1
+    """Permits of the rate limit that may be taken at once after a quiet spell."""
+    concurrency: int | None = None
+    """Attempts running at once at most, across every engine sharing the store."""
+
+    @property
+    def limited(self) -> bool:
+        """Whether an attempt must hold a permit (``shard/_permits``) before it starts."""
+        return self.rate_interval is not None or self.concurrency is not None
 
 
 class ActivityInfo(NamedTuple):
@@ -113,24 +131,44 @@ def activity_definition(obj: Any) -> ActivityDefinition | None:
 @overload
 def workflow(fn: F) -> F: ...
 @overload
-def workflow(*, name: str | None = None) -> Callable[[F], F]: ...
+def workflow(
+    *, name: str | None = None, concurrency: int | None = None, concurrency_key: Callable[..., Any] | None = None
+) -> Callable[[F], F]: ...
 
 
-def workflow(fn: Any = None, *, name: str | None = None) -> Any:
-    """Mark ``async def f(ctx, *args)`` as a workflow, named ``f.__name__`` unless ``name`` is given."""
+def workflow(
+    fn: Any = None, *, name: str | None = None, concurrency: int | None = None, concurrency_key: Callable[..., Any] | None = None
+) -> Any:
+    """Mark ``async def f(ctx, *args)`` as a workflow, named ``f.__name__`` unless ``name`` is given.
+
+    ``concurrency``: at most that many of this type run at once, across every engine that
+    shares the store; a start past it is accepted and waits, ``pending``, in a durable FIFO
+    queue (``priority`` first) until a running one ends. With ``concurrency_key`` (called
+    with the start's arguments, returning a ``str``) the limit holds per key instead."""
+    if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
+        raise ValueError(f"concurrency must be an int >= 1, not {concurrency!r}")
+    if concurrency_key is not None and (concurrency is None or not callable(concurrency_key)):
+        raise ValueError("concurrency_key needs concurrency, and must be callable")
 
     def mark(fn: F) -> F:
         if not inspect.iscoroutinefunction(fn):
             raise TypeError(f"@workflow needs an async def function, got {fn!r}")
-        fn.__weft_workflow__ = WorkflowDefinition(name or fn.__name__, fn)  # type: ignore[attr-defined]
+        fn.__weft_workflow__ = WorkflowDefinition(name or fn.__name__, fn, concurrency=concurrency, concurrency_key=concurrency_key)  # type: ignore[attr-defined]
         return fn
 
     return mark(fn) if fn is not None else mark
 
 
 class _ActivityDecorator:
-    """``@activity`` / ``@activity(retry=..., start_to_close=..., schedule_to_close=...)``;
-    ``activity.info()`` inside a running activity."""
+    """``@activity`` / ``@activity(retry=..., start_to_close=..., schedule_to_close=...,
+    rate_limit="50/s", burst=..., concurrency=...)``; ``activity.info()`` inside a running
+    activity.
+
+    ``rate_limit`` (``"N/s"``, ``"N/m"``, ``"N/h"``; ``burst`` permits at once, default 1) and
+    ``concurrency`` (attempts running at once) hold for the activity's name across every
+    engine sharing the store: an attempt waits for a permit, never fails for want of one, and
+    its ``start_to_close`` counts from when it starts. Checked here (``TypeError``,
+    ``ValueError``)."""
 
     @overload
     def __call__(self, fn: F) -> F: ...
@@ -142,6 +180,9 @@ class _ActivityDecorator:
         retry: RetryPolicy | None = None,
         start_to_close: float | None = None,
         schedule_to_close: float | None = None,
+        rate_limit: str | None = None,
+        burst: int | None = None,
+        concurrency: int | None = None,
     ) -> Callable[[F], F]: ...
 
     def __call__(
@@ -152,7 +193,12 @@ class _ActivityDecorator:
         retry: RetryPolicy | None = None,
         start_to_close: float | None = None,
         schedule_to_close: float | None = None,
+        rate_limit: str | None = None,
+        burst: int | None = None,
+        concurrency: int | None = None,
     ) -> Any:
+        rate_interval, burst_permits, most = check_limits(rate_limit, burst, concurrency)
+
         def mark(fn: F) -> F:
             if not callable(fn):
                 raise TypeError(f"@activity needs a function, got {fn!r}")
@@ -166,6 +212,9 @@ class _ActivityDecorator:
                 retry or DEFAULT_RETRY,
                 start_to_close,
                 schedule_to_close,
+                rate_interval,
+                burst_permits,
+                most,
             )
             return fn
 
