@@ -9,12 +9,13 @@ old run's, and must not reach the new one), a parent racing its child against a 
 signalled in one loop turn (``kin``: the child's end and the parent's continue-as-new land in
 one group commit), a terminate or cancel whose engine is marked dead right after its commit
 and deposed by a heartbeat before its caller resumes (``deposed-caller``: the call took
-effect, so it is a success).
+effect, so it is a success), starts of a type under flow control, one at a time per key,
+with priorities (``queued``: every one must end, and the group counts must hold).
 
 They draw from a random stream of their own (``Random(f"{seed}:extras")``), never from the
 run's: with these features left out (``--without spinner,quitter,hostile-payload``) a seed
 runs exactly as it did before they existed, so the replay commands of earlier findings
-still replay (``--without deposed-caller,hostile-payload,kin,leftovers,quitter,relay-burst,spinner``).
+still replay (``--without deposed-caller,hostile-payload,kin,leftovers,queued,quitter,relay-burst,spinner``).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ import msgpack
 
 from weft_actors.supervisor._shard_ops import ShardOps
 
-from sim_app import collector, kin, quitter, relay, spinner
+from sim_app import collector, kin, queued, quitter, relay, spinner
 
 __all__ = ["EXTRA_FEATURES", "Extras", "QUERY_COMMITS", "TRAP_MODULE"]
 
-EXTRA_FEATURES = ("spinner", "quitter", "hostile-payload", "relay-burst", "leftovers", "kin", "deposed-caller")
+EXTRA_FEATURES = ("spinner", "quitter", "hostile-payload", "relay-burst", "leftovers", "kin", "deposed-caller", "queued")
 QUERY_COMMITS = 3
 """A query to a workflow whose actor is on the engine asked is answered within this many of
 that engine's group commits (the promise: within one commit of its arrival; the slack covers
@@ -91,6 +92,15 @@ class Extras:
                 self.workload.issue(node, f"terminate {wid}", lambda engine: engine.terminate(wid, "sim"))
             else:
                 self.workload.issue(node, f"cancel {wid}", lambda engine: engine.cancel(wid))
+        elif kind == "queued":
+            for _ in range(rng.randint(1, 4)):
+                wid = f"queued-{rng.randint(0, 5)}"
+                self.workload.ledger.types.setdefault(wid, "queued")
+                key, delay, priority = rng.choice(["k0", "k1"]), rng.choice([0.0, 0.3, 1.0]), rng.choice([-1, 0, 0, 1])
+                self.workload.issue(
+                    node, f"start {wid} {key} p{priority}",
+                    lambda engine, wid=wid, key=key, delay=delay, priority=priority: engine.start(queued, key, delay, id=wid, if_exists="start_new", priority=priority),
+                )
         elif kind == "leftovers":
             self._leftovers(node, f"restart-{rng.randint(0, 1)}")
         else:
@@ -140,7 +150,8 @@ class Extras:
     def _together(self, *wids: str) -> None:
         """Signal each of ``wids`` in one loop turn of one engine (one group commit), a terminate or cancel whose engine is marked dead right after its commit
 and deposed by a heartbeat before its caller resumes (``deposed-caller``: the call took
-effect, so it is a success)."""
+effect, so it is a success), starts of a type under flow control, one at a time per key,
+with priorities (``queued``: every one must end, and the group counts must hold)."""
         up = self.world.up_nodes()
         if up:
             node = self.rng.choice(up)

@@ -17,7 +17,7 @@ from typing import Any
 from weft_actors.codec import decode, decode_args, unpack_record
 from weft_actors.shard._actor import Actor
 from weft_actors.store import TERMINAL
-from weft_actors.store._check import check_environment
+from weft_actors.store._check import check_counts, check_environment, check_flow
 
 from _extras import TRAP_MODULE
 from _mirror import StoreMirror
@@ -107,7 +107,8 @@ class Checker:
         observer = world.observer
         self.after_commit()
         with observer.env.begin() as txn:  # and once over the whole store
-            for problem in check_environment(txn, observer.dbs, world.clock.now(), FEED_RETENTION, world.clock.lease_now()):
+            problems = check_environment(txn, observer.dbs, world.clock.now(), FEED_RETENTION, world.clock.lease_now())
+            for problem in problems + check_counts(txn, observer.dbs) + check_flow(txn, observer.dbs):
                 self._report(f"store: {problem}")
         records = self.records()
         with observer.env.begin() as txn:

@@ -162,4 +162,13 @@ async def kin(ctx, kid_id: str, runs: int) -> Any:
     return "run 1"
 
 
-APP = [steps, collector, parent, racer, looper, relay, spinner, quitter, kid, kin]
+@workflow(concurrency=1, concurrency_key=lambda key, delay: key)
+async def queued(ctx, key: str, delay: float) -> str:
+    """Flow control: one at a time per key; the rest wait in the store's queue, and every one
+    must still end (the final check), with the group's count right (``check_flow``)."""
+    await ctx.run(work, key, delay)
+    await ctx.sleep(delay)
+    return key
+
+
+APP = [steps, collector, parent, racer, looper, relay, spinner, quitter, kid, kin, queued]

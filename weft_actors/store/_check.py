@@ -56,7 +56,7 @@ from ._keys import (
     visibility_value,
 )
 
-__all__ = ["Problem", "check_environment", "check_counts", "check_store"]
+__all__ = ["Problem", "check_environment", "check_counts", "check_flow", "check_store"]
 
 
 class Problem(NamedTuple):
@@ -221,7 +221,6 @@ def check_environment(
         (_check_visibility, (reader, records)),
         (_check_timers_and_requests, (reader, records)),
         (_check_feed, (reader, now, feed_retention, lease_now)),
-        (_check_flow, (reader, records)),
     ]
     for check, args in checks:
         try:
@@ -387,11 +386,14 @@ def _check_feed(reader: _Reader, now: float, feed_retention: float, lease_now: f
     return problems
 
 
-def _check_flow(reader: _Reader, records: dict[str, dict[str, Any]]) -> list[Problem]:
+def check_flow(txn: lmdb.Transaction[bytes], dbs: Databases) -> list[Problem]:
     """Flow control (``_flow``): each group's running count is the unfinished workflows that
     hold its slots, never more than its ``concurrency``; every queued workflow has its queue
     entry and every entry its queued workflow; a group with nobody running has no queue
-    (its head would never start)."""
+    (its head would never start). Over the whole store only, as ``check_counts``: a group's
+    count is about every workflow in it."""
+    reader = _Reader(txn, dbs)
+    records = dict(reader.entries("workflows", _workflow_id, _valid_workflow, wid=_readable_key))
     problems: list[Problem] = []
     held: Counter[bytes] = Counter()
     limit: dict[bytes, int] = {}
@@ -431,7 +433,7 @@ def _check_flow(reader: _Reader, records: dict[str, dict[str, Any]]) -> list[Pro
             problems.append(Problem("flow_over_limit", None, f"group {name}: {held[group]} hold a slot, concurrency {limit.get(group, 0)}"))
         if waiting.get(group) and not held.get(group):
             problems.append(Problem("flow_queue_stuck", None, f"group {name}: {waiting[group]} wait and none runs"))
-    return problems
+    return problems  # what it could not read, check_environment reports
 
 
 def check_counts(txn: lmdb.Transaction[bytes], dbs: Databases) -> list[Problem]:
@@ -472,10 +474,11 @@ def check_store(path: str, now: float, feed_retention: float = 3600.0) -> list[P
     try:
         with store.env.begin() as txn:
             problems = check_environment(txn, store.dbs, now, feed_retention)
-            try:
-                problems += check_counts(txn, store.dbs)
-            except Exception as exc:  # as check_environment: report it, never crash
-                problems.append(Problem("check_failed", None, f"check_counts: {type(exc).__name__}: {exc}"))
+            for whole_store_check in (check_counts, check_flow):
+                try:
+                    problems += whole_store_check(txn, store.dbs)
+                except Exception as exc:  # as check_environment: report it, never crash
+                    problems.append(Problem("check_failed", None, f"{whole_store_check.__name__}: {type(exc).__name__}: {exc}"))
             return problems
     finally:
         store.close()
