@@ -335,3 +335,14 @@ def test_a_slot_freed_by_an_engine_that_cannot_run_the_type_goes_to_one_that_can
         assert check_store(str(tmp_path), now=0.0) == []
 
     run(main())
+
+
+def test_the_console_shows_where_a_queued_workflow_stands():
+    from weft_actors.console._pages import workflow_page
+
+    flow = {"key": "ann", "concurrency": 2, "priority": 5, "running": 2, "queued": True, "position": 3}
+    page = workflow_page({"id": "w", "type": "charge", "status": "pending", "queued": True, "flow": flow, "ended": None}, now=0.0)
+    assert '<span id="queued">queued: position 3</span> (priority 5; key ann, 2 of 2 running)' in page
+    assert "<dt>flow</dt>" not in page  # shown once, in its own words
+    running = workflow_page({"id": "w", "status": "running", "flow": {**flow, "queued": False, "position": None}, "ended": None}, now=0.0)
+    assert "key ann, 2 of 2 running" in running and "queued:" not in running

@@ -261,8 +261,20 @@ def _actions(wid: str) -> str:
 _SHOWN = {
     "id", "type", "status", "run_id", "input", "input_error", "owner", "owner_shard", "epoch", "created", "updated", "ended",
     "created_iso", "updated_iso", "ended_iso", "history", "timers", "inbox", "result", "error", "nondeterminism", "lost_owners",
-    "parent", "previous_runs", "memo", "history_pruned",
+    "parent", "previous_runs", "memo", "history_pruned", "queued", "flow",
 }
+
+
+def _flow(data: dict[str, Any]) -> str:
+    """Where a workflow under flow control stands: its group, and its place if it waits."""
+    flow = data.get("flow")
+    if not flow:
+        return "none"
+    group = f"key {esc(flow.get('key'))}, " if flow.get("key") is not None else ""
+    slots = f"{group}{esc(flow.get('running'))} of {esc(flow.get('concurrency'))} running"
+    if flow.get("queued"):
+        return f'<span id="queued">queued: position {esc(flow.get("position"))}</span> (priority {esc(flow.get("priority"))}; {slots})'
+    return slots
 
 
 def workflow_page(data: dict[str, Any], notice: str | None = None, failure: str | None = None, now: float | None = None) -> str:
@@ -286,6 +298,7 @@ def workflow_page(data: dict[str, Any], notice: str | None = None, failure: str 
         ("previous runs", _previous_runs(list(data.get("previous_runs") or ()))),
         ("memo", f"<pre>{as_json(data.get('memo'))}</pre>" if data.get("memo") is not None else "none"),
         ("history pruned", esc(data.get("history_pruned")) if data.get("history_pruned") else "no"),
+        ("flow control", _flow(data)),
     ]
     for key in sorted(set(data) - _SHOWN):  # a field describe gained since: shown as it is
         fields.append((key.replace("_", " "), f"<pre>{as_json(data[key])}</pre>"))
