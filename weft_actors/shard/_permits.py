@@ -86,8 +86,10 @@ class PermitGate:
 
     @property
     def waiting(self) -> int:
-        """Attempts waiting for a permit (cancelled ones not yet dropped included)."""
-        return sum(len(limit.waiting) for limit in self._limits.values())
+        """Attempts waiting for a permit (cancelled ones not yet dropped included). Read by
+        every start's admission check: an app without limited activities pays one test."""
+        limits = self._limits
+        return sum(len(limit.waiting) for limit in limits.values()) if limits else 0
 
     @property
     def timed(self) -> int:

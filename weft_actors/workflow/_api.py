@@ -99,10 +99,12 @@ class ActivityDefinition:
     concurrency: int | None = None
     """Attempts running at once at most, across every engine sharing the store."""
 
-    @property
-    def limited(self) -> bool:
-        """Whether an attempt must hold a permit (``shard/_permits``) before it starts."""
-        return self.rate_interval is not None or self.concurrency is not None
+    limited: bool = dataclasses.field(default=False, init=False, compare=False)
+    """Whether an attempt must hold a permit (``shard/_permits``) before it starts: a field,
+    not a property, as every attempt reads it."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "limited", self.rate_interval is not None or self.concurrency is not None)
 
 
 class ActivityInfo(NamedTuple):
