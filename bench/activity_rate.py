@@ -14,7 +14,8 @@ for all shards together.
 Prints one JSON line: ``rate_limit``, ``shards``, ``workflows``; ``max_in_4s`` and
 ``min_in_4s``, the most and fewest starts in any 4 s window that begins a second or more
 after the first start and ends by the last; ``observed_per_s``, the starts in the central
-4 s window over 4; ``within_10pct``, whether that is within 10 % of the limit. No assertions.
+4 s window over 4; ``within_10pct``, whether that is within 10 % of the limit;
+``starts_by_shard``, how many attempts each shard ran (the limit was shared). No assertions.
 """
 
 from __future__ import annotations
@@ -35,16 +36,16 @@ RATE = 50.0  # bench_app.rate_limited_stamp's rate_limit="50/s"
 WINDOW = 4.0
 
 
-async def drive(endpoint: str, workflows: int, progress: Progress) -> list[float]:
+async def drive(endpoint: str, workflows: int, progress: Progress) -> list[list[float]]:
     from weft_actors import AsyncClient
 
     async with AsyncClient(endpoint, timeout=120) as client:
         handles = await asyncio.gather(*(client.start("rate_limited") for _ in range(workflows)))
 
-        async def result(handle: Any) -> float:
+        async def result(handle: Any) -> list[float]:
             value = await handle.result(timeout=max(120.0, 4 * workflows / RATE))
             progress.advance()
-            return float(value)
+            return [float(value[0]), value[1]]
 
         return list(await asyncio.gather(*(result(handle) for handle in handles)))
 
@@ -75,7 +76,11 @@ def main() -> None:
         parser.error("--workflows and --shards must be positive")
     with sigterm_as_exit(), Supervisor(shards=args.shards) as supervisor:
         progress = Progress(args.workflows, "rate-limited workflows")
-        starts = sorted(asyncio.run(drive(supervisor.endpoint, args.workflows, progress)))
+        stamps = asyncio.run(drive(supervisor.endpoint, args.workflows, progress))
+    starts = sorted(at for at, _ in stamps)
+    by_shard: dict[Any, int] = {}
+    for _, pid in stamps:
+        by_shard[pid] = by_shard.get(pid, 0) + 1
     most, fewest, observed = windows(starts)
     result = {
         "rate_limit": "50/s",
@@ -86,6 +91,7 @@ def main() -> None:
         "min_in_4s": fewest,
         "observed_per_s": None if observed is None else round(observed, 2),
         "within_10pct": observed is not None and abs(observed - RATE) <= 0.1 * RATE,
+        "starts_by_shard": sorted(by_shard.values(), reverse=True),
     }
     report(result, "activity rate limit across shards")
 

@@ -106,11 +106,12 @@ async def waiter(ctx, count: int) -> list:
 
 
 @activity(rate_limit="50/s")
-async def rate_limited_stamp() -> float:
-    """The wall time this attempt started: at most 50 a second, across every shard."""
-    return time.time()
+async def rate_limited_stamp() -> list:
+    """The wall time this attempt started (at most 50 a second, across every shard) and the
+    shard's pid."""
+    return [time.time(), os.getpid()]
 
 
 @workflow
-async def rate_limited(ctx) -> float:
+async def rate_limited(ctx) -> list:
     return await ctx.run(rate_limited_stamp)
