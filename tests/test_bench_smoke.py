@@ -38,3 +38,12 @@ def test_engine_ceiling_prints_its_json_line():
     result = _json_line(os.path.join(BENCH, "engine_ceiling.py"), "--workflows", "300")
     assert result["workflows"] == 300 and result["workflows_per_s"] > 0
     assert result["commits"] <= 40  # group commit: the start and three steps of 300 workflows
+
+
+@pytest.mark.timeout(120)
+def test_activity_rate_prints_its_json_line():
+    """A supervisor with two shards and a 50/s activity: 60 attempts, shared by both."""
+    result = _json_line(os.path.join(BENCH, "activity_rate.py"), "--workflows", "60")
+    assert result["workflows"] == 60 and result["shards"] == 2
+    assert sum(result["starts_by_shard"]) == 60
+    assert result["seconds"] >= 59 / 50 - 0.05  # the limit held: 60 starts take 1.18 s at least
