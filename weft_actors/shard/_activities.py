@@ -193,6 +193,11 @@ class ActivityRunner:
         if self.inflight >= self.max_inflight or self._queue:
             self._queue.append(entry)
             return
+        self._start_queued(entry)
+
+    def _start_queued(self, entry: _Queued) -> None:
+        """Start an attempt that waited, outside any actor's step: one that ends inline
+        reports through its ``done``."""
         started = self._start(entry.definition, entry.args, entry.info, entry.timeout, entry.done)
         if started.__class__ is Finished:
             entry.done(*started)  # type: ignore[misc]
@@ -258,13 +263,8 @@ class ActivityRunner:
             queue = self._queue
             while queue and self.inflight < self.max_inflight:
                 entry = queue.popleft()
-                if entry.cancelled:
-                    continue
-                started = self._start(entry.definition, entry.args, entry.info, entry.timeout, entry.done)
-                if started.__class__ is Finished:
-                    entry.done(*started)  # type: ignore[misc]
-                else:
-                    entry.cancel = started  # type: ignore[assignment]
+                if not entry.cancelled:
+                    self._start_queued(entry)
         finally:
             self._draining = False
 
