@@ -366,6 +366,11 @@ def test_a_cancelled_workflow_waiting_for_a_permit_ends_and_leaks_no_permit(tmp_
     run(main())
 
 
+def handle_done(engine: Engine, wid: str) -> bool:
+    record = engine.store.get_workflow(wid)
+    return record is not None and record["status"] != "running"
+
+
 @pytest.mark.timeout(30)
 def test_a_dead_engines_permits_are_taken_over(tmp_path):
     async def main():
@@ -376,8 +381,9 @@ def test_a_dead_engines_permits_are_taken_over(tmp_path):
             store.register_engine(ghost, heartbeat=HB, ttl=TTL)
             assert store.apply(ghost, [TakePermits("one_at_a_time", 0, 1, None, 1, 1)]) == [(1, None)]
             handle = await a.start(single, "blocked")
-            await asyncio.sleep(0.1)  # it polls: the ghost holds the only permit
-            assert a.activities.permits.snapshot() == {"one_at_a_time": 1}
+            # It waits (polling): the ghost holds the only permit.
+            await eventually(lambda: a.activities.permits.snapshot() == {"one_at_a_time": 1}, timeout=5)
+            assert a.activities.permits.snapshot() == {"one_at_a_time": 1} and not handle_done(a, handle.id)
             store.mark_engine_dead(ghost)
             assert await handle.result(timeout=10) == "blocked"
             assert ghost not in _permits_held(a, "one_at_a_time")
