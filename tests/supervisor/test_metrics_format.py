@@ -13,6 +13,7 @@ STATS = {
         {"type": "order", "status": "completed", "count": 40},
         {"type": 'a "b" \\ c\nd', "status": "failed", "count": 1},
     ],
+    "flow": [{"type": "payout", "running": 2, "queued": 7}],
     "supervisor": {"pid": 1, "uptime_s": 2.5, "restarts": 1, "hung_kills": 0, "frontdoor_requests": 10, "frontdoor_overloaded_total": 3, "frontdoor_start_latency_p50_ms": 1.5},
     "shards": [
         {"slot": 0, "pid": 2, "alive": True, "engine_id": "e0", "state": "running", "commits_total": 7, "live_actors": 3, "loop_lag_ms": 1.5, "timer_entries": 4, "claim_attempts_total": {"acquired": 2, "takeover": 1}, "reclaim_pass_seconds": {"last": 0.01, "max": 0.02}},
@@ -53,3 +54,9 @@ def test_workflows_by_type_and_status_have_a_series_for_every_status_of_a_type()
     assert r'weft_workflows{type="a \"b\" \\ c\nd",status="failed"} 1' in lines
     assert 'weft_shard_loop_lag_ms{slot="0"} 1.5' in lines and "# TYPE weft_shard_loop_lag_ms gauge" in lines
     assert 'weft_shard_timer_entries{slot="0"} 4' in lines
+
+
+def test_flow_control_has_its_running_and_queued_per_type() -> None:
+    lines = render(STATS).splitlines()
+    assert 'weft_flow_running{type="payout"} 2' in lines and 'weft_flow_queued{type="payout"} 7' in lines
+    assert "# TYPE weft_flow_queued gauge" in lines

@@ -40,7 +40,7 @@ import lmdb
 from .._clock import SystemClock
 from ..codec import unpack_record
 from ._env import Databases
-from ._flow import QUEUE_PREFIX, RUNNING_PREFIX
+from ._flow import QUEUE_PREFIX, RUNNING_PREFIX, WAITING_PREFIX
 from ._keys import (
     COUNT_PREFIX,
     NO_ENGINE,
@@ -411,22 +411,30 @@ def check_flow(txn: lmdb.Transaction[bytes], dbs: Databases) -> list[Problem]:
                 problems.append(Problem("flow_queued_not_pending", wid, f"queued yet {record['status']}"))
             queued[bytes(record["queued"])] = wid
     running: dict[bytes, int] = {}
+    counted: dict[bytes, int] = {}
     waiting: Counter[bytes] = Counter()
+    entries: Counter[bytes] = Counter()
     for key, value in reader.raw("meta"):
         key = bytes(key)
         if key.startswith(RUNNING_PREFIX):
             running[key[len(RUNNING_PREFIX):]] = _u64(value)
+        elif key.startswith(WAITING_PREFIX):
+            counted[key[len(WAITING_PREFIX):]] = _u64(value)
         elif key.startswith(QUEUE_PREFIX):
             wid = bytes(value).decode(errors="replace")
+            (length,) = struct.unpack_from(">H", key, len(QUEUE_PREFIX))
+            group = key[len(QUEUE_PREFIX) + 2 : len(QUEUE_PREFIX) + 2 + length]
+            entries[group] += 1
             if queued.pop(key, None) != wid:
                 problems.append(Problem("flow_queue_orphan", wid, "a queue entry of a workflow that does not wait in it"))
                 continue
-            (length,) = struct.unpack_from(">H", key, len(QUEUE_PREFIX))
-            waiting[key[len(QUEUE_PREFIX) + 2 : len(QUEUE_PREFIX) + 2 + length]] += 1
+            waiting[group] += 1
     for key, wid in queued.items():
         problems.append(Problem("flow_queued_lost", wid, "queued, but its queue entry is gone: it would never start"))
-    for group in sorted(held.keys() | running.keys() | waiting.keys()):
+    for group in sorted(held.keys() | running.keys() | entries.keys() | counted.keys()):
         name = repr(group)
+        if entries.get(group, 0) != counted.get(group, 0):
+            problems.append(Problem("flow_count_mismatch", None, f"group {name}: counted {counted.get(group, 0)} queued, its queue holds {entries.get(group, 0)}"))
         if held.get(group, 0) != running.get(group, 0):
             problems.append(Problem("flow_count_mismatch", None, f"group {name}: counted {running.get(group, 0)} running, {held.get(group, 0)} hold a slot"))
         if held.get(group, 0) > limit.get(group, 0):

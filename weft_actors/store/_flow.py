@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Flow",
     "RUNNING_PREFIX",
+    "WAITING_PREFIX",
     "QUEUE_PREFIX",
     "MIN_PRIORITY",
     "MAX_PRIORITY",
@@ -41,10 +42,14 @@ __all__ = [
     "queue_position",
     "running_in",
     "record_flow",
+    "flow_totals",
 ]
 
 RUNNING_PREFIX: Final = b"flow/running/"
 """``meta`` keys ``flow/running/ || group`` -> the slots taken in the group (u64)."""
+WAITING_PREFIX: Final = b"flow/waiting/"
+"""``meta`` keys ``flow/waiting/ || group`` -> the entries of the group's queue (u64), kept with
+them, so that ``/metrics`` reads a count per group, never the queue."""
 QUEUE_PREFIX: Final = b"flow/queue/"
 """``meta`` keys ``flow/queue/ || len(group) u16 || group || 127 - priority (1) || seq (8)`` ->
 the waiting workflow's id."""
@@ -86,11 +91,20 @@ def running_in(state_txn: Any, meta: Any, group: bytes) -> int:
 
 
 def _set_running(state: TxnState, group: bytes, running: int) -> None:
-    key = RUNNING_PREFIX + group
-    if running > 0:
-        state.txn.put(key, pack_u64(running), db=state.dbs.meta)
+    _set_count(state, RUNNING_PREFIX + group, running)
+
+
+def _set_count(state: TxnState, key: bytes, count: int) -> None:
+    if count > 0:
+        state.txn.put(key, pack_u64(count), db=state.dbs.meta)
     else:
         state.txn.delete(key, db=state.dbs.meta)
+
+
+def _add_waiting(state: TxnState, group: bytes, delta: int) -> None:
+    key = WAITING_PREFIX + group
+    stored = state.txn.get(key, db=state.dbs.meta)
+    _set_count(state, key, (0 if stored is None else unpack_u64(stored)[0]) + delta)
 
 
 def record_flow(flow: Flow) -> dict[str, Any]:
@@ -126,19 +140,20 @@ def _enqueue(state: TxnState, group: bytes, priority: int, wid: str) -> bytes:
     txn.put(_SEQ_KEY, pack_u64(seq), db=meta)
     key = _queue_prefix(group) + bytes((MAX_PRIORITY - priority,)) + pack_u64(seq)
     txn.put(key, wid.encode(), db=meta)
+    _add_waiting(state, group, 1)
     return key
 
 
 def release(state: TxnState, record: dict[str, Any]) -> None:
     """``record`` reached a terminal status: it leaves the queue, or frees its slot, which the
     head of the queue takes in this same transaction."""
-    queued = record.get("queued")
-    if queued is not None:
-        state.txn.delete(queued, db=state.dbs.meta)
-    if not record.get("slot"):
-        return
     flow = record["flow"]
     group = flow["group"]
+    queued = record.get("queued")
+    if queued is not None and state.txn.delete(queued, db=state.dbs.meta):
+        _add_waiting(state, group, -1)
+    if not record.get("slot"):
+        return
     running = max(0, running_in(state.txn, state.dbs.meta, group) - 1)
     running += _promote(state, group, flow["concurrency"] - running)
     _set_running(state, group, running)
@@ -153,10 +168,11 @@ def _promote(state: TxnState, group: bytes, room: int) -> int:
     txn, dbs = state.txn, state.dbs
     prefix = _queue_prefix(group)
     cursor = txn.cursor(db=dbs.meta)
-    given = 0
+    given = taken = 0
     while given < room and cursor.set_range(prefix) and cursor.key().startswith(prefix):
         key, wid = bytes(cursor.key()), bytes(cursor.value()).decode()
         cursor.delete()
+        taken += 1
         raw = txn.get(wid.encode(), db=dbs.workflows)
         if raw is None:
             continue
@@ -173,6 +189,8 @@ def _promote(state: TxnState, group: bytes, room: int) -> int:
         set_visibility(state, record, wid, old)
         state.promote(wid, record["run_id"], record["type"])
         given += 1
+    if taken:
+        _add_waiting(state, group, -taken)
     return given
 
 
@@ -189,3 +207,20 @@ def queue_position(txn: Any, meta: Any, queued: bytes) -> int:
                 break
             position += 1
     return position
+
+
+def flow_totals(txn: Any, meta: Any) -> dict[str, dict[str, int]]:
+    """``{type: {"running": slots taken, "queued": starts waiting}}`` over every group of each
+    type with any: one entry per group read, never a queue."""
+    totals: dict[str, dict[str, int]] = {}
+    for prefix, field in ((RUNNING_PREFIX, "running"), (WAITING_PREFIX, "queued")):
+        cursor = txn.cursor(db=meta)
+        if not cursor.set_range(prefix):
+            continue
+        for key, value in cursor:
+            if not key.startswith(prefix):
+                break
+            wf_type, _ = split_group(key[len(prefix):])
+            entry = totals.setdefault(wf_type, {"running": 0, "queued": 0})
+            entry[field] += unpack_u64(value)[0]
+    return totals

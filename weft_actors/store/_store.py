@@ -15,6 +15,7 @@ from ..codec import unpack_record
 from ..errors import StorageError, StorageFull, WeftError
 from . import _engines, _listing, _queries
 from ._apply import DEFAULT_MAX_INBOX, TxnState
+from ._flow import flow_totals
 from ._disk import storage_failure
 from ._dispatch import APPLIER_OF
 from ._quarantine import QUARANTINED
@@ -482,6 +483,12 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                         break
                     found[split_visibility_group(key[len(COUNT_PREFIX):])] = unpack_u64(value)[0]
             return found
+
+    def flow_counts(self) -> dict[str, dict[str, int]]:
+        """``{type: {"running", "queued"}}`` of the types under flow control (``_flow``): one
+        count per group read, never a queue."""
+        with self.env.begin() as txn:
+            return flow_totals(txn, self.dbs.meta)
 
     def count(self, name: str) -> int:
         with self.env.begin() as txn:

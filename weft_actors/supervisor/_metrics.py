@@ -54,6 +54,8 @@ _HELP = {
     "shard_timer_entries": "Entries the shard's timer heap holds, cancelled ones not yet dropped included (its memory; stays within the live timers + 64).",
     "shard_loop_lag_ms": "Worst lateness of the shard's event loop over the last second (ms): how long a ready callback waits for it.",
     "workflows": "Workflows in the store by type and status (kept by every status change; every shard's store is the same one).",
+    "flow_running": "Slots taken (workflows running) of a type under flow control, over all its keys.",
+    "flow_queued": "Starts of a type under flow control waiting in its queue, over all its keys.",
     "shard_workflows_in_flight": "Workflows running now, not parked (bounded by --max-running).",
     "shard_starts_overloaded_total": "Starts refused with Overloaded by the shard.",
     "shard_quarantined_workflows": "Workflows quarantined in the store.",
@@ -101,6 +103,11 @@ def render(stats: dict[str, Any]) -> str:
     for wf_type, by_status in sorted(counts.items()):
         for status in STATUSES:
             add("weft_workflows", "gauge", f'type="{_label(wf_type)}",status="{status}"', by_status.get(status, 0))
+
+    for entry in stats.get("flow") or ():
+        labels = f'type="{_label(entry["type"])}"'
+        add("weft_flow_running", "gauge", labels, entry["running"])
+        add("weft_flow_queued", "gauge", labels, entry["queued"])
 
     for shard in stats.get("shards", []):
         slot = shard.get("slot")

@@ -464,6 +464,16 @@ class Supervisor:
             return []
         return [{"type": wf_type, "status": status, "count": count} for (status, wf_type), count in sorted(counts.items(), key=lambda item: (item[0][1], item[0][0]))]
 
+    def _flow_counts(self) -> list[dict[str, Any]]:
+        """``[{"type", "running", "queued"}]`` of the types under flow control (a count per
+        group, as ``_workflow_counts``); empty if the store cannot be read."""
+        try:
+            counts = self.store.flow_counts()
+        except Exception as exc:
+            log.warning("cannot read the flow-control counts: %s", exc)
+            return []
+        return [{"type": wf_type, **counts[wf_type]} for wf_type in sorted(counts)]
+
     def stats(self) -> dict[str, Any]:
         shards = []
         for slot in self.slots:
@@ -476,6 +486,7 @@ class Supervisor:
         return {
             "ready": bool(self.routing.live_slots),
             "workflows": self._workflow_counts(),
+            "flow": self._flow_counts(),
             "supervisor": {
                 "pid": os.getpid(),
                 "uptime_s": round(time.time() - self.started, 3),
