@@ -115,3 +115,14 @@ async def rate_limited_stamp() -> list:
 @workflow
 async def rate_limited(ctx) -> list:
     return await ctx.run(rate_limited_stamp)
+
+
+# -- flow control -------------------------------------------------------------------------
+
+
+@workflow(concurrency=8)
+async def queued_steps(ctx, x: int) -> int:
+    """Three steps, at most 8 running at once across every shard: the rest wait in the queue."""
+    a = await ctx.run(add_one, x)
+    b = await ctx.run(add_one, a)
+    return await ctx.run(add_one, b)

@@ -47,3 +47,9 @@ def test_activity_rate_prints_its_json_line():
     assert result["workflows"] == 60 and result["shards"] == 2
     assert sum(result["starts_by_shard"]) == 60
     assert result["seconds"] >= 59 / 50 - 0.05  # the limit held: 60 starts take 1.18 s at least
+
+
+@pytest.mark.timeout(120)
+def test_flow_queue_prints_its_json_line():
+    result = _json_line(os.path.join(BENCH, "flow_queue.py"), "--workflows", "100")
+    assert result["workflows"] == 100 and result["concurrency"] == 8 and result["workflows_per_s"] > 0
