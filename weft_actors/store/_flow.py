@@ -120,15 +120,13 @@ def admit(state: TxnState, wid: str, record: dict[str, Any]) -> bool:
     group = flow["group"]
     running = running_in(state.txn, state.dbs.meta, group)
     room = flow["concurrency"] - running
-    if room > 0:
-        promoted = _promote(state, group, room)
-        running += promoted
-        room -= promoted
-    if room > 0:
-        _set_running(state, group, running + 1)
+    promoted = _promote(state, group, room) if room > 0 else 0
+    if room > promoted:
+        _set_running(state, group, running + promoted + 1)
         record["slot"] = True
         return True
-    _set_running(state, group, running)
+    if promoted:
+        _set_running(state, group, running + promoted)
     record["queued"] = _enqueue(state, group, flow["priority"], wid)
     return False
 
