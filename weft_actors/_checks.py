@@ -13,13 +13,16 @@ from typing import Any, Final
 
 from .errors import InvalidRequest
 
-__all__ = ["MAX_ID_BYTES", "MAX_SECONDS", "MAX_INSTANT", "validate_id", "validate_name", "check_seconds", "check_instant"]
+__all__ = ["MAX_ID_BYTES", "MAX_SECONDS", "MAX_INSTANT", "MIN_PRIORITY", "MAX_PRIORITY", "validate_id", "validate_name", "check_seconds", "check_instant", "check_priority"]
 
 MAX_ID_BYTES: Final = 256
 MAX_SECONDS: Final = 100 * 365.25 * 86400.0
 """The longest duration accepted (a century): timers, timeouts and delays."""
 MAX_INSTANT: Final = 253402300799.0
 """The latest absolute time accepted (the end of year 9999, UTC), in epoch seconds."""
+MIN_PRIORITY: Final = -128
+MAX_PRIORITY: Final = 127
+"""A start's ``priority`` in a flow-control queue: one byte of its queue key."""
 
 
 def validate_id(wid: Any, what: str = "a workflow id") -> str:
@@ -59,3 +62,10 @@ def check_instant(value: Any, what: str) -> float:
     if not math.isfinite(at) or not -MAX_INSTANT <= at <= MAX_INSTANT:
         raise InvalidRequest(f"{what} must be a finite epoch time before year 10000, not {value!r}")
     return at
+
+
+def check_priority(priority: Any) -> int:
+    """``priority`` if it is an int (not a bool) from ``MIN_PRIORITY`` to ``MAX_PRIORITY``."""
+    if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidRequest(f"priority must be an int from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}")
+    return priority

@@ -14,7 +14,7 @@ from typing import Any, Callable, Final, NamedTuple
 
 import msgpack
 
-from .._checks import check_instant, check_seconds, validate_id, validate_name
+from .._checks import check_instant, check_priority, check_seconds, validate_id, validate_name
 from ..codec import decode, encode, encode_args, try_decode_args
 from ..errors import InvalidRequest, PayloadTooLarge, UnknownWorkflowType, from_wire
 from ._protocol import VERSION
@@ -98,12 +98,6 @@ def _timestamp(value: Any) -> float | None:
     return check_instant(value, "start_at")
 
 
-def _priority(value: Any) -> int | None:
-    if value is not None and (type(value) is not int or not -128 <= value <= 127):
-        raise InvalidRequest(f"priority must be an int from -128 to 127, not {value!r}")
-    return value  # type: ignore[no-any-return]
-
-
 def _compact(**fields: Any) -> dict[str, Any]:
     # Absent options are left out rather than sent as nil: some (limit, if_exists) must not be nil.
     return {name: value for name, value in fields.items() if value is not None}
@@ -143,7 +137,7 @@ def start_call(
         start_delay=_seconds(start_delay, "start_delay"),
         start_at=_timestamp(start_at),
         execution_timeout=_seconds(execution_timeout, "execution_timeout"),
-        priority=_priority(priority),
+        priority=None if priority is None else check_priority(priority),
     )
     if signal is None:
         return Call("start", fields, _started)

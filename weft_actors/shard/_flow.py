@@ -5,20 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._checks import check_priority
 from ..errors import InvalidRequest
-from ..store import MAX_PRIORITY, MIN_PRIORITY, Flow, flow_group
+from ..store import Flow, flow_group
 from ..workflow import WorkflowDefinition
 
-__all__ = ["flow_of", "check_priority", "MAX_KEY_BYTES"]
+__all__ = ["flow_of", "MAX_KEY_BYTES"]
 
 MAX_KEY_BYTES = 256
 """A ``concurrency_key`` is part of LMDB keys, which hold at most 511 bytes."""
-
-
-def check_priority(priority: Any) -> int:
-    if type(priority) is not int or not MIN_PRIORITY <= priority <= MAX_PRIORITY:
-        raise InvalidRequest(f"priority must be an int from {MIN_PRIORITY} to {MAX_PRIORITY}, not {priority!r}")
-    return priority
 
 
 def flow_of(definition: WorkflowDefinition, args: tuple[Any, ...], priority: Any = None) -> Flow | None:

@@ -26,7 +26,7 @@ from ._offers import describe_type_mismatch, offered_types, type_mismatches
 from ._quarantine import QUARANTINED, UNSEEN_FACTOR, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, remove_stall_note, stall_note_path, write_stall_note
 from ._store import LmdbStore
 from ._permits import HoldPermits, TakePermits
-from ._flow import MAX_PRIORITY, MIN_PRIORITY, Flow, flow_group
+from ._flow import Flow, flow_group
 
 __all__ = [
     "Problem",
@@ -68,8 +68,6 @@ __all__ = [
     "LmdbStore",
     "Flow",
     "flow_group",
-    "MIN_PRIORITY",
-    "MAX_PRIORITY",
     "PurgeWorkflow",
     "StepCommit",
     "TimerRef",

@@ -22,6 +22,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
+from .._checks import MAX_PRIORITY
 from ..codec import pack_record, unpack_record
 from ._keys import START_SEQ, pack_u64, timer_key, unpack_u64
 
@@ -33,8 +34,6 @@ __all__ = [
     "RUNNING_PREFIX",
     "WAITING_PREFIX",
     "QUEUE_PREFIX",
-    "MIN_PRIORITY",
-    "MAX_PRIORITY",
     "flow_group",
     "split_group",
     "admit",
@@ -54,8 +53,6 @@ QUEUE_PREFIX: Final = b"flow/queue/"
 """``meta`` keys ``flow/queue/ || len(group) u16 || group || 127 - priority (1) || seq (8)`` ->
 the waiting workflow's id."""
 _SEQ_KEY: Final = b"flow/seq"
-MIN_PRIORITY: Final = -128
-MAX_PRIORITY: Final = 127
 _U16: Final = struct.Struct(">H")
 
 
