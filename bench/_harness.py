@@ -101,6 +101,19 @@ def start_time(pid: int) -> int | None:
         return None
 
 
+def supervisor_bench_args(doc: str, workflows: int) -> Any:
+    """``--workflows`` and ``--shards`` (default 2) of a bench that drives one supervisor."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--workflows", type=int, default=workflows)
+    parser.add_argument("--shards", type=int, default=2)
+    args = parser.parse_args()
+    if args.workflows < 1 or args.shards < 1:
+        parser.error("--workflows and --shards must be positive")
+    return args
+
+
 def table(result: dict[str, Any], title: str | None = None) -> None:
     """The readable table of a result, on stderr."""
     if title:

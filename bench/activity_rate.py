@@ -20,7 +20,6 @@ after the first start and ends by the last; ``observed_per_s``, the starts in th
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import bisect
 import os
@@ -29,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import Supervisor, report, sigterm_as_exit  # noqa: E402
+from _harness import Supervisor, report, sigterm_as_exit, supervisor_bench_args  # noqa: E402
 from _progress import Progress  # noqa: E402
 
 RATE = 50.0  # bench_app.rate_limited_stamp's rate_limit="50/s"
@@ -68,12 +67,7 @@ def windows(starts: list[float]) -> tuple[int | None, int | None, float | None]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workflows", type=int, default=400)
-    parser.add_argument("--shards", type=int, default=2)
-    args = parser.parse_args()
-    if args.workflows < 1 or args.shards < 1:
-        parser.error("--workflows and --shards must be positive")
+    args = supervisor_bench_args(__doc__, 400)
     with sigterm_as_exit(), Supervisor(shards=args.shards) as supervisor:
         progress = Progress(args.workflows, "rate-limited workflows")
         stamps = asyncio.run(drive(supervisor.endpoint, args.workflows, progress))

@@ -17,7 +17,6 @@ supervisor's stats while it drained). No assertions.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import sys
@@ -26,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _harness import Supervisor, report, sigterm_as_exit  # noqa: E402
+from _harness import Supervisor, report, sigterm_as_exit, supervisor_bench_args  # noqa: E402
 from _progress import Progress  # noqa: E402
 
 CONCURRENCY = 8  # bench_app.queued_steps
@@ -65,12 +64,7 @@ async def drive(endpoint: str, workflows: int, progress: Progress) -> tuple[floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workflows", type=int, default=2000)
-    parser.add_argument("--shards", type=int, default=2)
-    args = parser.parse_args()
-    if args.workflows < 1 or args.shards < 1:
-        parser.error("--workflows and --shards must be positive")
+    args = supervisor_bench_args(__doc__, 2000)
     with sigterm_as_exit(), Supervisor(shards=args.shards) as supervisor:
         progress = Progress(args.workflows, "queued workflows")
         seconds, peak = asyncio.run(drive(supervisor.endpoint, args.workflows, progress))
