@@ -5,28 +5,22 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any, Callable, Final, Iterable
+from typing import Callable, Final, Any
 
 import lmdb
 
 from .._clock import Clock, SystemClock
-from .._ratelimit import RateLimitedLog
-from ..codec import unpack_record
 from ..errors import StorageError, StorageFull, WeftError
-from . import _engines, _listing, _queries
+from . import _engines
 from ._apply import DEFAULT_MAX_INBOX, TxnState
-from ._flow import flow_totals
+from ._base import ApplierCrashed, KeyspaceStore
 from ._disk import storage_failure
 from ._dispatch import APPLIER_OF
-from ._quarantine import QUARANTINED
-from ._feed import feed_head, read_feed
-from ._upkeep import UpkeepMixin
-from ._messages import RequestsMixin
 from ._env import DEFAULT_MAP_SIZE, close_environment, lock_file_replaced, open_environment
 from ._ownership import Ownership
-from ._refusals import Refusals, last_refusal
+from ._refusals import Refusals
 from ._reserve import GROWTH, StorageReserve
-from ._keys import COUNT_PREFIX, NO_ENGINE, STATUS_CODES, TERMINAL, engine_key, split_holder, split_visibility_group, unpack_u64
+from ._keys import TERMINAL, engine_key
 
 
 __all__ = ["LmdbStore"]
@@ -37,29 +31,9 @@ GIVE_WAY_MAX: Final = 0.05
 """Seconds a write waits at most for a starving peer to get the write lock (``_give_way``)."""
 GIVE_WAY_POLL: Final = 0.0005
 
-_WRITE_LOG = RateLimitedLog(log)
-"""A full or read-only disk fails every write: one line per interval says so."""
 
 
-class _ApplierCrashed(Exception):
-    """An applier raised something other than a ``WeftError``: the transaction is unusable."""
-
-    def __init__(self, index: int, intent: Any, cause: BaseException) -> None:
-        super().__init__(index)
-        self.index = index
-        wid = getattr(intent, "wid", None)
-        log.error(
-            "store: %s for workflow %r could not be applied (%s: %s); it fails alone, the rest of its batch is applied again",
-            type(intent).__name__, wid, type(cause).__name__, cause, exc_info=cause,
-        )
-        self.error = StorageError(
-            f"{type(intent).__name__} for workflow {wid!r} could not be applied: {type(cause).__name__}: {cause}",
-            workflow_id=wid,
-            cause=f"{type(cause).__name__}: {cause}",
-        )
-
-
-class LmdbStore(UpkeepMixin, RequestsMixin):
+class LmdbStore(KeyspaceStore):
     """One LMDB environment, opened in the process that uses it (never across a fork).
 
     Not thread-safe for writes: one thread (the engine's loop thread) commits.
@@ -108,45 +82,6 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         if not self._closed:  # the environment is shared: release this instance's use once
             self._closed = True
             close_environment(self.path)
-
-    # -- writes ---------------------------------------------------------------------------
-
-    def apply(self, engine_id: str, intents: list[Any]) -> list[Any]:
-        """Apply ``intents`` in one transaction and commit once (one fsync).
-
-        Returns one entry per intent: its result, or the ``WeftError`` that rejected it alone.
-        If the transaction itself fails every entry is that error; if the engine is no longer
-        live every entry is ``EngineDeposed``. Nothing is committed for a rejected intent.
-        Within the storage reserve (``_reserve``) intents that only add data get ``StorageFull``.
-
-        An applier checks before it writes, so a ``WeftError`` leaves nothing behind. Any other
-        exception (a bug, or input no check foresaw) may have left part of its writes in the
-        transaction: the whole transaction is aborted, that intent gets a ``StorageError``
-        naming the original error, and the batch is applied again without it. A nested
-        transaction per intent would make this cheaper to recover from but costs ~20 % of
-        the hot path, so the recovery is the rare path instead.
-        """
-        if self._lock_lost is not None:
-            return [self._lock_lost] * len(intents)
-        try:
-            return self._apply_once(engine_id, intents)
-        except _ApplierCrashed as crash:
-            refused = {crash.index: crash.error}
-        while True:  # the rare path: each pass drops one more crashing intent
-            positions = [i for i in range(len(intents)) if i not in refused]
-            if not positions:
-                return [refused[i] for i in range(len(intents))]
-            try:
-                results = self._apply_once(engine_id, [intents[i] for i in positions])
-            except _ApplierCrashed as crash:
-                refused[positions[crash.index]] = crash.error
-                continue
-            merged: list[Any] = [None] * len(intents)
-            for i, result in zip(positions, results):
-                merged[i] = result
-            for i, error in refused.items():
-                merged[i] = error
-            return merged
 
     def _apply_once(self, engine_id: str, intents: list[Any]) -> list[Any]:
         results: list[Any] = []
@@ -197,7 +132,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
                     except Exception as exc:
                         if isinstance(exc, lmdb.Error) and not isinstance(exc, lmdb.BadValsizeError):
                             raise  # the transaction's own failure (map full, I/O): every intent's
-                        raise _ApplierCrashed(len(results), intent, exc) from exc
+                        raise ApplierCrashed(len(results), intent, exc) from exc
                 state.flush()
                 if self.before_commit is not None:
                     self.before_commit()
@@ -283,83 +218,6 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
             self._write_recovered()
         return result
 
-    def _write_failed(self, error: StorageError | StorageFull) -> StorageError | StorageFull:
-        """Note a transaction that failed for the store, not for its content (full, read-only,
-        I/O): reported by ``write_state`` until a commit succeeds, logged once per interval."""
-        self.write_failure = error
-        self._refusals.note(failed=True)
-        _WRITE_LOG.error("store", "store: writes fail: %s", error)
-        return error
-
-    def _write_recovered(self) -> None:
-        _WRITE_LOG.warning("recovered", "store: writes succeed again (they failed with: %s)", self.write_failure)
-        self.write_failure = None
-
-    def last_refusal(self) -> float | None:
-        """Lease-clock time of the last commit the store refused for itself, this process's
-        own if it is not written yet (``_refusals``); None if none ever was."""
-        if self._refusals.pending:
-            return self._refusals.latest
-        with self.env.begin() as txn:
-            return last_refusal(txn, self.dbs)
-
-    def write_state(self) -> str:
-        """``ok``, or why the last write failed: ``disk_full``/``map_full``, ``read_only``, ``error``."""
-        failure = self.write_failure
-        if failure is None:
-            return "ok"
-        reason = getattr(failure, "reason", None)
-        return reason or ("map_full" if isinstance(failure, StorageFull) else "error")
-
-    # -- engines (the transactions are ``Ownership``'s) ---------------------------------
-
-    def register_engine(
-        self,
-        engine_id: str,
-        *,
-        heartbeat: float,
-        ttl: float,
-        mode: str = "workflow-lease",
-        slot: int | None = None,
-        pid: int | None = None,
-        types: Iterable[str] | None = None,
-    ) -> None:
-        """Record a new live engine and lock its lock file; a refused one writes nothing.
-        ``types``: the workflow types its app registers, kept in its record (``_offers``)."""
-        self._ownership.register_engine(engine_id, heartbeat=heartbeat, ttl=ttl, mode=mode, slot=slot, pid=pid, types=types)
-
-    def heartbeat(self, engine_id: str, feed_cursor: int | None = None) -> dict[str, Any]:
-        """Extend this engine's lease (one write); ``EngineDeposed`` if it is no longer live."""
-        return self._ownership.heartbeat(engine_id, feed_cursor)
-
-    def mark_engine_dead(self, engine_id: str) -> bool:
-        """Confirmed death: the engine's claims become reclaimable at once. Idempotent."""
-        return self._ownership.mark_engine_dead(engine_id)
-
-    def release_engine(self, engine_id: str) -> int:
-        """Graceful stop: release every claim of the engine and mark it stopped."""
-        return self._ownership.release_engine(engine_id)
-
-    def takeover(self, engine_id: str, candidates: Iterable[tuple[str, bytes | None]]) -> dict[str, int | None]:
-        """CAS each ``(wid, holder bytes read)`` to this engine; the new epoch, or ``None`` if lost."""
-        return self._ownership.takeover(engine_id, candidates)
-
-    def waiting_since(self, engine_id: str) -> float:
-        """When ``engine_id``'s process began to wait for the write lock (its lock file's wait
-        slot; negated once it got it, 0.0 outside a write or if its process is gone)."""
-        return self._ownership.waiting_since(engine_id)
-
-    def process_gone(self, engine_id: str) -> bool:
-        """True when the process that registered ``engine_id`` has surely exited (its lock
-        file exists and is free; a missing one proves nothing)."""
-        return self._ownership.process_gone(engine_id)
-
-    def restore_lock_files(self) -> None:
-        """Recreate the lock files of this instance's engines if they were deleted."""
-        self._ownership.restore_lock_files()
-
-    # -- reads ----------------------------------------------------------------------------
-
     def read(self) -> lmdb.Transaction[bytes]:
         return self.env.begin()
 
@@ -368,131 +226,7 @@ class LmdbStore(UpkeepMixin, RequestsMixin):
         with self.env.begin() as txn:
             return self._reserve.check(txn) is not None
 
-    def feed_head(self) -> int:
-        with self.env.begin() as txn:
-            return feed_head(txn, self.dbs)
-
-    def get_workflow(self, wid: str) -> dict[str, Any] | None:
-        with self.env.begin() as txn:
-            return _queries.get_workflow(txn, self.dbs, wid)
-
-    def get_holder(self, wid: str) -> tuple[str, int, float] | None:
-        with self.env.begin() as txn:
-            raw = txn.get(wid.encode(), db=self.dbs.claim_holder)
-            return None if raw is None else split_holder(raw)
-
-    def get_holder_bytes(self, wid: str) -> bytes | None:
-        with self.env.begin() as txn:
-            return txn.get(wid.encode(), db=self.dbs.claim_holder)
-
-    def get_epoch(self, wid: str) -> int:
-        with self.env.begin() as txn:
-            return _queries.get_epoch(txn, self.dbs, wid)
-
-    def load_ops(self, wid: str, run_id: str) -> dict[int, dict[str, Any]]:
-        with self.env.begin() as txn:
-            return _queries.load_ops(txn, self.dbs, wid, run_id)
-
-    def load_inbox(self, wid: str) -> list[tuple[int, dict[str, Any]]]:
-        with self.env.begin() as txn:
-            return _queries.load_inbox(txn, self.dbs, wid)
-
-    def load_for_replay(self, wid: str) -> tuple[dict[str, Any] | None, bytes | None, dict[int, dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
-        """Record, holder bytes, op log and inbox of ``wid``, read in one snapshot."""
-        with self.env.begin() as txn:
-            record = _queries.get_workflow(txn, self.dbs, wid)
-            if record is None:
-                return None, None, {}, []
-            holder = txn.get(wid.encode(), db=self.dbs.claim_holder)
-            ops = _queries.load_ops(txn, self.dbs, wid, record["run_id"])
-            return record, holder, ops, _queries.load_inbox(txn, self.dbs, wid)
-
-    def load_for_describe(self, wid: str) -> _queries.Snapshot | None:
-        """What ``describe`` shows of ``wid`` (``_queries.snapshot``), in one snapshot."""
-        with self.env.begin() as txn:
-            return _queries.snapshot(txn, self.dbs, wid)
-
-    def read_feed(self, after: int, limit: int = 10_000) -> list[tuple[int, str]]:
-        with self.env.begin() as txn:
-            return read_feed(txn, self.dbs, after, limit)
-
-    def engines(self) -> dict[str, dict[str, Any]]:
-        with self.env.begin() as txn:
-            return {key.hex(): unpack_record(value) for key, value in txn.cursor(db=self.dbs.engines)}
-
-    def held_by(self, engine_id: str) -> list[str]:
-        with self.env.begin() as txn:
-            return _queries.by_engine(txn, self.dbs, engine_key(engine_id))
-
-    def reclaim_candidates(self, engine_id: str, limit: int | None = None) -> list[tuple[str, bytes | None, str]]:
-        """``(wid, holder bytes, type)`` of running workflows held by dead or expired engines,
-        or held by nobody (the first ``limit`` of them, if given). The caller filters by
-        preference and registered types."""
-        now = self.clock.lease_now()
-        waiting_since = self._ownership.waiting_since
-        failed_at = self._refusals.failed_at
-        with self.env.begin() as txn:
-            gone = [NO_ENGINE]
-            for key, value in txn.cursor(db=self.dbs.engines):
-                if key.hex() == engine_id:
-                    continue
-                if not _engines.counts_as_live(unpack_record(value), key.hex(), now, waiting_since, failed_at):
-                    gone.append(key)
-            found: list[tuple[str, bytes | None, str]] = []
-            for engine_raw in gone:
-                for wid in _queries.by_engine(txn, self.dbs, engine_raw):
-                    record = _queries.get_workflow(txn, self.dbs, wid)
-                    if record is None or record["status"] != "running":
-                        continue
-                    found.append((wid, txn.get(wid.encode(), db=self.dbs.claim_holder), record["type"]))
-                    if len(found) == limit:
-                        return found
-            return found
-
-    def list_workflows(
-        self, status: str | None = None, wf_type: str | None = None, limit: int = 100, cursor: str | None = None
-    ) -> dict[str, Any]:
-        """One page in workflow-id order, read in one snapshot (guarantee: ``_listing``)."""
-        with self.env.begin() as txn:
-            return _listing.list_workflows(txn, self.dbs, status, wf_type, limit, cursor)
-
-    def count_quarantined(self) -> int:
-        """How many workflows are quarantined now: a scan of their visibility group, which
-        holds the few parked poison workflows there are."""
-        prefix = bytes((STATUS_CODES[QUARANTINED],))
-        found = 0
-        with self.env.begin() as txn:
-            cursor = txn.cursor(db=self.dbs.visibility)
-            if cursor.set_range(prefix):
-                for key in cursor.iternext(values=False):
-                    if not key.startswith(prefix):
-                        break
-                    found += 1
-        return found
-
-    def workflow_counts(self) -> dict[tuple[str, str], int]:
-        """How many workflows the store holds per ``(status, type)``: the counts kept in
-        ``meta`` by every transaction that changes a status, so reading them costs one entry
-        per group, never a pass over the workflows."""
-        with self.env.begin() as txn:
-            found = {}
-            cursor = txn.cursor(db=self.dbs.meta)
-            if cursor.set_range(COUNT_PREFIX):
-                for key, value in cursor:
-                    if not key.startswith(COUNT_PREFIX):
-                        break
-                    found[split_visibility_group(key[len(COUNT_PREFIX):])] = unpack_u64(value)[0]
-            return found
-
-    def flow_counts(self) -> dict[str, dict[str, int]]:
-        """``{type: {"running", "queued"}}`` of the types under flow control (``_flow``): one
-        count per group read, never a queue."""
-        with self.env.begin() as txn:
-            return flow_totals(txn, self.dbs.meta)
-
-    def count(self, name: str) -> int:
-        with self.env.begin() as txn:
-            return txn.stat(getattr(self.dbs, name))["entries"]
 
 
 TERMINAL_STATUSES = TERMINAL
+
