@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
+import psycopg
 import pytest
 
 from _support import hold_write_lock
@@ -102,7 +103,59 @@ class LmdbBackend:
                 pass
 
 
-BACKENDS = {"lmdb": LmdbBackend}
+class PostgresBackend:
+    """The PostgreSQL store, in a fresh schema of the session's throwaway server per test
+    (``postgres_url``): the URL's ``options`` set the connection's ``search_path``."""
+
+    name = "postgresql"
+
+    def __init__(self, root: Path, clock: FakeClock, server_url: str) -> None:
+        self.root = root
+        self.clock = clock
+        self.schema = "t_" + uuid.uuid4().hex[:12]
+        self.server_url = server_url
+        with psycopg.connect(server_url, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {self.schema}")
+        self.location = f"{server_url}?options=-csearch_path%3D{self.schema}"
+        self._opened: list[Any] = []
+
+    def __call__(self, **options: Any) -> Any:
+        from weft_actors.store._pg import PgStore
+
+        options.pop("map_size", None)
+        options.pop("sync", None)
+        store = PgStore(self.location, clock=self.clock, **options)
+        self._opened.append(store)
+        return store
+
+    def set_schema_version(self, version: int) -> None:
+        with psycopg.connect(self.location, autocommit=True) as conn:
+            conn.execute("DELETE FROM weft_migrations")
+            conn.execute("INSERT INTO weft_migrations (version) SELECT generate_series(1, %s)", (version,))
+
+    def get_schema_version(self) -> int:
+        with psycopg.connect(self.location, autocommit=True) as conn:
+            row = conn.execute("SELECT max(version) FROM weft_migrations").fetchone()
+            return int(row[0])
+
+    def child_store_source(self) -> str:
+        return (
+            "from weft_actors.store._pg import PgStore\n"
+            "from weft_actors.testing import FakeClock\n"
+            f"store = PgStore({self.location!r}, clock=FakeClock())\n"
+        )
+
+    def close_all(self) -> None:
+        for store in self._opened:
+            try:
+                store.close()
+            except Exception:
+                pass
+        with psycopg.connect(self.server_url, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {self.schema} CASCADE")
+
+
+BACKENDS = {"lmdb": LmdbBackend, "postgresql": PostgresBackend}
 
 
 @pytest.fixture
@@ -112,7 +165,10 @@ def fake_clock() -> FakeClock:
 
 @pytest.fixture(params=sorted(BACKENDS))
 def store_factory(request: pytest.FixtureRequest, tmp_path: Path, fake_clock: FakeClock) -> Any:
-    backend = BACKENDS[request.param](tmp_path, fake_clock)
+    if request.param == "postgresql":
+        backend: Any = PostgresBackend(tmp_path, fake_clock, request.getfixturevalue("postgres_url"))
+    else:
+        backend = LmdbBackend(tmp_path, fake_clock)
     yield backend
     backend.close_all()
 

@@ -1,0 +1,134 @@
+"""The PostgreSQL connection of one store instance, and its transactions.
+
+A write transaction first takes the store's write lock, a transaction-scoped advisory lock,
+in the same statement that reads the server's clock. The lock serialises writers across every
+engine on every host as LMDB's writer lock does on one machine, so each named transaction reads,
+checks (the fence, the engine's own lease) and writes with nobody writing in between, and
+commit order is the order of the feed's sequence numbers (a reader never sees a later entry
+before an earlier one commits). A read transaction is one ``REPEATABLE READ`` snapshot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any, Callable, Iterator
+
+import psycopg
+
+from ...errors import StorageError
+from ._txn import PgTxn
+
+__all__ = ["PgEnvironment", "redact"]
+
+log = logging.getLogger("weft_actors.store")
+
+
+def redact(url: str) -> str:
+    """``url`` without its password, for messages and logs."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparsable PostgreSQL URL>"
+    host, port, dbname, user = (str(info.get(name, "")) for name in ("host", "port", "dbname", "user"))
+    return f"postgresql://{user + '@' if user else ''}{host}{':' + str(port) if port else ''}/{dbname}"
+
+
+class PgEnvironment:
+    """``begin(write=...)`` as LMDB's environment has it, over one connection (reconnected
+    after a failure). ``on_clock(server_now, sent, received)`` gets the server's clock read by
+    each write transaction."""
+
+    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+        self.url = url
+        self.where = redact(url)
+        self._connect_timeout = connect_timeout
+        self._conn: psycopg.Connection[Any] | None = None
+        self.lock_key = 0
+        self.on_clock: Callable[[float, float, float], None] | None = None
+        self.on_reconnect: Callable[[], None] | None = None
+        """Called after a connection replaces one that failed (session locks went with it)."""
+        self._connected_once = False
+        self.connect()
+
+    def connect(self) -> psycopg.Connection[Any]:
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)))
+        except psycopg.Error as exc:
+            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where) from exc
+        conn.prepare_threshold = 0  # every statement repeats: prepare on first use
+        row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write')").fetchone()
+        self.lock_key = int(row[0]) if row else 0
+        self._conn = conn
+        if self._connected_once and self.on_reconnect is not None:
+            self.on_reconnect()
+        self._connected_once = True
+        return conn
+
+    def connection(self) -> psycopg.Connection[Any] | None:
+        """The open connection, if any, without making one."""
+        conn = self._conn
+        return None if conn is None or conn.closed else conn
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        return self.connect()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                pass
+            self._conn = None
+
+    @contextlib.contextmanager
+    def begin(self, write: bool = False) -> Iterator[PgTxn]:
+        """One transaction: committed when the block ends, rolled back if it raises.
+        ``psycopg`` failures become ``StorageError`` (the connection is dropped and made
+        again by the next transaction)."""
+        conn = self.connect()
+        try:
+            if write:
+                sent = time.monotonic()
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    row = conn.execute(
+                        "SELECT pg_advisory_xact_lock(%s), extract(epoch FROM clock_timestamp())::float8", (self.lock_key,)
+                    ).fetchone()
+                if self.on_clock is not None and row is not None:
+                    self.on_clock(float(row[1]), sent, time.monotonic())
+            else:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            txn = PgTxn(conn, write)
+        except psycopg.Error as exc:
+            raise self._failed(exc, "could not begin a transaction") from exc
+        try:
+            yield txn
+            if write:
+                with conn.pipeline():
+                    txn.flush()
+                    conn.execute("COMMIT")
+            else:
+                conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            self._rollback(conn)
+            raise self._failed(exc, "commit failed" if write else "read failed") from exc
+        except BaseException:
+            self._rollback(conn)
+            raise
+
+    def _rollback(self, conn: psycopg.Connection[Any]) -> None:
+        try:
+            if not conn.closed:
+                conn.execute("ROLLBACK")
+        except psycopg.Error:
+            self.close()
+
+    def _failed(self, exc: psycopg.Error, what: str) -> StorageError:
+        if isinstance(exc, psycopg.OperationalError) or self._conn is None or self._conn.broken:
+            self.close()
+        return StorageError(f"PostgreSQL at {self.where}: {what}: {type(exc).__name__}: {exc}".strip(), path=self.where)

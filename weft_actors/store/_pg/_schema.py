@@ -1,0 +1,77 @@
+"""The PostgreSQL schema: one table per keyspace, and the migrations that made it.
+
+Every keyspace of the store is a table ``weft_<name> (k bytea primary key, v bytea)`` holding
+the same keys and values as on LMDB, so the store's named transactions and its checker run
+unchanged on both backends. ``weft_migrations`` records each schema version applied, with
+when; an engine refuses a database whose newest version is one it does not know.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import psycopg
+
+from ...errors import SchemaVersionError
+from .._env import DATABASES, SCHEMA_VERSION as STORE_SCHEMA_VERSION
+
+__all__ = ["SCHEMA_VERSION", "PgDatabases", "table_of", "migrate"]
+
+SCHEMA_VERSION: Final = STORE_SCHEMA_VERSION
+"""The keyspaces hold LMDB's keys and values, so their layout has LMDB's version number: a
+database is created at the version of its day (4 was the first on PostgreSQL) and a later
+layout change migrates both backends to the same next number."""
+
+FIRST_VERSION: Final = 4
+
+TABLE_PREFIX: Final = "weft_"
+
+
+def table_of(name: str) -> str:
+    return TABLE_PREFIX + name
+
+
+class PgDatabases:
+    """The tables of the keyspaces, named as ``Databases`` names LMDB's handles."""
+
+    __slots__ = DATABASES
+
+    def __init__(self) -> None:
+        for name in DATABASES:
+            setattr(self, name, table_of(name))
+
+
+def _create(conn: psycopg.Connection[Any]) -> None:
+    for name in DATABASES:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table_of(name)} (k bytea PRIMARY KEY, v bytea NOT NULL)")
+
+
+_MIGRATIONS: Final = {FIRST_VERSION: _create}
+"""version -> what brings a database of the version before it up to it."""
+
+
+def migrate(conn: psycopg.Connection[Any], where: str) -> int:
+    """Create or upgrade the schema in one transaction (serialised across engines by a lock),
+    and return the version. ``SchemaVersionError`` for a database of a newer version."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/weft_actors/migrate'))")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS weft_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        row = conn.execute("SELECT coalesce(max(version), 0) FROM weft_migrations").fetchone()
+        stored = int(row[0]) if row else 0
+        if stored > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the database at {where} has weft_actors schema version {stored}; this code "
+                f"understands up to {SCHEMA_VERSION}: upgrade weft_actors",
+                stored_version=stored,
+                code_version=SCHEMA_VERSION,
+            )
+        if stored < FIRST_VERSION:  # a new database (no version of this backend is older)
+            _create(conn)
+            stored = SCHEMA_VERSION
+            conn.execute("INSERT INTO weft_migrations (version) VALUES (%s)", (stored,))
+        for version in range(stored + 1, SCHEMA_VERSION + 1):
+            _MIGRATIONS[version](conn)
+            conn.execute("INSERT INTO weft_migrations (version) VALUES (%s)", (version,))
+    return SCHEMA_VERSION

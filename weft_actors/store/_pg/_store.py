@@ -1,0 +1,229 @@
+"""``PgStore``: the store on a PostgreSQL database that engines on several hosts share.
+
+The same named transactions as ``LmdbStore`` (``_apply``, ``_ownership``, ...) run on
+``_txn.PgTxn``; what differs is where the bytes live, how writers are serialised (``_env``),
+and whose clock judges leases (``_clock``: the server's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import time
+from typing import Any, Callable
+
+import psycopg
+
+from ..._clock import Clock
+from ...errors import StorageError, WeftError
+from .. import _engines
+from .._apply import DEFAULT_MAX_INBOX, TxnState
+from .._base import ApplierCrashed, KeyspaceStore
+from .._dispatch import APPLIER_OF
+from .._keys import engine_key
+from .._migrate import adopt_lease_clock
+from .._ownership import Ownership
+from .._refusals import Refusals
+from ._clock import ServerClock
+from ._env import PgEnvironment
+from ._schema import PgDatabases, migrate
+
+__all__ = ["PgStore", "is_postgres_url"]
+
+log = logging.getLogger("weft_actors.store")
+
+
+def is_postgres_url(location: str) -> bool:
+    return location.startswith(("postgresql://", "postgres://"))
+
+
+class _PgOwnership(Ownership):
+    """The registry transactions, with a session advisory lock where LMDB has a lock file.
+
+    The engine's connection holds a lock named for the engine for as long as the engine is
+    registered; the server lets go of it when that connection ends, which a process's exit
+    does at once. So ``process_gone`` proves a death on any host, as the lock file does on
+    one. A stalled (SIGSTOP) process keeps its connection: its death is judged by expiry.
+    Nothing publishes a wait for the write lock (``waiting_since`` is 0.0)."""
+
+    @property
+    def _env(self) -> PgEnvironment:
+        return self.store.env  # type: ignore[return-value]  # a PgStore's (typed as LMDB's)
+
+    def _engine_lock(self, engine_id: str) -> tuple[int, int]:
+        return self._env.lock_key, _int4(engine_id)
+
+    def _lock_engine_file(self, engine_id: str) -> None:
+        row = self._env.conn.execute("SELECT pg_try_advisory_lock(%s, %s)", self._engine_lock(engine_id)).fetchone()
+        if not (row and row[0]):
+            log.warning("engine %s: its lock is held by its previous incarnation", engine_id)
+            return
+        self._locks[engine_id] = 0
+
+    def _unlock(self, engine_id: str) -> None:
+        if self._locks.pop(engine_id, None) is not None:
+            conn = self._env.connection()
+            if conn is not None:
+                try:
+                    conn.execute("SELECT pg_advisory_unlock(%s, %s)", self._engine_lock(engine_id))
+                except psycopg.Error:
+                    pass  # the connection is gone, and the lock with it
+
+    def relock(self) -> None:
+        """After a new connection: take again the locks of this instance's engines."""
+        for engine_id in list(self._locks):
+            del self._locks[engine_id]
+            self._lock_engine_file(engine_id)
+
+    def watch_peers(self) -> None:
+        pass
+
+    def waiting_since(self, engine_id: str) -> float:
+        return 0.0
+
+    def remove_files(self, engine_id: str) -> None:
+        pass
+
+    def restore_lock_files(self) -> None:
+        pass
+
+    def process_gone(self, engine_id: str) -> bool:
+        """True when a registered engine's lock is free: its connection, and so its process
+        or its registration, has ended. An id with no record proves nothing."""
+        if engine_id in self._locks:
+            return False
+        conn = self._env.conn  # maybe inside a write transaction (``register_engine``)
+        if conn.execute(f"SELECT 1 FROM {self.store.dbs.engines} WHERE k = %b", (engine_key(engine_id),)).fetchone() is None:
+            return False
+        row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", self._engine_lock(engine_id)).fetchone()
+        if not (row and row[0]):
+            return False
+        conn.execute("SELECT pg_advisory_unlock(%s, %s)", self._engine_lock(engine_id))
+        return True
+
+
+def _int4(engine_id: str) -> int:
+    """A signed 32-bit number for ``engine_id`` (a collision only keeps a dead engine looking
+    alive until its lease expires: the safe way to be wrong)."""
+    value = int.from_bytes(hashlib.blake2b(engine_id.encode(), digest_size=4).digest(), "big")
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+class PgStore(KeyspaceStore):
+    """One connection to ``url``, used from one thread (the engine's loop thread)."""
+
+    env: PgEnvironment  # type: ignore[assignment]  # LMDB-shaped: ``begin()`` (``_env``)
+    dbs: Any
+
+    def __init__(self, url: str, *, clock: Clock | None = None, max_inbox: int = DEFAULT_MAX_INBOX, **_ignored: Any) -> None:
+        self.url = url
+        self.max_inbox = max_inbox
+        self.env = PgEnvironment(url)
+        self.dbs = PgDatabases()
+        conn = self.env.conn
+        try:
+            migrate(conn, self.env.where)
+            if clock is None:
+                sent = time.monotonic()
+                row = conn.execute(
+                    "SELECT system_identifier::text, extract(epoch FROM clock_timestamp())::float8 FROM pg_control_system()"
+                ).fetchone()
+                assert row is not None
+                server_clock = ServerClock(row[0], float(row[1]), sent, time.monotonic())
+                self.env.on_clock = server_clock.observe
+                clock = server_clock
+        except psycopg.Error as exc:
+            self.env.close()
+            raise StorageError(f"cannot open the store in PostgreSQL at {self.env.where}: {exc}", path=self.env.where) from exc
+        except BaseException:
+            self.env.close()
+            raise
+        self.clock = clock
+        self.path = _local_dir(url)
+        """Where this host keeps what is its own (stall notes): the database holds the rest."""
+        self._refusals = Refusals(self.clock)
+        self.commits = 0
+        self.writes = 0
+        self.write_failure = None
+        self.promoted: list[tuple[str, str, str]] = []
+        self.before_commit: Callable[[], None] | None = None
+        self._ownership = _PgOwnership(self)  # type: ignore[arg-type]
+        self._incarnations = self._ownership.incarnations
+        self.env.on_reconnect = self._ownership.relock
+        self._write(lambda txn: adopt_lease_clock(txn, self.dbs, self.clock))
+
+    def close(self) -> None:
+        self.env.close()  # and with the connection, every engine lock it held
+
+    def verify_lock_file(self) -> None:
+        """Nothing to verify: the database, not a file, holds the write lock."""
+
+    def within_reserve(self) -> bool:
+        return False
+
+    def read(self) -> Any:
+        return self.env.begin()
+
+    def _write(self, fn: Any) -> Any:
+        try:
+            with self.env.begin(write=True) as txn:
+                result = fn(txn)
+        except StorageError as exc:
+            raise self._write_failed(exc) from exc
+        if self.write_failure is not None:
+            self._write_recovered()
+        return result
+
+    def _apply_once(self, engine_id: str, intents: list[Any]) -> list[Any]:
+        results: list[Any] = []
+        clock = self.clock
+        started = clock.lease_now()
+        try:
+            with self.env.begin(write=True) as pg_txn:
+                txn: Any = pg_txn  # LMDB-shaped (``_txn``)
+                record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id), self._refusals.failed_at)
+                now = clock.now()
+                lease = clock.lease_now()
+                written = self._refusals.write(txn, self.dbs) if self._refusals.pending else None
+                state = TxnState(txn, self.dbs, engine_key(engine_id), now, self.max_inbox)  # type: ignore[arg-type]
+                if lease >= record["expires_at"] - record["ttl"] + record["heartbeat"]:
+                    record["expires_at"] = lease + record["ttl"]
+                    _engines.put_engine(txn, self.dbs, state.engine_raw, record)
+                for intent in intents:
+                    try:
+                        results.append(APPLIER_OF[type(intent)](state, intent))
+                    except WeftError as exc:
+                        results.append(exc)
+                    except psycopg.Error:
+                        raise  # the transaction's own failure: every intent's
+                    except Exception as exc:
+                        raise ApplierCrashed(len(results), intent, exc) from exc
+                state.flush()
+                if self.before_commit is not None:
+                    self.before_commit()
+        except StorageError as exc:
+            error = self._write_failed(exc)
+            return [error] * len(intents)
+        except psycopg.Error as exc:
+            error = self._write_failed(StorageError(f"PostgreSQL at {self.env.where}: {exc}", path=self.env.where))
+            return [error] * len(intents)
+        except WeftError as exc:
+            return [exc] * len(intents)
+        if self.write_failure is not None:
+            self._write_recovered()
+        if state.promoted:
+            self.promoted.extend(state.promoted)
+        if written is not None:
+            self._refusals.committed(written)
+        self.commits += 1
+        self.writes += len(intents)
+        return results
+
+
+def _local_dir(url: str) -> str:
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"weft-pg-{digest}")
+    os.makedirs(os.path.join(path, "engines"), exist_ok=True)
+    return path

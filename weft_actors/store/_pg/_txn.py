@@ -1,0 +1,365 @@
+"""An LMDB-shaped transaction over PostgreSQL tables: the store's named transactions run on
+it unchanged.
+
+Each keyspace is a table ``(k bytea primary key, v bytea)``. A transaction reads through to
+the server (one statement per ``get``, one page per cursor step past what it fetched) and
+buffers every write in memory: ``flush`` sends them as one ``DELETE ... = ANY`` and one
+``INSERT ... FROM unnest ... ON CONFLICT`` per keyspace, so a batch of a thousand intents
+costs a handful of statements to write, whatever it touched.
+
+Reads see the transaction's own buffered writes, as LMDB's do. ``bytea`` compares byte by
+byte, as LMDB's keys do, so range scans come back in the same order.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from typing import Any, Iterator
+
+import psycopg
+
+__all__ = ["PgTxn", "PgCursor", "DELETED"]
+
+DELETED: Any = object()
+"""An overlay value: the key was deleted in this transaction."""
+
+MAX_KEY = 511
+"""LMDB's longest key: keys are held to it here too, so both backends refuse the same input."""
+
+_PAGE = 128
+"""Rows a cursor fetches per step past its buffer (a prefix scan usually ends in the first)."""
+
+
+def _checked(key: bytes) -> bytes:
+    key = bytes(key)
+    if not key or len(key) > MAX_KEY:
+        raise ValueError(f"a key must be 1 to {MAX_KEY} bytes, not {len(key)}")
+    return key
+
+
+class _Overlay:
+    """The buffered writes of one keyspace: key -> value or ``DELETED``, and the keys sorted."""
+
+    __slots__ = ("values", "_sorted")
+
+    def __init__(self) -> None:
+        self.values: dict[bytes, Any] = {}
+        self._sorted: list[bytes] | None = None
+
+    def set(self, key: bytes, value: Any) -> None:
+        if key not in self.values and self._sorted is not None:
+            bisect.insort(self._sorted, key)
+        self.values[key] = value
+
+    def keys_sorted(self) -> list[bytes]:
+        if self._sorted is None:
+            self._sorted = sorted(self.values)
+        return self._sorted
+
+
+class PgTxn:
+    """One transaction on ``conn`` (already begun by the caller). ``db`` arguments are table
+    names. Not thread-safe, like the connection under it."""
+
+    __slots__ = ("conn", "write", "_overlays", "_cache")
+
+    def __init__(self, conn: psycopg.Connection[Any], write: bool) -> None:
+        self.conn = conn
+        self.write = write
+        self._overlays: dict[str, _Overlay] = {}
+        self._cache: dict[str, dict[bytes, bytes | None]] = {}
+        """Rows read from the server in this transaction (``None``: absent). Nobody else
+        writes while a write transaction holds the store's lock, and a read transaction is
+        one snapshot, so a row read once stays what it was."""
+
+    # -- point operations ----------------------------------------------------------------
+
+    def get(self, key: bytes, default: Any = None, db: str = "") -> bytes | None:
+        key = _checked(key)
+        overlay = self._overlays.get(db)
+        if overlay is not None:
+            value = overlay.values.get(key)
+            if value is not None:
+                return default if value is DELETED else value
+        cache = self._cache.get(db)
+        if cache is None:
+            cache = self._cache[db] = {}
+        elif key in cache:
+            found = cache[key]
+            return default if found is None else found
+        row = self.conn.execute(f"SELECT v FROM {db} WHERE k = %b", (key,), binary=True).fetchone()
+        found = None if row is None else row[0]
+        cache[key] = found
+        return default if found is None else found
+
+    def prefetch(self, db: str, keys: list[bytes]) -> None:
+        """Read ``keys`` of ``db`` in one statement, so the ``get``s that follow are free."""
+        cache = self._cache.setdefault(db, {})
+        wanted = [key for key in dict.fromkeys(keys) if key not in cache]
+        if not wanted:
+            return
+        for key in wanted:
+            cache[key] = None
+        for key, value in self.conn.execute(f"SELECT k, v FROM {db} WHERE k = ANY(%b)", (wanted,), binary=True):
+            cache[key] = value
+
+    def put(self, key: bytes, value: bytes, db: str = "", **_: Any) -> bool:
+        self._overlay(db).set(_checked(key), bytes(value))
+        return True
+
+    def delete(self, key: bytes, value: bytes = b"", db: str = "") -> bool:
+        self._overlay(db).set(_checked(key), DELETED)
+        return True
+
+    def cursor(self, db: str = "") -> PgCursor:
+        return PgCursor(self, db)
+
+    def stat(self, db: str) -> dict[str, int]:
+        """``entries``: the rows of ``db`` as this transaction sees them."""
+        row = self.conn.execute(f"SELECT count(*) FROM {db}").fetchone()
+        entries = int(row[0]) if row else 0
+        overlay = self._overlays.get(db)
+        if overlay:
+            stored = self._stored(db, list(overlay.values))
+            for key, value in overlay.values.items():
+                entries += (value is not DELETED) - (key in stored)
+        return {"entries": entries}
+
+    def drop(self, db: str, delete: bool = False) -> None:
+        """Empty ``db`` (the table itself stays: ``delete`` is LMDB's, and ignored)."""
+        self.conn.execute(f"DELETE FROM {db}")
+        self._overlays.pop(db, None)
+        self._cache[db] = {}
+
+    def _stored(self, db: str, keys: list[bytes]) -> set[bytes]:
+        rows = self.conn.execute(f"SELECT k FROM {db} WHERE k = ANY(%b)", (keys,), binary=True)
+        return {row[0] for row in rows}
+
+    def _overlay(self, db: str) -> _Overlay:
+        if not self.write:
+            raise psycopg.errors.ReadOnlySqlTransaction(f"write to {db} in a read transaction")
+        overlay = self._overlays.get(db)
+        if overlay is None:
+            overlay = self._overlays[db] = _Overlay()
+        return overlay
+
+    # -- range reads -------------------------------------------------------------------------
+
+    def rows_from(self, db: str, after: bytes | None, inclusive: bool, limit: int, reverse: bool = False) -> list[tuple[bytes, bytes]]:
+        """Up to ``limit`` stored rows of ``db`` past ``after`` (from the end when ``None``),
+        in key order (descending with ``reverse``), ignoring this transaction's writes."""
+        order = "DESC" if reverse else "ASC"
+        if after is None:
+            query = f"SELECT k, v FROM {db} ORDER BY k {order} LIMIT %b"
+            params: tuple[Any, ...] = (limit,)
+        else:
+            op = ("<=" if inclusive else "<") if reverse else (">=" if inclusive else ">")
+            query = f"SELECT k, v FROM {db} WHERE k {op} %b ORDER BY k {order} LIMIT %b"
+            params = (after, limit)
+        rows = self.conn.execute(query, params, binary=True).fetchall()
+        cache = self._cache.setdefault(db, {})
+        for key, value in rows:
+            cache[key] = value
+        return rows
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """Send every buffered write: one delete and one upsert per keyspace. Returns the rows."""
+        written = 0
+        for db, overlay in self._overlays.items():
+            puts_k: list[bytes] = []
+            puts_v: list[bytes] = []
+            deletes: list[bytes] = []
+            for key, value in overlay.values.items():
+                if value is DELETED:
+                    deletes.append(key)
+                else:
+                    puts_k.append(key)
+                    puts_v.append(value)
+            if deletes:
+                self.conn.execute(f"DELETE FROM {db} WHERE k = ANY(%b)", (deletes,), binary=True)
+            if puts_k:
+                self.conn.execute(
+                    f"INSERT INTO {db} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[]) "
+                    "ON CONFLICT (k) DO UPDATE SET v = excluded.v",
+                    (puts_k, puts_v),
+                    binary=True,
+                )
+            written += len(deletes) + len(puts_k)
+        self._overlays.clear()
+        return written
+
+
+class PgCursor:
+    """LMDB's cursor operations that the store uses, over the stored rows merged with the
+    transaction's buffered writes. Positioned on one key, or unpositioned (``key() == b""``)."""
+
+    __slots__ = ("_txn", "_db", "_key", "_value", "_ahead", "_ahead_done", "_fetch_from")
+
+    def __init__(self, txn: PgTxn, db: str) -> None:
+        self._txn = txn
+        self._db = db
+        self._key = b""
+        self._value = b""
+        self._ahead: deque[tuple[bytes, bytes]] = deque()
+        """Stored rows past the current key, in order, contiguous from it."""
+        self._ahead_done = False
+        """No stored row lies past the last of ``_ahead``."""
+        self._fetch_from: tuple[bytes | None, bool] = (None, True)
+        """Where the next page of stored rows starts: (key, inclusive)."""
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes:
+        return self._value
+
+    def item(self) -> tuple[bytes, bytes]:
+        return self._key, self._value
+
+    # -- moving ------------------------------------------------------------------------------
+
+    def first(self) -> bool:
+        return self._seek(None)
+
+    def set_range(self, key: bytes) -> bool:
+        return self._seek(bytes(key))
+
+    def next(self) -> bool:
+        if not self._key:
+            return self.first()
+        return self._land(self._key, inclusive=False)
+
+    def last(self) -> bool:
+        return self._back(None, inclusive=True)
+
+    def prev(self) -> bool:
+        if not self._key:
+            return self.last()
+        return self._back(self._key, inclusive=False)
+
+    def _seek(self, start: bytes | None) -> bool:
+        self._restart(start, True)
+        return self._land(start, inclusive=True)
+
+    def _restart(self, start: bytes | None, inclusive: bool) -> None:
+        self._ahead = deque()
+        self._ahead_done = False
+        self._fetch_from = (start, inclusive)
+
+    def _land(self, start: bytes | None, inclusive: bool) -> bool:
+        """Move to the first key past ``start`` among stored rows and buffered writes."""
+        overlay = self._txn._overlays.get(self._db)
+        while True:
+            stored = self._peek_stored(start, inclusive)
+            pending = _next_pending(overlay, start, inclusive)
+            if pending is not None and (stored is None or pending[0] <= stored[0]):
+                key, value = pending
+                if value is DELETED:
+                    start, inclusive = key, False
+                    continue
+                return self._at(key, value)
+            if stored is None:
+                return self._at(b"", b"")
+            return self._at(*stored)
+
+    def _peek_stored(self, start: bytes | None, inclusive: bool) -> tuple[bytes, bytes] | None:
+        ahead = self._ahead
+        while True:
+            while ahead:
+                key = ahead[0][0]
+                if start is None or key > start or (inclusive and key == start):
+                    return ahead[0]
+                ahead.popleft()
+            if self._ahead_done:
+                return None
+            after, after_inclusive = self._fetch_from
+            rows = self._txn.rows_from(self._db, after, after_inclusive, _PAGE)
+            ahead.extend(rows)
+            self._ahead_done = len(rows) < _PAGE
+            if rows:
+                self._fetch_from = (rows[-1][0], False)
+
+    def _back(self, before: bytes | None, inclusive: bool) -> bool:
+        """Move to the last key at/before ``before`` (from the end with ``None``)."""
+        overlay = self._txn._overlays.get(self._db)
+        while True:
+            rows = self._txn.rows_from(self._db, before, inclusive, 1, reverse=True)
+            stored = rows[0] if rows else None
+            pending = None
+            if overlay and overlay.values:
+                keys = overlay.keys_sorted()
+                if before is None:
+                    index = len(keys)
+                else:
+                    index = bisect.bisect_right(keys, before) if inclusive else bisect.bisect_left(keys, before)
+                if index > 0:
+                    pending = (keys[index - 1], overlay.values[keys[index - 1]])
+            if pending is not None and (stored is None or pending[0] >= stored[0]):
+                key, value = pending
+                if value is DELETED:
+                    before, inclusive = key, False
+                    continue
+                self._restart(key, False)
+                return self._at(key, value)
+            if stored is None:
+                self._restart(None, True)
+                return self._at(b"", b"")
+            self._restart(stored[0], False)
+            return self._at(*stored)
+
+    def _at(self, key: bytes, value: bytes) -> bool:
+        self._key, self._value = key, value
+        return bool(key)
+
+    # -- iterating ---------------------------------------------------------------------------
+
+    def iternext(self, keys: bool = True, values: bool = True) -> Iterator[Any]:
+        """From the current item (the first, if unpositioned) to the end, as LMDB's does."""
+        if not self._key and not self.first():
+            return
+        while self._key:
+            if keys and values:
+                yield self._key, self._value
+            elif keys:
+                yield self._key
+            else:
+                yield self._value
+            if not self._land(self._key, inclusive=False):
+                return
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        return self.iternext()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def put(self, key: bytes, value: bytes, **_: Any) -> bool:
+        self._txn.put(key, value, db=self._db)
+        if bytes(key) == self._key:
+            self._value = bytes(value)
+        return True
+
+    def delete(self) -> bool:
+        """Delete the current key and move to the next, as LMDB's does; False if unpositioned."""
+        if not self._key:
+            return False
+        self._txn.delete(self._key, db=self._db)
+        self._land(self._key, inclusive=False)
+        return True
+
+
+def _next_pending(overlay: _Overlay | None, start: bytes | None, inclusive: bool) -> tuple[bytes, Any] | None:
+    """The first buffered write past ``start``."""
+    if not overlay or not overlay.values:
+        return None
+    keys = overlay.keys_sorted()
+    if start is None:
+        index = 0
+    else:
+        index = bisect.bisect_left(keys, start) if inclusive else bisect.bisect_right(keys, start)
+    if index >= len(keys):
+        return None
+    key = keys[index]
+    return key, overlay.values[key]
