@@ -28,7 +28,7 @@ from ..errors import (
     UnknownWorkflowType,
     WeftError,
 )
-from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, describe_type_mismatch, stall_note_path, type_mismatches
+from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, describe_type_mismatch, open_store, stall_note_path, type_mismatches
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..workflow import SYSTEM_TYPES, Op, WorkflowDefinition, collect_workflows, with_system_workflows, workflow_definition
 from ._activities import ActivityRunner
@@ -63,8 +63,9 @@ GEN0_THRESHOLD = 500_000
 
 class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     """Runs workflows of ``app`` (a module, or a list of ``@workflow`` functions) on the store
-    at ``data_dir``. A later engine on the same directory takes over whatever this one leaves
-    running, after a crash too.
+    at ``data_dir`` (an LMDB directory), or at ``store`` (that, or a ``postgresql://`` URL that
+    engines on several hosts share). A later engine on the same store takes over whatever this
+    one leaves running, after a crash too.
 
     Ownership options: ``heartbeat``/``ttl`` time the engine's lease (checked at once: both
     > 0, ``heartbeat < ttl``, ``ttl >= 3 * heartbeat``); ``ownership`` is ``"workflow-lease"``
@@ -118,9 +119,10 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
 
     def __init__(
         self,
-        data_dir: str,
+        data_dir: str | None = None,
         app: Any = None,
         *,
+        store: str | None = None,
         clock: Clock | None = None,
         heartbeat: float = 0.5,
         ttl: float = 3.0,
@@ -156,7 +158,11 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             raise ValueError("feed_retention and engine_retention must be >= 0, prune_interval > 0")
         if not retention >= 0:
             raise ValueError("retention must be >= 0")
-        self.data_dir = data_dir
+        location = store if store is not None else data_dir
+        if location is None or (store is not None and data_dir is not None and store != data_dir):
+            raise ValueError("give the store once: a data directory (LMDB) or store='postgresql://...'")
+        self.data_dir = location
+        """Where the store is: an LMDB directory or a PostgreSQL URL (``store.open_store``)."""
         self.workflows: dict[str, WorkflowDefinition] = with_system_workflows(collect_workflows(app))
         self.clock: Clock = clock or SystemClock()
         self.heartbeat = heartbeat
@@ -234,7 +240,9 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         bounded slices of loop time (``_driving``); without, it is done before."""
         loop = asyncio.get_running_loop()
         kwargs: dict[str, Any] = {} if self._map_size is None else {"map_size": self._map_size}
-        self.store = LmdbStore(self.data_dir, clock=self.clock, sync=self._sync, max_inbox=self.max_inbox, **kwargs)
+        # A PgStore has LmdbStore's methods (the conformance suite holds both to them).
+        self.store = cast(LmdbStore, open_store(self.data_dir, clock=self.clock, sync=self._sync, max_inbox=self.max_inbox, **kwargs))
+        self.clock = self.store.clock  # on PostgreSQL, leases go by the server's clock
         try:
             self.store.register_engine(
                 self.engine_id, heartbeat=self.heartbeat, ttl=self.ttl, mode=self.ownership, slot=self.slot, pid=os.getpid(),

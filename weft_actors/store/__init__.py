@@ -1,7 +1,8 @@
-"""The store: one LMDB environment, every write a named transaction, every read a named query.
+"""The store: every write a named transaction, every read a named query.
 
-Knows nothing of asyncio or zmq. ``LmdbStore`` is the embedded default; another backend
-implements the same methods and passes the same conformance suite (``tests/store``).
+Knows nothing of asyncio or zmq. ``LmdbStore`` (a directory) is the embedded default;
+``PgStore`` (a ``postgresql://`` URL, ``_pg``) lets engines on several hosts share one
+database. ``open_store`` picks by location; both pass the conformance suite (``tests/store``).
 """
 
 from ._check import Problem, check_store
@@ -25,6 +26,7 @@ from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
 from ._offers import describe_type_mismatch, offered_types, type_mismatches
 from ._quarantine import QUARANTINED, UNSEEN_FACTOR, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, remove_stall_note, stall_note_path, write_stall_note
 from ._store import LmdbStore
+from ._open import open_store, is_store_url, describe_location
 from ._permits import HoldPermits, TakePermits
 from ._flow import Flow, flow_group
 
@@ -66,6 +68,9 @@ __all__ = [
     "Finish",
     "FireStart",
     "LmdbStore",
+    "open_store",
+    "is_store_url",
+    "describe_location",
     "Flow",
     "flow_group",
     "PurgeWorkflow",

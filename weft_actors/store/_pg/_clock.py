@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import time
 
+from ..._clock import Clock, SystemClock
+
 __all__ = ["ServerClock"]
 
 
@@ -19,11 +21,13 @@ class ServerClock:
     """``lease_clock`` names the database cluster (its system identifier), so a record from
     another cluster (a restored copy) is never judged by this one's readings."""
 
-    __slots__ = ("lease_clock", "_offset")
+    __slots__ = ("lease_clock", "_offset", "_host")
 
-    def __init__(self, cluster: str, server_now: float, sent_at: float, received_at: float) -> None:
+    def __init__(self, cluster: str, server_now: float, sent_at: float, received_at: float, host: Clock | None = None) -> None:
         self.lease_clock = f"postgresql:{cluster}"
         self._offset = 0.0
+        self._host: Clock = host or SystemClock()
+        """Wall and monotonic time come from here: the host's (the engine's clock)."""
         self.observe(server_now, sent_at, received_at)
 
     def observe(self, server_now: float, sent_at: float, received_at: float) -> None:
@@ -31,10 +35,10 @@ class ServerClock:
         self._offset = server_now - (sent_at + received_at) / 2
 
     def now(self) -> float:
-        return time.time()
+        return self._host.now()
 
     def monotonic(self) -> float:
-        return time.monotonic()
+        return self._host.monotonic()
 
     def lease_now(self) -> float:
         return time.monotonic() + self._offset

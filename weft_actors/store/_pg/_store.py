@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import psycopg
 
-from ..._clock import Clock
+from ..._clock import Clock, SystemClock
 from ...errors import StorageError, WeftError
 from .. import _engines
 from .._apply import DEFAULT_MAX_INBOX, TxnState
@@ -112,7 +112,11 @@ def _int4(engine_id: str) -> int:
 
 
 class PgStore(KeyspaceStore):
-    """One connection to ``url``, used from one thread (the engine's loop thread)."""
+    """One connection to ``url``, used from one thread (the engine's loop thread).
+
+    Leases are judged on the server's clock (``_clock``) unless ``clock`` is a test's own
+    (not a ``SystemClock``): then that clock judges them, as on LMDB. ``clock`` is the
+    clock to use from then on (the engine adopts it)."""
 
     env: PgEnvironment  # type: ignore[assignment]  # LMDB-shaped: ``begin()`` (``_env``)
     dbs: Any
@@ -125,13 +129,13 @@ class PgStore(KeyspaceStore):
         conn = self.env.conn
         try:
             migrate(conn, self.env.where)
-            if clock is None:
+            if clock is None or isinstance(clock, SystemClock):  # a test's clock keeps judging leases
                 sent = time.monotonic()
                 row = conn.execute(
                     "SELECT system_identifier::text, extract(epoch FROM clock_timestamp())::float8 FROM pg_control_system()"
                 ).fetchone()
                 assert row is not None
-                server_clock = ServerClock(row[0], float(row[1]), sent, time.monotonic())
+                server_clock = ServerClock(row[0], float(row[1]), sent, time.monotonic(), host=clock)
                 self.env.on_clock = server_clock.observe
                 clock = server_clock
         except psycopg.Error as exc:
