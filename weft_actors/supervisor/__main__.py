@@ -14,6 +14,7 @@ import sys
 
 from ..errors import WeftError
 from ..shard import validate_timing
+from ..store import is_store_url
 from ._config import SupervisorConfig, configure_logging
 from ._console import parse_http
 from ._supervisor import EXIT_STARTUP, Supervisor
@@ -40,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m weft_actors.supervisor", description=__doc__.splitlines()[0], formatter_class=_HelpWithDefaults)
     parser.add_argument("--shards", type=int, metavar="N", default=os.cpu_count() or 1, help="shard processes (default: CPU count)")
     parser.add_argument("--app", metavar="MODULE", default="weft_actors.examples", help="module holding the @workflow functions (default: the bundled example app, %(default)s)")
-    parser.add_argument("--data", metavar="DIR", default="./weft-data", help="data directory (LMDB)")
+    parser.add_argument("--data", "--store", dest="data", metavar="DIR|URL", default="./weft-data", help="the store: a data directory (LMDB), or a postgresql:// URL that supervisors on several hosts share")
     parser.add_argument("--bind", metavar="ENDPOINT", default="tcp://127.0.0.1:5555", help="client endpoint")
     parser.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="seconds between a shard's lease renewals")
     parser.add_argument("--ttl", type=float, default=3.0, metavar="S", help="seconds a lease lasts: a shard silent for this long loses its workflows to the others")
@@ -125,7 +126,7 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     return SupervisorConfig(
         shards=args.shards,
         app=args.app,
-        data_dir=os.path.abspath(args.data),
+        data_dir=args.data if is_store_url(args.data) else os.path.abspath(args.data),
         bind=args.bind,
         heartbeat=args.heartbeat,
         ttl=args.ttl,

@@ -17,13 +17,13 @@ import sys
 import tempfile
 import time
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Any, cast
 
 import zmq
 
 from .._ratelimit import RateLimitedLog
 from ..bus import FrontDoor, HintProxy, RoutingTable
-from ..store import LmdbStore, writes_refused
+from ..store import LmdbStore, open_store, writes_refused
 from ._config import ShardConfig, SupervisorConfig
 from ._console import check_http_bind, parse_http, start_console
 from ._curve import check_bind, server_keys, start_authenticator
@@ -129,7 +129,7 @@ class Supervisor:
         check_bind(config.bind, bool(config.curve_secret_key), config.insecure_bind)
         if config.http is not None:
             check_http_bind(parse_http(config.http)[0], bool(config.curve_secret_key), config.insecure_bind)
-        self.store = LmdbStore(config.data_dir)
+        self.store = cast(LmdbStore, open_store(config.data_dir))  # a PgStore has its methods
         self.context = zmq.Context()
         self.authenticator = None
         self.keys = None
@@ -357,10 +357,12 @@ class Supervisor:
         self.frontdoor.shard_died(slot.index)
         if slot.engine_id is not None:
             self.deaths.record(slot.engine_id)  # never waits here: the lock may be held
-        try:
-            self.store.env.reader_check()
-        except Exception:
-            pass
+        reader_check = getattr(self.store.env, "reader_check", None)  # LMDB's stale reader slots
+        if reader_check is not None:
+            try:
+                reader_check()
+            except Exception:
+                pass
         if slot.control is not None:
             slot.control.close()
         slot.process, slot.control, slot.ready, slot.stats = None, None, False, {}

@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 import psycopg
 
@@ -22,12 +22,14 @@ from .. import _engines
 from .._apply import DEFAULT_MAX_INBOX, TxnState
 from .._base import ApplierCrashed, KeyspaceStore
 from .._dispatch import APPLIER_OF
-from .._keys import engine_key
+from .._keys import COUNT_PREFIX, engine_key
+from .._refusals import REFUSED_KEY
 from .._migrate import adopt_lease_clock
 from .._ownership import Ownership
 from .._refusals import Refusals
 from ._clock import ServerClock
-from ._env import PgEnvironment
+from ._env import PgEnvironment, Prefetch
+from ._txn import MAX_KEY
 from ._schema import PgDatabases, migrate
 
 __all__ = ["PgStore", "is_postgres_url"]
@@ -185,7 +187,7 @@ class PgStore(KeyspaceStore):
         clock = self.clock
         started = clock.lease_now()
         try:
-            with self.env.begin(write=True) as pg_txn:
+            with self.env.begin(write=True, prefetch=batch_reads(self.dbs, engine_id, intents)) as pg_txn:
                 txn: Any = pg_txn  # LMDB-shaped (``_txn``)
                 record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id), self._refusals.failed_at)
                 now = clock.now()
@@ -224,6 +226,27 @@ class PgStore(KeyspaceStore):
         self.commits += 1
         self.writes += len(intents)
         return results
+
+
+_META_KEYS: Final = [b"feed_seq", REFUSED_KEY]
+
+
+def batch_reads(dbs: Any, engine_id: str, intents: list[Any]) -> Prefetch:
+    """What a batch's transaction code will read, to fetch with the lock: the engine's record
+    (its liveness check), each intent's workflow record, holder and epoch (fences, status),
+    the feed sequence and the workflow counts. Anything else it reads costs a statement."""
+    wids = list({intent.wid.encode() for intent in intents if isinstance(getattr(intent, "wid", None), str) and intent.wid})
+    wids = [wid for wid in wids if len(wid) <= MAX_KEY]
+    prefetch = Prefetch()
+    prefetch.keys[dbs.engines] = [engine_key(engine_id)]
+    if wids:
+        prefetch.keys[dbs.workflows] = wids
+        prefetch.keys[dbs.claim_holder] = wids
+        prefetch.keys[dbs.claim_epoch] = wids
+    prefetch.keys[dbs.meta] = _META_KEYS
+    prefetch.ranges.append((dbs.meta, COUNT_PREFIX, COUNT_PREFIX[:-1] + bytes((COUNT_PREFIX[-1] + 1,))))
+    return prefetch
+
 
 
 def _local_dir(url: str) -> str:

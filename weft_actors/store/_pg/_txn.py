@@ -62,7 +62,7 @@ class PgTxn:
     """One transaction on ``conn`` (already begun by the caller). ``db`` arguments are table
     names. Not thread-safe, like the connection under it."""
 
-    __slots__ = ("conn", "write", "_overlays", "_cache")
+    __slots__ = ("conn", "write", "_overlays", "_cache", "_complete")
 
     def __init__(self, conn: psycopg.Connection[Any], write: bool) -> None:
         self.conn = conn
@@ -72,6 +72,9 @@ class PgTxn:
         """Rows read from the server in this transaction (``None``: absent). Nobody else
         writes while a write transaction holds the store's lock, and a read transaction is
         one snapshot, so a row read once stays what it was."""
+        self._complete: dict[str, list[tuple[bytes, bytes]]] = {}
+        """Key ranges ``[low, high)`` whose every stored row is in ``_cache``: a key there
+        that the cache lacks is absent, with no statement to ask."""
 
     # -- point operations ----------------------------------------------------------------
 
@@ -88,21 +91,29 @@ class PgTxn:
         elif key in cache:
             found = cache[key]
             return default if found is None else found
+        ranges = self._complete.get(db)
+        if ranges is not None and any(low <= key < high for low, high in ranges):
+            return default
         row = self.conn.execute(f"SELECT v FROM {db} WHERE k = %b", (key,), binary=True).fetchone()
         found = None if row is None else row[0]
         cache[key] = found
         return default if found is None else found
 
-    def prefetch(self, db: str, keys: list[bytes]) -> None:
-        """Read ``keys`` of ``db`` in one statement, so the ``get``s that follow are free."""
+    def cached(self, db: str, keys: list[bytes], rows: list[tuple[bytes, bytes]]) -> None:
+        """``rows`` are every stored row of ``keys`` (read by the caller): the ``get``s of
+        those keys that follow cost no statement."""
         cache = self._cache.setdefault(db, {})
-        wanted = [key for key in dict.fromkeys(keys) if key not in cache]
-        if not wanted:
-            return
-        for key in wanted:
-            cache[key] = None
-        for key, value in self.conn.execute(f"SELECT k, v FROM {db} WHERE k = ANY(%b)", (wanted,), binary=True):
+        for key in keys:
+            cache.setdefault(key, None)
+        for key, value in rows:
             cache[key] = value
+
+    def cached_range(self, db: str, low: bytes, high: bytes, rows: list[tuple[bytes, bytes]]) -> None:
+        """``rows`` are every stored row with ``low <= k < high``."""
+        cache = self._cache.setdefault(db, {})
+        for key, value in rows:
+            cache[key] = value
+        self._complete.setdefault(db, []).append((low, high))
 
     def put(self, key: bytes, value: bytes, db: str = "", **_: Any) -> bool:
         self._overlay(db).set(_checked(key), bytes(value))
