@@ -24,7 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import uvloop  # noqa: E402
 
-from _harness import report, scratch_dir  # noqa: E402
+from _harness import report  # noqa: E402
+from _pgstore import scratch_store  # noqa: E402
 from _progress import Progress  # noqa: E402
 from bench_app import n_steps, three_steps  # noqa: E402
 from weft_actors import Engine  # noqa: E402
@@ -34,7 +35,7 @@ async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None, 
     progress = Progress(workflows, "workflows")
     # The workflow is three_steps itself; other step counts use the loop.
     target, extra = (three_steps, ()) if steps == 3 else (n_steps, (steps,))
-    async with Engine(data_dir, app=[three_steps, n_steps], tune_gc=True) as engine:
+    async with Engine(store=data_dir, app=[three_steps, n_steps], tune_gc=True) as engine:
         started = time.perf_counter()
         cpu0 = time.process_time()
 
@@ -87,8 +88,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3, help="activities per workflow (default 3)")
     parser.add_argument("--call", choices=("execute", "start-result"), default="execute", help="how each caller runs its workflow (default: execute)")
     parser.add_argument("--data", help="data directory (default: a fresh temporary one)")
+    parser.add_argument("--store", metavar="URL", help="a PostgreSQL URL: run on a fresh schema there instead of LMDB")
     args = parser.parse_args()
-    with scratch_dir(args.data) as path:
+    with scratch_store(args.store, args.data) as path:
         result = uvloop.run(run(args.workflows, path, args.steps, args.in_flight, args.call))
     report(result)
 

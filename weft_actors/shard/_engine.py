@@ -304,7 +304,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             return
         self.state = "stopping"
         await self.maintenance.stop()
-        self.committer.flush()
+        await self.committer.drain()
         if self.state == "deposed":  # that last commit found this engine deposed
             return
         self._stop_actors()

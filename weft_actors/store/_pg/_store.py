@@ -7,6 +7,7 @@ and whose clock judges leases (``_clock``: the server's).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -29,6 +30,7 @@ from .._ownership import Ownership
 from .._refusals import Refusals
 from ._clock import ServerClock
 from ._env import PgEnvironment, Prefetch
+from ._writer import BatchWriter
 from ._txn import MAX_KEY
 from ._schema import PgDatabases, migrate
 
@@ -158,10 +160,37 @@ class PgStore(KeyspaceStore):
         self._ownership = _PgOwnership(self)  # type: ignore[arg-type]
         self._incarnations = self._ownership.incarnations
         self.env.on_reconnect = self._ownership.relock
+        self._writer: BatchWriter | None = None
         self._write(lambda txn: adopt_lease_clock(txn, self.dbs, self.clock))
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         self.env.close()  # and with the connection, every engine lock it held
+
+    def apply_async(self, engine_id: str, intents: list[Any], done: Callable[[list[Any], bool], None], loop: asyncio.AbstractEventLoop) -> None:
+        """``apply`` on this store's writer thread, with a connection of its own, so that the
+        loop runs on while the batch is in flight; ``done(results, committed)`` is then called
+        on ``loop``. One batch at a time (the caller's contract: ``GroupCommitter``).
+
+        Only the group commit goes there. The other calls run on the caller's thread and
+        connection; a write among them waits for the store's lock like any other writer."""
+        writer = self._writer
+        if writer is None:
+            writer = self._writer = BatchWriter(self.url, self.clock)
+
+        def run() -> tuple[list[Any], bool]:
+            before = self.commits
+            try:
+                results = self.apply(engine_id, intents)
+            except BaseException as exc:  # apply turns store failures into results: a bug
+                log.exception("store: a batch failed outside its transaction")
+                error = StorageError(f"the batch could not be applied: {type(exc).__name__}: {exc}")
+                return [error] * len(intents), False
+            return results, self.commits != before
+
+        writer.submit(run, done, loop)
 
     def verify_lock_file(self) -> None:
         """Nothing to verify: the database, not a file, holds the write lock."""
@@ -186,8 +215,9 @@ class PgStore(KeyspaceStore):
         results: list[Any] = []
         clock = self.clock
         started = clock.lease_now()
+        env = self._writer.env if self._writer is not None and self._writer.is_current() else self.env
         try:
-            with self.env.begin(write=True, prefetch=batch_reads(self.dbs, engine_id, intents)) as pg_txn:
+            with env.begin(write=True, prefetch=batch_reads(self.dbs, engine_id, intents)) as pg_txn:
                 txn: Any = pg_txn  # LMDB-shaped (``_txn``)
                 record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id), self._refusals.failed_at)
                 now = clock.now()
@@ -213,7 +243,7 @@ class PgStore(KeyspaceStore):
             error = self._write_failed(exc)
             return [error] * len(intents)
         except psycopg.Error as exc:
-            error = self._write_failed(StorageError(f"PostgreSQL at {self.env.where}: {exc}", path=self.env.where))
+            error = self._write_failed(StorageError(f"PostgreSQL at {env.where}: {exc}", path=env.where))
             return [error] * len(intents)
         except WeftError as exc:
             return [exc] * len(intents)

@@ -1,0 +1,59 @@
+"""The thread that commits a PostgreSQL store's group commits, so the loop never waits on one.
+
+A batch's transaction is a few round trips and a WAL flush: milliseconds the engine's loop
+spends running actors instead, while the next batch accumulates. The thread has a connection
+of its own; it runs one batch at a time, in submission order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from typing import Any, Callable
+
+from ..._clock import Clock
+from ._env import PgEnvironment
+
+__all__ = ["BatchWriter"]
+
+log = logging.getLogger("weft_actors.store")
+
+_STOP: Any = object()
+
+
+class BatchWriter:
+    def __init__(self, url: str, clock: Clock) -> None:
+        self.env = PgEnvironment(url)
+        observe = getattr(clock, "observe", None)
+        if observe is not None:
+            self.env.on_clock = observe
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="weft-pg-writer", daemon=True)
+        self._thread.start()
+
+    def is_current(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def submit(self, fn: Callable[[], tuple[list[Any], bool]], done: Callable[[list[Any], bool], None], loop: asyncio.AbstractEventLoop) -> None:
+        self._jobs.put((fn, done, loop))
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is _STOP:
+                return
+            fn, done, loop = job
+            results, committed = fn()  # never raises (``PgStore.apply_async``)
+            try:
+                loop.call_soon_threadsafe(done, results, committed)
+            except RuntimeError:  # the loop is closed: nobody waits for the answer any more
+                pass
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Finish the batch in flight (bounded), then let go of the connection."""
+        self._jobs.put(_STOP)
+        self._thread.join(timeout)
+        self.env.close()
+
