@@ -108,6 +108,8 @@ def test_a_child_that_loses_a_race_is_asked_to_cancel(tmp_path):
     async def main():
         async with Engine(str(tmp_path), app=APP) as engine:
             handle = await engine.start(impatient, id="imp")
+            # Started by the parent's first step: committed soon after the parent's start.
+            await eventually(lambda: engine.store.get_workflow("raced-kid") is not None)
             with pytest.raises(WorkflowCancelled):
                 await engine.get_handle("raced-kid").result(timeout=5)
             await handle.signal("finish")
