@@ -6,7 +6,7 @@ import contextlib
 import uuid
 from typing import Iterator
 
-__all__ = ["scratch_schema", "scratch_store"]
+__all__ = ["scratch_schema", "scratch_store", "postgres_cpu_seconds"]
 
 
 @contextlib.contextmanager
@@ -37,3 +37,35 @@ def scratch_store(store: str | None, data: str | None) -> Iterator[str]:
     else:
         with scratch_dir(data) as path:
             yield path
+
+
+def postgres_cpu_seconds(url: str | None) -> float:
+    """CPU seconds used so far by the PostgreSQL server at ``url`` if it runs on this machine
+    (its postmaster and every live child: backends, writers, autovacuum), else 0.0: the
+    database's share of a run. Other servers on the machine are not counted."""
+    import os
+
+    if not url:
+        return 0.0
+    import psycopg
+
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            row = conn.execute("SHOW data_directory").fetchone()
+        with open(os.path.join(str(row[0]), "postmaster.pid")) as file:
+            postmaster = int(file.readline())
+    except (OSError, ValueError, psycopg.Error):
+        return 0.0
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as file:
+                values = file.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(pid) == postmaster or int(values[1]) == postmaster:  # values[1]: the parent
+            total += int(values[11]) + int(values[12])  # utime, stime (own, not waited-for children)
+    return total / ticks

@@ -25,19 +25,20 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import uvloop  # noqa: E402
 
 from _harness import report  # noqa: E402
-from _pgstore import scratch_store  # noqa: E402
+from _pgstore import postgres_cpu_seconds, scratch_store  # noqa: E402
 from _progress import Progress  # noqa: E402
 from bench_app import n_steps, three_steps  # noqa: E402
 from weft_actors import Engine  # noqa: E402
 
 
-async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None, call: str = "execute") -> dict:
+async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None, call: str = "execute", store: str | None = None) -> dict:
     progress = Progress(workflows, "workflows")
     # The workflow is three_steps itself; other step counts use the loop.
     target, extra = (three_steps, ()) if steps == 3 else (n_steps, (steps,))
     async with Engine(store=data_dir, app=[three_steps, n_steps], tune_gc=True) as engine:
         started = time.perf_counter()
         cpu0 = time.process_time()
+        database0 = postgres_cpu_seconds(store)
 
         async def one(i: int) -> int:
             if call == "execute":
@@ -64,6 +65,7 @@ async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None, 
             await asyncio.gather(*(worker() for _ in range(min(in_flight, workflows))))
         seconds = time.perf_counter() - started
         cpu = time.process_time() - cpu0
+        database = postgres_cpu_seconds(store) - database0
         assert results == [i + steps for i in range(workflows)], "wrong results"
         stats = engine.stats()
     return {
@@ -75,6 +77,7 @@ async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None, 
         "writes_per_commit": round(stats["writes_total"] / max(1, stats["commits_total"]), 1),
         "cpu_s": round(cpu, 3),
         "cpu_us_per_workflow": round(cpu / workflows * 1e6, 1),
+        "database_cpu_us_per_workflow": round(database / workflows * 1e6, 1) if database else None,
         "steps": steps,
         "in_flight": in_flight or workflows,
         "call": call,
@@ -91,7 +94,7 @@ def main() -> None:
     parser.add_argument("--store", metavar="URL", help="a PostgreSQL URL: run on a fresh schema there instead of LMDB")
     args = parser.parse_args()
     with scratch_store(args.store, args.data) as path:
-        result = uvloop.run(run(args.workflows, path, args.steps, args.in_flight, args.call))
+        result = uvloop.run(run(args.workflows, path, args.steps, args.in_flight, args.call, args.store))
     report(result)
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import multiprocessing
 import os
 import sys
@@ -36,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _harness import Supervisor, percentile, report, sigterm_as_exit, system_busy_seconds, wait_quiet  # noqa: E402
 from _progress import Progress  # noqa: E402
+from _pgstore import postgres_cpu_seconds, scratch_schema  # noqa: E402
 
 
 def _workflow(steps: int) -> tuple[str, tuple[Any, ...]]:
@@ -158,7 +160,7 @@ def shard_counters(endpoint: str) -> tuple[int, int]:
     return sum(s.get("commits_total", 0) for s in shards), sum(s.get("writes_total", 0) for s in shards)
 
 
-def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients: int, warmup: int, supervisor_args: tuple[str, ...], quiet: bool = True, call: str = "execute") -> dict[str, Any]:
+def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients: int, warmup: int, supervisor_args: tuple[str, ...], quiet: bool = True, call: str = "execute", database_url: str | None = None) -> dict[str, Any]:
     import uvloop
 
     with Supervisor(shards=shards, args=supervisor_args) as supervisor:
@@ -169,6 +171,7 @@ def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients:
         if quiet:
             wait_quiet()
         busy_before = system_busy_seconds()
+        database_before = postgres_cpu_seconds(database_url)
         cpu_before = supervisor.cpu()
         sectors_before = supervisor.disk_sectors()
         if clients == 1:
@@ -181,6 +184,7 @@ def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients:
         else:
             latencies, seconds, client_cpu = run_in_processes(endpoint, 0, workflows, concurrency, steps, call, clients, f"{shards} shard(s)")
         cpu_after = supervisor.cpu()
+        database_cpu = postgres_cpu_seconds(database_url) - database_before
         busy = system_busy_seconds() - busy_before
         sectors_after = supervisor.disk_sectors()
         time.sleep(1.1)  # shards push their counters to the supervisor once a second
@@ -190,7 +194,7 @@ def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients:
     if len(latencies) != workflows:
         raise RuntimeError(f"{len(latencies)} latencies for {workflows} workflows")
     by_process = {str(pid): round(cpu_after.get(pid, 0.0) - cpu_before.get(pid, 0.0), 3) for pid in cpu_before}
-    foreign = busy - sum(by_process.values()) - client_cpu
+    foreign = busy - sum(by_process.values()) - client_cpu - database_cpu
     return {
         "workflows": workflows,
         "shards": shards,
@@ -206,6 +210,8 @@ def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients:
         "clients": clients,
         "client_cpu_s": round(client_cpu, 3),
         "cpu_by_process": by_process,
+        "database_cpu_s": round(database_cpu, 3),
+        "cpu_us_per_workflow": {"engine": round(sum(by_process.values()) / workflows * 1e6, 1), "database": round(database_cpu / workflows * 1e6, 1)},
         "other_cpu_s": round(max(0.0, foreign), 2),
         "disk_write_kb_per_workflow": None if sectors_before is None or sectors_after is None else round((sectors_after - sectors_before) * 512 / 1024 / workflows, 1),
         "commits": counters_after[0] - counters_before[0],
@@ -225,6 +231,7 @@ def main() -> None:
     parser.add_argument("--no-wait-quiet", action="store_true", help="do not wait for a quiet machine before timing")
     parser.add_argument("--sweep", help="comma-separated shard counts, one run (and one JSON line) each")
     parser.add_argument("--supervisor-arg", action="append", default=[], help="extra supervisor option (repeatable)")
+    parser.add_argument("--store", metavar="URL", help="a PostgreSQL URL: the supervisor runs on a fresh schema there instead of LMDB")
     args = parser.parse_args()
     if args.workflows < 1 or args.steps < 1 or args.concurrency < 1 or args.clients < 1:
         parser.error("--workflows, --steps, --concurrency and --clients must be positive")
@@ -232,7 +239,12 @@ def main() -> None:
     counts = [int(s) for s in args.sweep.split(",")] if args.sweep else [args.shards]
     with sigterm_as_exit():
         for shards in counts:
-            result = run_once(args.workflows, shards, args.steps, args.concurrency, args.clients, warmup, tuple(args.supervisor_arg), not args.no_wait_quiet, args.call)
+            with contextlib.ExitStack() as stack:
+                supervisor_args = tuple(args.supervisor_arg)
+                if args.store:  # the later --store wins over the harness's --data
+                    supervisor_args += ("--store", stack.enter_context(scratch_schema(args.store)))
+                result = run_once(args.workflows, shards, args.steps, args.concurrency, args.clients, warmup, supervisor_args, not args.no_wait_quiet, args.call, args.store)
+                result["store"] = "postgresql" if args.store else "lmdb"
             report(result, f"throughput, {shards} shard(s)")
 
 

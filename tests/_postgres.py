@@ -41,8 +41,10 @@ class PostgresServer:
     """Use as a context manager; ``url`` names database ``weft`` as user ``weft`` (trust auth
     on loopback only: the cluster lives as long as the test session)."""
 
-    def __init__(self, bindir: str) -> None:
+    def __init__(self, bindir: str, settings: dict[str, str] | None = None) -> None:
         self.bindir = bindir
+        self.settings = settings or {}
+        """Extra server settings (``-c name=value``), e.g. ``shared_preload_libraries``."""
         self.port = free_port()
         self.root = tempfile.mkdtemp(prefix="weft-pg-")
         self.data = os.path.join(self.root, "data")
@@ -66,7 +68,7 @@ class PostgresServer:
         bin_ = self.bindir
         try:
             self._run(os.path.join(bin_, "initdb"), "-D", self.data, "-U", "weft", "--auth=trust", "--encoding=UTF8", "--no-instructions")
-            options = f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c max_connections=100"
+            options = f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c max_connections=100" + "".join(f" -c {name}={value}" for name, value in self.settings.items())
             self._run(os.path.join(bin_, "pg_ctl"), "-D", self.data, "-l", self.log, "-o", options, "-w", "-t", "60", "start", timeout=90)
             self._run(os.path.join(bin_, "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "weft", "weft")
         except subprocess.CalledProcessError as exc:

@@ -89,6 +89,9 @@ class PgEnvironment:
         except psycopg.Error as exc:
             raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where) from exc
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
+        # A generic plan made while a keyspace was empty (a new database) scans it whole for
+        # ever after: ``k = ANY(...)`` of a batch then costs O(table). Plan each execution.
+        conn.execute("SET plan_cache_mode = force_custom_plan")
         row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write')").fetchone()
         self.lock_key = int(row[0]) if row else 0
         self._conn = conn
