@@ -6,7 +6,7 @@ import contextlib
 import uuid
 from typing import Iterator
 
-__all__ = ["scratch_schema", "scratch_store", "postgres_cpu_seconds"]
+__all__ = ["scratch_schema", "scratch_database", "scratch_store", "postgres_cpu_seconds"]
 
 
 @contextlib.contextmanager
@@ -23,6 +23,26 @@ def scratch_schema(url: str) -> Iterator[str]:
     finally:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@contextlib.contextmanager
+def scratch_database(url: str) -> Iterator[str]:
+    """The URL of a new, empty database on ``url``'s server (dropped on the way out): for a
+    peer that makes schemas of its own."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    name = "bench_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    info = conninfo_to_dict(url)
+    info["dbname"] = name
+    user = info.get("user", "")
+    try:
+        yield f"postgresql://{user}@{info.get('host', '127.0.0.1')}:{info.get('port', 5432)}/{name}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @contextlib.contextmanager

@@ -1,8 +1,9 @@
 """The peer: the same three-step workflow on DBOS Transact (Python) with its SQLite system
-database, N workflows, durable commits.
+database (or a PostgreSQL one), N workflows, durable commits.
 
     pip install 'weft_actors[peers]'          # dbos==3.4.0
     python bench/peers/dbos_throughput.py --workflows 2000
+    python bench/peers/dbos_throughput.py --workflows 2000 --system-database postgresql://...
 
 DBOS runs in this process (it is a library: workflows and steps execute in the caller's
 process, checkpointed to the system database). The system database is a fresh SQLite file
@@ -38,7 +39,7 @@ from _harness import percentile, sigterm_as_exit, table  # noqa: E402
 from _progress import Progress  # noqa: E402
 
 
-def run(workflows: int, concurrency: int, warmup: int, deadline: float = 1800.0) -> dict[str, Any]:
+def run(workflows: int, concurrency: int, warmup: int, deadline: float = 1800.0, system_database: str | None = None) -> dict[str, Any]:
     try:
         import dbos
         from dbos import DBOS, DBOSConfig
@@ -49,7 +50,7 @@ def run(workflows: int, concurrency: int, warmup: int, deadline: float = 1800.0)
     try:
         config: DBOSConfig = {
             "name": "weft-bench-peer",
-            "system_database_url": f"sqlite:///{os.path.join(data_dir, 'dbos.sqlite')}",
+            "system_database_url": system_database or f"sqlite:///{os.path.join(data_dir, 'dbos.sqlite')}",
             "run_admin_server": False,
             "log_level": "WARNING",
             "max_executor_threads": max(64, concurrency + 8),
@@ -121,7 +122,7 @@ def run(workflows: int, concurrency: int, warmup: int, deadline: float = 1800.0)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
     return {
-        "peer": "dbos-sqlite",
+        "peer": "dbos-postgresql" if system_database else "dbos-sqlite",
         "version": getattr(dbos, "__version__", None) or _version("dbos"),
         "workflows": workflows,
         "steps": 3,
@@ -150,11 +151,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=1, help="workflows in flight (threads; 1 is DBOS-SQLite's fastest here)")
     parser.add_argument("--warmup", type=int, default=None, help="uncounted workflows first (default: min(100, N/10))")
     parser.add_argument("--deadline", type=float, default=1800.0, help="give up after this many seconds")
+    parser.add_argument("--system-database", metavar="URL", help="a PostgreSQL URL for DBOS's system database (default: a fresh SQLite file)")
     args = parser.parse_args()
     warmup = min(100, args.workflows // 10) if args.warmup is None else args.warmup
     with sigterm_as_exit():
-        result = run(args.workflows, args.concurrency, warmup, args.deadline)
-    table(result, "DBOS (SQLite system database)")
+        result = run(args.workflows, args.concurrency, warmup, args.deadline, args.system_database)
+    table(result, "DBOS (PostgreSQL system database)" if args.system_database else "DBOS (SQLite system database)")
     print(json.dumps(result), flush=True)
 
 
