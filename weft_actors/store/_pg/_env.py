@@ -142,8 +142,13 @@ class PgEnvironment:
                         prefetch.receive(txn, reads)
                 if self.on_clock is not None and row is not None:
                     self.on_clock(float(row[1]), sent, time.monotonic())
-            else:
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            else:  # the snapshot and a reading of the server's clock in one round trip
+                sent = time.monotonic()
+                with conn.pipeline():
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                    row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+                if self.on_clock is not None and row is not None:
+                    self.on_clock(float(row[0]), sent, time.monotonic())
         except psycopg.Error as exc:
             raise self._failed(exc, "could not begin a transaction") from exc
         try:
