@@ -23,6 +23,11 @@ log = logging.getLogger("weft_actors.shard")
 
 Callback = Callable[[Any], None]
 
+ASYNC_BATCH_LIMIT = 2000
+"""Intents at most in one batch of an ``apply_async`` store: the applying of a batch happens
+inside the store's transaction, which the server ends if it idles too long (PostgreSQL's
+``LOCK_HOLD_LIMIT``); the rest goes in the next batch."""
+
 
 class GroupCommitter:
     """Batches intents; ``callback(result)`` runs after the commit, with the intent's result or
@@ -90,7 +95,11 @@ class GroupCommitter:
         intents, callbacks = self._intents, self._callbacks
         if not intents:
             return
-        self._intents, self._callbacks = [], []
+        if self._apply_async is not None and len(intents) > ASYNC_BATCH_LIMIT:
+            self._intents, self._callbacks = intents[ASYNC_BATCH_LIMIT:], callbacks[ASYNC_BATCH_LIMIT:]
+            intents, callbacks = intents[:ASYNC_BATCH_LIMIT], callbacks[:ASYNC_BATCH_LIMIT]
+        else:
+            self._intents, self._callbacks = [], []
         store = self._store
         if self._closed is not None:
             self._resume(intents, callbacks, [self._closed] * len(intents), False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Final, Iterator
 
 import psycopg
 
@@ -23,6 +23,16 @@ from ._txn import PgTxn
 __all__ = ["PgEnvironment", "Prefetch", "redact"]
 
 log = logging.getLogger("weft_actors.store")
+
+
+LOCK_HOLD_LIMIT: Final = 2.0
+"""Seconds a transaction of this store may sit idle between its statements before the server
+ends its session. The write lock is the server's: a process stopped (SIGSTOP, a frozen VM, a
+host gone without a word) inside a transaction would hold it, and every writer on every host
+with it, for as long as its connection lasts. With this limit the server rolls such a
+transaction back and frees the lock within 2 s, less than a lease (ttl + 2 x heartbeat, 4 s by
+default), so no engine's lease lapses while it waits. Our own transactions never pause that
+long: their longest gap is the applying of one batch (capped, ``GroupCommitter``)."""
 
 
 class Prefetch:
@@ -92,6 +102,7 @@ class PgEnvironment:
         # A generic plan made while a keyspace was empty (a new database) scans it whole for
         # ever after: ``k = ANY(...)`` of a batch then costs O(table). Plan each execution.
         conn.execute("SET plan_cache_mode = force_custom_plan")
+        conn.execute(f"SET idle_in_transaction_session_timeout = {int(LOCK_HOLD_LIMIT * 1000)}")
         row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write')").fetchone()
         self.lock_key = int(row[0]) if row else 0
         self._conn = conn
