@@ -177,7 +177,8 @@ def test_cancel_is_applied_by_the_owner_even_when_sent_to_another_engine(tmp_pat
             await owner.start(careful, False, id="k")
             await eventually(lambda: "start work" in EVENTS)
             await other.cancel("k")
-            assert "cancelled work" not in EVENTS  # the owner has not polled yet
+            if not hasattr(owner.store, "listen"):  # on PostgreSQL the commit's NOTIFY may have told it
+                assert "cancelled work" not in EVENTS  # the owner has not polled yet
             clock.advance(0.5)
             owner.tick()
             await eventually(lambda: owner.store.get_workflow("k")["status"] == "cancelled")

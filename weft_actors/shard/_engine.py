@@ -243,6 +243,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         # A PgStore has LmdbStore's methods (the conformance suite holds both to them).
         self.store = cast(LmdbStore, open_store(self.data_dir, clock=self.clock, sync=self._sync, max_inbox=self.max_inbox, **kwargs))
         self.clock = self.store.clock  # on PostgreSQL, leases go by the server's clock
+        listen = getattr(self.store, "listen", None)  # PostgreSQL: hints from other hosts' engines
         try:
             self.store.register_engine(
                 self.engine_id, heartbeat=self.heartbeat, ttl=self.ttl, mode=self.ownership, slot=self.slot, pid=os.getpid(),
@@ -251,6 +252,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         except BaseException:
             self.store.close()
             raise
+        if listen is not None:
+            listen(self.hint_many)
         if self.warn_type_mismatch:
             self._warn_on_type_mismatch()
         self.committer = GroupCommitter(self.store, self.engine_id, loop)
@@ -387,6 +390,24 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             self._hinted(workflow_id, kind)
         else:
             loop.call_soon_threadsafe(self._hinted, workflow_id, kind)
+
+    def hint_many(self, hints: list[tuple[str | None, str]]) -> None:
+        """``hint`` for each ``(workflow id, kind)``, handed to the loop once (from any thread):
+        a store's hints from other hosts come in bursts, mostly of workflows held elsewhere."""
+        if self.state == "running":
+            self.committer.loop.call_soon_threadsafe(self._hinted_many, hints)
+
+    def _hinted_many(self, hints: list[tuple[str | None, str]]) -> None:
+        if self.state != "running":
+            return
+        for workflow_id, kind in hints:
+            if workflow_id is None:
+                self.maintenance.hint()
+            elif kind == "workflow-done":
+                if workflow_id in self._waiters or self._update_waiters:
+                    self._hinted(workflow_id, kind)
+            else:
+                self._hinted(workflow_id, kind)
 
     def _hinted(self, workflow_id: str, kind: str) -> None:
         if self.state != "running":

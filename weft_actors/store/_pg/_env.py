@@ -111,6 +111,10 @@ class PgEnvironment:
         self._connected_once = True
         return conn
 
+    def backend_pid(self) -> int | None:
+        conn = self.connection()
+        return None if conn is None else conn.info.backend_pid
+
     def connection(self) -> psycopg.Connection[Any] | None:
         """The open connection, if any, without making one."""
         conn = self._conn

@@ -31,6 +31,7 @@ from .._refusals import Refusals
 from ._clock import ServerClock
 from ._env import PgEnvironment, Prefetch
 from ._writer import BatchWriter
+from ._hints import CHANNEL, Listener, notify_payload
 from ._txn import MAX_KEY
 from ._schema import PgDatabases, migrate
 
@@ -161,9 +162,25 @@ class PgStore(KeyspaceStore):
         self._incarnations = self._ownership.incarnations
         self.env.on_reconnect = self._ownership.relock
         self._writer: BatchWriter | None = None
+        self._listener: Listener | None = None
         self._write(lambda txn: adopt_lease_clock(txn, self.dbs, self.clock))
 
+    def listen(self, on_hint: Callable[[list[tuple[str | None, str]]], None]) -> None:
+        """Call ``on_hint([(workflow id, kind), ...])`` (from a thread of its own) with the
+        hints that other processes' transactions send (``_hints``): messages and endings of
+        workflows, from any host. ``kind`` is ``workflow-touched`` or ``workflow-done``; a
+        ``None`` id means "look at everything" (many at once, or hints were missed)."""
+        if self._listener is None:
+            self._listener = Listener(self.url, on_hint, self._own_pids)
+
+    def _own_pids(self) -> set[int]:
+        envs = [self.env] + ([self._writer.env] if self._writer is not None else [])
+        return {pid for pid in (env.backend_pid() for env in envs) if pid is not None}
+
     def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         if self._writer is not None:
             self._writer.close()
             self._writer = None
@@ -237,6 +254,9 @@ class PgStore(KeyspaceStore):
                     except Exception as exc:
                         raise ApplierCrashed(len(results), intent, exc) from exc
                 state.flush()
+                payload = notify_payload(pg_txn, self.dbs.feed, self.dbs.visibility)
+                if payload is not None:
+                    pg_txn.notify = (CHANNEL, payload)
                 if self.before_commit is not None:
                     self.before_commit()
         except StorageError as exc:

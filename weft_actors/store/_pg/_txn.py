@@ -62,7 +62,7 @@ class PgTxn:
     """One transaction on ``conn`` (already begun by the caller). ``db`` arguments are table
     names. Not thread-safe, like the connection under it."""
 
-    __slots__ = ("conn", "write", "_overlays", "_cache", "_complete")
+    __slots__ = ("conn", "write", "_overlays", "_cache", "_complete", "notify")
 
     def __init__(self, conn: psycopg.Connection[Any], write: bool) -> None:
         self.conn = conn
@@ -72,6 +72,8 @@ class PgTxn:
         """Rows read from the server in this transaction (``None``: absent). Nobody else
         writes while a write transaction holds the store's lock, and a read transaction is
         one snapshot, so a row read once stays what it was."""
+        self.notify: tuple[str, str] | None = None
+        """``(channel, payload)`` to ``NOTIFY`` in this transaction (``_hints``)."""
         self._complete: dict[str, list[tuple[bytes, bytes]]] = {}
         """Key ranges ``[low, high)`` whose every stored row is in ``_cache``: a key there
         that the cache lacks is absent, with no statement to ask."""
@@ -122,6 +124,15 @@ class PgTxn:
     def delete(self, key: bytes, value: bytes = b"", db: str = "") -> bool:
         self._overlay(db).set(_checked(key), DELETED)
         return True
+
+    def overlay_values(self, db: str) -> list[Any]:
+        """This transaction's buffered values of ``db`` (``DELETED`` for a delete)."""
+        overlay = self._overlays.get(db)
+        return [] if overlay is None else list(overlay.values.values())
+
+    def overlay_items(self, db: str) -> list[tuple[bytes, Any]]:
+        overlay = self._overlays.get(db)
+        return [] if overlay is None else list(overlay.values.items())
 
     def cursor(self, db: str = "") -> PgCursor:
         return PgCursor(self, db)
@@ -177,8 +188,11 @@ class PgTxn:
     # -- the end -----------------------------------------------------------------------------
 
     def flush(self) -> int:
-        """Send every buffered write: one delete and one upsert per keyspace. Returns the rows."""
+        """Send every buffered write: one delete and one upsert per keyspace, and the
+        transaction's ``notify`` payload if it has one. Returns the rows."""
         written = 0
+        if self.notify is not None:
+            self.conn.execute("SELECT pg_notify(%s, %s)", (self.notify[0], self.notify[1]))
         for db, overlay in self._overlays.items():
             puts_k: list[bytes] = []
             puts_v: list[bytes] = []
