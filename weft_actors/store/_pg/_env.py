@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from typing import Any, Callable, Final, Iterator
 
@@ -75,25 +76,33 @@ def redact(url: str) -> str:
 
 
 class PgEnvironment:
-    """``begin(write=...)`` as LMDB's environment has it, over one connection (reconnected
-    after a failure). ``on_clock(server_now, sent, received)`` gets the server's clock read by
-    each write transaction."""
+    """``begin(write=...)`` as LMDB's environment has it. Each thread gets a connection of its
+    own (a psycopg connection serves one thread at a time, and LMDB lets every thread read), made
+    again after a failure. The thread that made the environment owns the engines' session locks
+    (``on_reconnect`` re-takes them on its new connection). ``on_clock(server_now, sent,
+    received)`` gets the server's clock as each transaction read it."""
 
     def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
         self.url = url
         self.where = redact(url)
         self._connect_timeout = connect_timeout
-        self._conn: psycopg.Connection[Any] | None = None
+        self._local = threading.local()
+        self._owner = threading.get_ident()
+        self._all: list[psycopg.Connection[Any]] = []
+        self._all_lock = threading.Lock()
         self.lock_key = 0
         self.on_clock: Callable[[float, float, float], None] | None = None
         self.on_reconnect: Callable[[], None] | None = None
-        """Called after a connection replaces one that failed (session locks went with it)."""
-        self._connected_once = False
+        """Called after the owner thread's connection replaces one that failed (its session
+        locks went with it)."""
+        self._owner_connected = False
         self.connect()
 
     def connect(self) -> psycopg.Connection[Any]:
-        if self._conn is not None and not self._conn.closed:
-            return self._conn
+        """The calling thread's connection, made if it has none or its last one failed."""
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if conn is not None and not conn.closed:
+            return conn
         try:
             conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)))
         except psycopg.Error as exc:
@@ -105,10 +114,13 @@ class PgEnvironment:
         conn.execute(f"SET idle_in_transaction_session_timeout = {int(LOCK_HOLD_LIMIT * 1000)}")
         row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write')").fetchone()
         self.lock_key = int(row[0]) if row else 0
-        self._conn = conn
-        if self._connected_once and self.on_reconnect is not None:
-            self.on_reconnect()
-        self._connected_once = True
+        self._local.conn = conn
+        with self._all_lock:
+            self._all = [kept for kept in self._all if not kept.closed] + [conn]
+        if threading.get_ident() == self._owner:
+            if self._owner_connected and self.on_reconnect is not None:
+                self.on_reconnect()
+            self._owner_connected = True
         return conn
 
     def backend_pid(self) -> int | None:
@@ -116,8 +128,8 @@ class PgEnvironment:
         return None if conn is None else conn.info.backend_pid
 
     def connection(self) -> psycopg.Connection[Any] | None:
-        """The open connection, if any, without making one."""
-        conn = self._conn
+        """The calling thread's open connection, if any, without making one."""
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         return None if conn is None or conn.closed else conn
 
     @property
@@ -125,12 +137,25 @@ class PgEnvironment:
         return self.connect()
 
     def close(self) -> None:
-        if self._conn is not None:
+        """Close every thread's connection (and with the owner's, the engines' session locks)."""
+        with self._all_lock:
+            conns, self._all = self._all, []
+        for conn in conns:
             try:
-                self._conn.close()
+                conn.close()
             except psycopg.Error:
                 pass
-            self._conn = None
+        self._local = threading.local()
+
+    def _drop(self) -> None:
+        """Forget the calling thread's connection after a failure (the next use makes one)."""
+        conn = self.connection()
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass
+        self._local.conn = None
 
     @contextlib.contextmanager
     def begin(self, write: bool = False, prefetch: Prefetch | None = None) -> Iterator[PgTxn]:
@@ -186,9 +211,10 @@ class PgEnvironment:
             if not conn.closed:
                 conn.execute("ROLLBACK")
         except psycopg.Error:
-            self.close()
+            self._drop()
 
     def _failed(self, exc: psycopg.Error, what: str) -> StorageError:
-        if isinstance(exc, psycopg.OperationalError) or self._conn is None or self._conn.broken:
-            self.close()
+        conn = self.connection()
+        if isinstance(exc, psycopg.OperationalError) or conn is None or conn.broken:
+            self._drop()
         return StorageError(f"PostgreSQL at {self.where}: {what}: {type(exc).__name__}: {exc}".strip(), path=self.where)
