@@ -15,7 +15,7 @@ from typing import Iterator
 import psycopg
 import pytest
 
-from weft_actors.codec import encode, encode_args
+from weft_actors.codec import encode_args
 from weft_actors.store import Created, CreateWorkflow
 from weft_actors.store._pg import PgStore
 from weft_actors.store._pg._env import LOCK_HOLD_LIMIT
@@ -77,4 +77,39 @@ def test_a_writer_stopped_inside_its_transaction_frees_the_lock_and_commits_noth
             os.kill(child.pid, signal.SIGCONT)
             child.kill()
             child.wait(10)
+        store.close()
+
+
+PIPELINE_HOLDER = """
+import sys, time
+import psycopg
+from weft_actors.store._pg._env import PgEnvironment
+env = PgEnvironment(sys.argv[1])
+conn = env.conn
+with conn.pipeline():  # as a writer stopped right after a pipelined round trip
+    conn.execute("BEGIN")
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (env.lock_key,)).fetchone()
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_holder_silent_after_a_pipeline_is_ended_by_the_next_writer(schema_url):
+    """After a pipeline the server's idle timer is off (its Flush message stops it): the
+    writer that waits for the lock ends the silent holder itself."""
+    store = PgStore(schema_url)
+    engine_id = uuid.uuid4().hex
+    store.register_engine(engine_id, heartbeat=0.5, ttl=3.0)
+    child = subprocess.Popen([sys.executable, "-c", PIPELINE_HOLDER, schema_url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "holding"
+        began = time.monotonic()
+        (created,) = store.apply(engine_id, [CreateWorkflow("after", "Order", encode_args((1,)), uuid.uuid4().hex)])
+        waited = time.monotonic() - began
+        assert isinstance(created, Created) and created.created, created
+        assert waited < 2 * LOCK_HOLD_LIMIT + 2.0, waited
+    finally:
+        child.kill()
+        child.wait(10)
         store.close()

@@ -27,13 +27,15 @@ log = logging.getLogger("weft_actors.store")
 
 
 LOCK_HOLD_LIMIT: Final = 2.0
-"""Seconds a transaction of this store may sit idle between its statements before the server
-ends its session. The write lock is the server's: a process stopped (SIGSTOP, a frozen VM, a
-host gone without a word) inside a transaction would hold it, and every writer on every host
-with it, for as long as its connection lasts. With this limit the server rolls such a
-transaction back and frees the lock within 2 s, less than a lease (ttl + 2 x heartbeat, 4 s by
-default), so no engine's lease lapses while it waits. Our own transactions never pause that
-long: their longest gap is the applying of one batch (capped, ``GroupCommitter``)."""
+"""Seconds a transaction of this store may keep the server waiting on it. The write lock is the
+server's: a process stopped (SIGSTOP, a frozen VM, a host gone without a word) inside a
+transaction would hold it, and every writer on every host with it, for as long as its
+connection lasts. So the server ends a session idle in its transaction that long
+(``idle_in_transaction_session_timeout``), and a writer that waited that long for the lock
+ends a holder the server has been waiting on for as long (``PgEnvironment._take_lock``):
+the lock is free again within a few seconds, less than a lease (ttl + 2 x heartbeat, 4 s by
+default). Our own transactions never pause that long: their longest gap is the applying of
+one batch (capped, ``GroupCommitter``)."""
 
 
 class Prefetch:
@@ -104,7 +106,9 @@ class PgEnvironment:
         if conn is not None and not conn.closed:
             return conn
         try:
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)))
+            conn = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)), application_name="weft_actors"
+            )
         except psycopg.Error as exc:
             raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where) from exc
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
@@ -112,8 +116,12 @@ class PgEnvironment:
         # ever after: ``k = ANY(...)`` of a batch then costs O(table). Plan each execution.
         conn.execute("SET plan_cache_mode = force_custom_plan")
         conn.execute(f"SET idle_in_transaction_session_timeout = {int(LOCK_HOLD_LIMIT * 1000)}")
-        row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write')").fetchone()
-        self.lock_key = int(row[0]) if row else 0
+        row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write') & 2147483647").fetchone()
+        self.lock_key = int(row[0]) if row else 0  # >= 0: pg_locks shows it as (classid 0, objid key)
+        self._lock_query = (
+            f"BEGIN; SET LOCAL lock_timeout = {int(LOCK_HOLD_LIMIT * 1000)}; "
+            f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8"
+        )
         self._local.conn = conn
         with self._all_lock:
             self._all = [kept for kept in self._all if not kept.closed] + [conn]
@@ -163,25 +171,20 @@ class PgEnvironment:
         ``psycopg`` failures become ``StorageError`` (the connection is dropped and made
         again by the next transaction).
 
-        A write transaction's first round trip takes the lock, reads the server's clock and
-        reads what ``prefetch`` names (``Prefetch``) all at once: the transaction code's reads
-        of those rows then cost nothing."""
+        A write transaction's first round trip takes the lock and reads the server's clock
+        (``_take_lock``); its second reads what ``prefetch`` names (``Prefetch``) all at once:
+        the transaction code's reads of those rows then cost nothing."""
         conn = self.connect()
         try:
             txn = PgTxn(conn, write)
             if write:
                 sent = time.monotonic()
-                with conn.pipeline():
-                    conn.execute("BEGIN")
-                    lock = conn.execute(
-                        "SELECT pg_advisory_xact_lock(%s), extract(epoch FROM clock_timestamp())::float8", (self.lock_key,)
-                    )
-                    reads = [] if prefetch is None else prefetch.send(conn)
-                    row = lock.fetchone()
-                    if prefetch is not None:
-                        prefetch.receive(txn, reads)
+                row = self._take_lock(conn)
                 if self.on_clock is not None and row is not None:
                     self.on_clock(float(row[1]), sent, time.monotonic())
+                if prefetch is not None:
+                    with conn.pipeline():
+                        prefetch.receive(txn, prefetch.send(conn))
             else:  # the snapshot and a reading of the server's clock in one round trip
                 sent = time.monotonic()
                 with conn.pipeline():
@@ -205,6 +208,43 @@ class PgEnvironment:
         except BaseException:
             self._rollback(conn)
             raise
+
+    def _take_lock(self, conn: psycopg.Connection[Any]) -> Any:
+        """Begin, take the store's write lock and read the server's clock, in one simple query
+        (no pipeline: a protocol Flush after the Sync would stop the server's idle timer).
+
+        The wait is bounded by ``LOCK_HOLD_LIMIT``: past it, the holder is ended if the server
+        has been waiting on it, not working for it, for that long (``_end_stalled_holder``)
+        and the lock is asked for again. A holder may not be idle for long because its
+        process stopped between two messages of a pipeline, where the server's own idle timer
+        does not run; its host may be gone without a word. Ended, its transaction is rolled
+        back and nothing it did is committed."""
+        while True:
+            try:
+                cursor = conn.execute(self._lock_query, prepare=False)
+                while cursor.nextset():
+                    pass
+                return cursor.fetchone()
+            except psycopg.errors.LockNotAvailable:
+                conn.execute("ROLLBACK")
+                self._end_stalled_holder(conn)
+
+    def _end_stalled_holder(self, conn: psycopg.Connection[Any]) -> None:
+        ended = conn.execute(
+            "SELECT pg_terminate_backend(a.pid), a.pid, a.client_addr::text, a.application_name, a.state "
+            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = 0 AND l.objid = %s::oid "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND a.wait_event = 'ClientRead' AND a.state_change < clock_timestamp() - make_interval(secs => %s) "
+            "AND a.pid <> pg_backend_pid()",
+            (self.lock_key, LOCK_HOLD_LIMIT),
+        ).fetchall()
+        for _, pid, client, application, state in ended:
+            log.warning(
+                "store: ended PostgreSQL session %s (client %s, %s, %s): it held the write lock and "
+                "sent nothing for %.0f s (a stopped process or a lost host); its transaction is rolled back",
+                pid, client or "local", application, state, LOCK_HOLD_LIMIT,
+            )
 
     def _rollback(self, conn: psycopg.Connection[Any]) -> None:
         try:
