@@ -1,14 +1,16 @@
-"""Operator commands on a data directory: ``backup``, ``purge``, ``replay``, ``export``.
+"""Operator commands on a store: ``backup``, ``purge``, ``replay``, ``export``.
 
     python -m weft_actors backup DEST [--data DIR]
-    python -m weft_actors purge [--status S] [--older-than 7d] [--id ID ...] [--data DIR] [--yes]
-    python -m weft_actors replay ID --app MODULE [--data DIR]
+    python -m weft_actors purge [--status S] [--older-than 7d] [--id ID ...] [--data DIR|URL] [--yes]
+    python -m weft_actors replay ID --app MODULE [--data DIR|URL]
     python -m weft_actors replay --history FILE --app MODULE
-    python -m weft_actors export ID [--data DIR] > FILE
+    python -m weft_actors export ID [--data DIR|URL] > FILE
 
-They open the store directly (beside running engines is fine: LMDB serialises writers and
-readers see snapshots). ``restore`` is a procedure, not a command: stop the supervisor,
-replace the data directory with the backup, start it again.
+``--data`` is a data directory (LMDB) or a ``postgresql://`` URL. They open the store directly
+(beside running engines is fine: both backends serialise writers and readers see snapshots).
+``backup`` copies an LMDB directory; a PostgreSQL store is backed up with ``pg_dump``.
+``restore`` is a procedure, not a command: stop the supervisor, replace the data directory with
+the backup (or ``pg_restore`` the dump), start it again.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ import json
 import re
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from . import history
 from .codec import decode, decode_args
 from .errors import UnknownWorkflowType, WeftError
-from .store import LmdbStore
-from .store._admin import backup, purge, purge_candidates
+from .store import LmdbStore, is_store_url, open_store
+from .store._admin import PG_BACKUP_HINT, backup, purge, purge_candidates
 from .workflow import WorkflowRun, collect_workflows, with_system_workflows
 
 __all__ = ["COMMANDS", "main", "parse_duration", "replay_history", "replay_report"]
@@ -76,9 +78,9 @@ def replay_report(definition: Any, workflow_id: str, record: dict[str, Any], ops
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m weft_actors", description="operator commands")
-    parser.add_argument("--data", default="./weft-data", help="data directory (default ./weft-data)")
+    parser.add_argument("--data", default="./weft-data", metavar="DIR|URL", help="data directory or postgresql:// URL (default ./weft-data)")
     commands = parser.add_subparsers(dest="command", required=True)
-    cmd = commands.add_parser("backup", help="a consistent hot copy of the store (compacted)")
+    cmd = commands.add_parser("backup", help="a consistent hot copy of an LMDB store (compacted; pg_dump for PostgreSQL)")
     cmd.add_argument("destination")
     cmd = commands.add_parser("purge", help="remove finished workflows (dry run unless --yes)")
     cmd.add_argument("--status", choices=("completed", "failed", "cancelled", "terminated", "timed_out", "continued"))
@@ -86,18 +88,26 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("--id", action="append", dest="ids", help="a workflow id (repeatable)")
     cmd.add_argument("--yes", action="store_true", help="really delete")
     cmd = commands.add_parser("replay", help="replay one workflow's history against current code")
-    cmd.add_argument("workflow_id", nargs="?", help="a workflow in the data directory")
+    cmd.add_argument("workflow_id", nargs="?", help="a workflow in the store (--data)")
     cmd.add_argument("--history", help="a file written by export, instead of a workflow id (- for stdin)")
     cmd.add_argument("--app", required=True, help="module holding the @workflow functions")
     cmd = commands.add_parser("export", help="write one workflow's history as JSON (for replay --history)")
     cmd.add_argument("workflow_id")
     for sub in commands.choices.values():
-        sub.add_argument("--data", default=argparse.SUPPRESS, help="data directory")
+        sub.add_argument("--data", default=argparse.SUPPRESS, metavar="DIR|URL", help="data directory or postgresql:// URL")
     return parser
+
+
+def _open(location: str, **options: Any) -> LmdbStore:
+    """The store at ``location``, a directory or a ``postgresql://`` URL (``open_store``; a
+    ``PgStore`` has every method these commands call, and ignores ``readonly``)."""
+    return cast(LmdbStore, open_store(location, **options))
 
 
 def _run(args: argparse.Namespace, out: Any) -> int:
     if args.command == "backup":
+        if is_store_url(args.data):
+            raise ValueError(PG_BACKUP_HINT)
         store = LmdbStore(args.data)
         try:
             size = backup(store, args.destination)
@@ -106,7 +116,7 @@ def _run(args: argparse.Namespace, out: Any) -> int:
         out.write(f"backup of {args.data} written to {args.destination} ({size} bytes)\n")
         return 0
     if args.command == "purge":
-        store = LmdbStore(args.data)
+        store = _open(args.data)
         try:
             if args.ids:
                 targets = list(args.ids)
@@ -128,7 +138,7 @@ def _run(args: argparse.Namespace, out: Any) -> int:
         out.write(f"{len(outcome) - len(failed)} workflow(s) purged\n")
         return 1 if failed else 0
     if args.command == "export":
-        store = LmdbStore(args.data, readonly=True)
+        store = _open(args.data, readonly=True)
         try:
             recorded = history.export_history(store, args.workflow_id)
         finally:
@@ -141,7 +151,7 @@ def _run(args: argparse.Namespace, out: Any) -> int:
         text = sys.stdin.read() if args.history == "-" else open(args.history, "rb").read()
         recorded = history.loads(text)
     else:
-        store = LmdbStore(args.data, readonly=True)
+        store = _open(args.data, readonly=True)
         try:
             recorded = history.export_history(store, args.workflow_id)
         finally:

@@ -4,8 +4,9 @@ Every command is one ``Client`` call. Values are given and printed as JSON; with
 the output is exactly one JSON document (for scripts, times as epoch seconds with their ISO
 8601 twins: ``created`` and ``created_iso``), otherwise a readable form (times in ISO 8601). A failure
 prints ``error: <code>: <message>`` on stderr and exits 1 (2 for a usage error, 130 when
-interrupted). The operator commands (``backup``, ``purge``, ``replay``) work on a data
-directory and are handed to ``weft_actors.admin``.
+interrupted). The operator commands (``backup``, ``purge``, ``replay``, ``export``) work on a
+store (``--data``: a data directory or a ``postgresql://`` URL) and are handed to
+``weft_actors.admin``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import zmq.auth
 
 from ._schedule_spec import OVERLAP_POLICIES, SCHEDULE_TYPE
 from .bus import DEFAULT_ENDPOINT, Client
+from .bus._calls import endpoint_list
 from .errors import OutcomeUnknown, ServerUnavailable, WeftError
 
 __all__ = ["main"]
@@ -36,7 +38,7 @@ _TRANSPORTS = ("tcp://", "ipc://", "inproc://")
 _GLOBAL_OPTIONS_WITH_VALUE = ("--data", "--endpoint", "--timeout", "--curve-server-key", "--curve-key")
 # Handed to weft_actors.admin (they open the store, not a connection); listed here for --help.
 _OPERATOR_COMMANDS = {
-    "backup": "write a consistent, compacted copy of a data directory (DEST [--data DIR])",
+    "backup": "write a consistent, compacted copy of a data directory (DEST [--data DIR]; pg_dump for a PostgreSQL store)",
     "purge": "delete finished workflows (--status, --older-than, --id; a dry run unless --yes)",
     "replay": "check a history against new code (ID or --history FILE, --app MODULE)",
     "export": "write a workflow's history as JSON, for replay --history (ID)",
@@ -110,9 +112,14 @@ def _reply_timeout(text: str) -> float:
 
 
 def _endpoint(text: str) -> str:
-    """A ZeroMQ endpoint; a bare ``host:port`` is refused with the fix, not a socket error."""
-    if not text.startswith(_TRANSPORTS):
-        raise argparse.ArgumentTypeError(f"{text!r} names no transport: write tcp://{text.split('://')[-1]} (a ZeroMQ endpoint)")
+    """A ZeroMQ endpoint, or several joined by commas (supervisors sharing one store: the
+    client fails over between them); a bare ``host:port`` is refused with the fix, not a
+    socket error."""
+    for endpoint in endpoint_list(text):
+        if not endpoint.startswith(_TRANSPORTS):
+            raise argparse.ArgumentTypeError(f"{endpoint!r} names no transport: write tcp://{endpoint.split('://')[-1]} (a ZeroMQ endpoint)")
+        if endpoint.startswith("tcp://") and "," in endpoint:
+            raise argparse.ArgumentTypeError(f"{endpoint!r}: name each of several endpoints with its transport, e.g. tcp://a:5555,tcp://b:5555")
     return text
 
 
@@ -120,7 +127,7 @@ def _common_options(*, with_timeout: bool) -> argparse.ArgumentParser:
     """The global options again, for after the command name (SUPPRESS keeps the value given
     before it, or the default, when they are absent)."""
     common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
-    common.add_argument("--endpoint", type=_endpoint, help="supervisor front door (env WEFT_ENDPOINT)")
+    common.add_argument("--endpoint", type=_endpoint, help="supervisor front door, or several comma-separated to fail over between (env WEFT_ENDPOINT)")
     common.add_argument("--json", action="store_true", help="print one JSON document")
     if with_timeout:
         common.add_argument("--timeout", type=_reply_timeout, metavar="S", help="seconds to wait for each reply")
@@ -147,7 +154,10 @@ def _start_options(p: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     common = _common_options(with_timeout=True)
     parser = argparse.ArgumentParser(prog="python -m weft_actors", description="Client commands for a weft_actors supervisor.")
-    parser.add_argument("--endpoint", type=_endpoint, default=os.environ.get("WEFT_ENDPOINT", DEFAULT_ENDPOINT), help="default: %(default)s")
+    parser.add_argument(
+        "--endpoint", type=_endpoint, default=os.environ.get("WEFT_ENDPOINT", DEFAULT_ENDPOINT),
+        help="supervisor front door, or several comma-separated to fail over between (default: %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", default=False, help="print one JSON document")
     parser.add_argument("--timeout", type=_reply_timeout, default=10.0, metavar="S", help="seconds to wait for each reply (default: %(default)s)")
     parser.add_argument("--curve-server-key", metavar="FILE", default=None, help="server public key file (enables CURVE)")
@@ -280,16 +290,28 @@ def _tcp_address(endpoint: str) -> tuple[str, int] | None:
 
 
 def _check_listening(endpoint: str, timeout: float) -> None:
-    """Fail at once when nothing accepts connections at ``endpoint``: ZeroMQ would otherwise
-    retry quietly until the reply timeout (for ``result``, on top of the wait)."""
+    """Fail at once when nothing accepts connections at ``endpoint`` (at any of several): ZeroMQ
+    would otherwise retry quietly until the reply timeout (for ``result``, on top of the wait)."""
+    refused = []
+    for one in endpoint_list(endpoint):
+        reason = _not_listening(one, timeout)
+        if reason is None:
+            return
+        refused.append(f"{one} ({reason})")
+    raise ServerUnavailable(f"nothing is listening at {', '.join(refused)}", endpoint=endpoint)
+
+
+def _not_listening(endpoint: str, timeout: float) -> str | None:
+    """Why nothing accepts a TCP connection at ``endpoint``; None if something does (or it is
+    not a plain TCP endpoint, which is not checked)."""
     address = _tcp_address(endpoint)
     if address is None:
-        return
+        return None
     try:
         socket.create_connection(address, timeout=timeout).close()
     except OSError as exc:
-        reason = exc.strerror or str(exc) or type(exc).__name__
-        raise ServerUnavailable(f"nothing is listening at {endpoint} ({reason})", endpoint=endpoint) from None
+        return exc.strerror or str(exc) or type(exc).__name__
+    return None
 
 
 def _start_kwargs(args: argparse.Namespace) -> dict[str, Any]:

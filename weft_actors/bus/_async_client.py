@@ -6,6 +6,13 @@ edge-triggered, so until ``EVENTS`` shows no input), and each resolves the futur
 under its request id. Measured here, that is about 2.5x ``zmq.asyncio``'s rate. Any number
 of coroutines can have requests in flight at once and replies may come back in any order; a
 reply whose id is no longer registered (its request timed out or was cancelled) is dropped.
+
+Given several endpoints the client fails over between them as ``Client`` does (``_calls``
+holds the policy): each connection is a ``_Link``, one socket and the monitor that watches
+it, and requests go on the current one. A link given up on (a request on it got no answer)
+stays open for the requests still in flight on it, and closes once they are answered or time
+out; a lost connection fails those at once. With one endpoint there are no links: the one
+socket and its requests are what they always were.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import asyncio
 import itertools
 import logging
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import zmq
 
@@ -22,7 +29,7 @@ from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..errors import ServerUnavailable
 from . import _calls
 from ._calls import Call
-from ._client import DEFAULT_ENDPOINT
+from ._client import DEFAULT_ENDPOINT, ConnectionWatch
 from ._curve import CurveKeys, apply_curve, resolve_curve
 from ._frames import readable, recv_frames
 from ._protocol import decode_reply
@@ -37,17 +44,33 @@ _SEND_RETRY = 0.001
 is far above any sane number of requests in flight)."""
 
 
+class _Link:
+    """One connection of a client with several endpoints: endpoint ``index``'s socket, its
+    watch, and the requests sent on it not answered yet (request id -> future)."""
+
+    __slots__ = ("index", "socket", "watch", "sent", "retired", "drain_scheduled")
+
+    def __init__(self, index: int, socket: zmq.Socket) -> None:
+        self.index = index
+        self.socket = socket
+        self.watch = ConnectionWatch(socket)
+        self.sent: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self.retired = False
+        self.drain_scheduled = False
+
+
 class AsyncClient:
     """The asyncio twin of ``Client``: same calls, awaitable, except ``get_handle``.
 
     The socket is made on first use, in the running event loop, and belongs to that loop.
     ``close()`` (or leaving ``async with``) fails every request still pending with
-    ``ServerUnavailable``; none is left hanging.
+    ``ServerUnavailable``; none is left hanging. ``endpoint`` may name several supervisors,
+    with ``Client``'s failover.
     """
 
     def __init__(
         self,
-        endpoint: str = DEFAULT_ENDPOINT,
+        endpoint: str | Sequence[str] = DEFAULT_ENDPOINT,
         *,
         timeout: float = 10.0,
         curve_server_key: bytes | str | os.PathLike[str] | None = None,
@@ -56,7 +79,13 @@ class AsyncClient:
     ) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, not {timeout!r}")
-        self.endpoint = endpoint
+        self.endpoints = _calls.endpoint_list(endpoint)
+        self.endpoint = self.endpoints[0]
+        self._failover = len(self.endpoints) > 1
+        self._index = 0
+        """Which of ``endpoints`` requests go to now (always 0 with one)."""
+        self._link: _Link | None = None
+        self._retired: set[_Link] = set()
         self.timeout = float(timeout)
         self._curve: CurveKeys | None = resolve_curve(curve_server_key, curve_public_key, curve_secret_key)
         self._context: zmq.Context | None = None
@@ -68,10 +97,14 @@ class AsyncClient:
         self._closed = False
 
     def __repr__(self) -> str:
-        return f"<AsyncClient {self.endpoint!r}{' closed' if self._closed else ''}>"
+        shown = self.endpoint if not self._failover else ",".join(self.endpoints)
+        return f"<AsyncClient {shown!r}{' closed' if self._closed else ''}>"
 
     async def __aenter__(self) -> AsyncClient:
-        self._open()
+        if self._failover:
+            self._current_link()
+        else:
+            self._open()
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -84,6 +117,10 @@ class AsyncClient:
         self._closed = True
         self._fail_pending(ServerUnavailable(f"the client was closed ({self.endpoint})", endpoint=self.endpoint))
         self._drop_socket()
+        for link in [self._link, *self._retired]:
+            if link is not None:
+                self._close_link(link)
+        self._link = None
         if self._context is not None:
             self._context.term()
             self._context = None
@@ -176,6 +213,8 @@ class AsyncClient:
                 raise ServerUnavailable(f"{call.op}: the client was closed ({self.endpoint})", endpoint=self.endpoint, op=call.op)
 
     async def _request(self, call: Call) -> Any:
+        if self._failover:
+            return await self._request_failover(call)
         socket = self._open()
         loop = asyncio.get_running_loop()
         request_id = str(next(self._ids))
@@ -197,6 +236,183 @@ class AsyncClient:
             if self._pending.get(request_id) is future:
                 del self._pending[request_id]
         return _calls.unwrap(call, reply)
+
+    # -- several endpoints ----------------------------------------------------------------
+
+    async def _request_failover(self, call: Call) -> Any:
+        """``_request`` with several endpoints: the current one first, then each other once,
+        as long as ``_calls`` says the request may go on (else ``OutcomeUnknown``)."""
+        failures: list[str] = []
+        for _ in self.endpoints:
+            link = self._current_link()
+            endpoint = self.endpoints[link.index]
+            try:
+                reply = await self._attempt(link, call)
+            except _calls.Unanswered as failure:
+                self._fail_over(link, failure.why)
+                _calls.give_up_or_go_on(call, endpoint, failure, failures)
+                continue
+            why = _calls.unserved(reply)
+            if why is None:
+                return _calls.unwrap(call, reply)
+            self._fail_over(link, why)
+            failures.append(f"{endpoint}: {why}")
+        raise _calls.unavailable_everywhere(call, self.endpoints, failures)
+
+    def _current_link(self) -> _Link:
+        if self._closed:
+            raise ServerUnavailable(f"the client is closed ({self.endpoint})", endpoint=self.endpoint)
+        link = self._link
+        if link is None:
+            link = self._link = self._open_link(self._index)
+        return link
+
+    def _open_link(self, index: int) -> _Link:
+        """Connect to endpoint ``index``; ``IMMEDIATE``: no connection up, no send."""
+        if self._context is None:
+            self._context = zmq.Context()
+        endpoint = self.endpoints[index]
+        socket = self._context.socket(zmq.DEALER)
+        socket.linger = 0
+        socket.immediate = 1
+        apply_curve(socket, self._curve)
+        try:
+            socket.connect(endpoint)
+        except zmq.ZMQError as exc:
+            socket.close(linger=0)
+            raise ValueError(f"cannot connect to {endpoint!r}: {exc}") from None
+        link = _Link(index, socket)
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(socket.fileno(), self._drain_link, link)
+        self._loop.add_reader(link.watch.monitor.fileno(), self._watch_link, link)
+        return link
+
+    def _close_link(self, link: _Link) -> None:
+        self._retired.discard(link)
+        if self._loop is not None and not self._loop.is_closed():
+            for sock in (link.socket, link.watch.monitor):
+                try:
+                    self._loop.remove_reader(sock.fileno())
+                except Exception:  # the socket may already be unusable
+                    pass
+        link.watch.close()
+        link.socket.close(linger=0)
+
+    def _fail_over(self, link: _Link, why: str) -> None:
+        """Give up on ``link`` (unless that was done already): the next request connects to
+        the next endpoint; ``link`` closes once nothing sent on it is pending."""
+        if link is not self._link:
+            return
+        self._link = None
+        self._index = (link.index + 1) % len(self.endpoints)
+        self.endpoint = self.endpoints[self._index]
+        log.warning("supervisor %s: %s; failing over to %s", self.endpoints[link.index], why, self.endpoint)
+        link.retired = True
+        if link.sent:
+            self._retired.add(link)
+        else:
+            self._close_link(link)
+
+    def _settled(self, link: _Link, request_id: str) -> None:
+        """A request on ``link`` has its answer (or no longer waits for one)."""
+        link.sent.pop(request_id, None)
+        if link.retired and not link.sent and link in self._retired:
+            self._close_link(link)
+
+    async def _attempt(self, link: _Link, call: Call) -> dict[str, Any]:
+        """Send ``call`` on ``link`` and wait for its reply; ``Unanswered`` if none comes."""
+        loop = asyncio.get_running_loop()
+        request_id = str(next(self._ids))
+        frame = _calls.frame(request_id, call)
+        budget = self.timeout + call.wait
+        deadline = loop.time() + budget
+        await self._send_when_connected(link, frame, loop.time() + self.timeout)
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._pending[request_id] = future
+        link.sent[request_id] = future
+        timer = loop.call_later(max(0.0, deadline - loop.time()), _expire, future)
+        try:
+            return await future
+        except asyncio.TimeoutError:
+            raise _calls.Unanswered(f"no reply within {budget:.3g}s", delivered=True) from None
+        finally:
+            timer.cancel()
+            if self._pending.get(request_id) is future:
+                del self._pending[request_id]
+            self._settled(link, request_id)
+
+    async def _send_when_connected(self, link: _Link, frame: bytes, deadline: float) -> None:
+        """Send ``frame`` once ``link``'s connection is up; ``Unanswered``, not delivered, if
+        it is refused or down, or none is up by the deadline."""
+        loop = asyncio.get_running_loop()
+        watch = link.watch
+        while True:
+            if self._closed:
+                raise ServerUnavailable(f"the client was closed ({self.endpoint})", endpoint=self.endpoint)
+            if link.retired:  # another request failed over meanwhile: this one goes on there
+                raise _calls.Unanswered("the client failed over from it", delivered=False)
+            self._watch_link(link)
+            try:
+                link.socket.send(frame, _NOBLOCK)
+                self._schedule_link_drain(link)
+                return
+            except zmq.Again:
+                pass
+            except zmq.ZMQError as exc:
+                raise _calls.Unanswered(f"socket error: {exc}", delivered=False) from None
+            if watch.down is not None:
+                raise _calls.Unanswered(watch.down, delivered=False)
+            if loop.time() >= deadline:
+                raise _calls.Unanswered(f"no connection within {self.timeout:.3g}s", delivered=False)
+            await asyncio.sleep(_SEND_RETRY)
+
+    def _schedule_link_drain(self, link: _Link) -> None:
+        """After a send: it may have swallowed the edge that announces a reply."""
+        if not link.drain_scheduled and self._loop is not None:
+            link.drain_scheduled = True
+            self._loop.call_soon(self._drain_link, link)
+
+    def _drain_link(self, link: _Link) -> None:
+        link.drain_scheduled = False
+        if link.socket.closed:
+            return
+        pending = self._pending
+        try:
+            while readable(link.socket):
+                frames = recv_frames(link.socket)
+                try:
+                    reply = decode_reply(frames[-1])
+                except Exception:
+                    log.warning("discarding a malformed reply from %s", self.endpoints[link.index])
+                    continue
+                future = pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
+                if future is None:
+                    log.debug("discarding a reply to no pending request (%r)", reply.get("id"))
+                elif not future.done():
+                    future.set_result(reply)
+        except zmq.ZMQError as exc:  # the socket is gone: nothing more will be answered on it
+            self._lose(link, f"socket error: {exc}")
+
+    def _watch_link(self, link: _Link) -> None:
+        """Take in the monitor's news (its reader, and before each send): a lost connection
+        fails what was sent on it, at once."""
+        if link.socket.closed:
+            return
+        lost = link.watch.lost
+        try:
+            link.watch.read()
+        except zmq.ZMQError:
+            return
+        if link.watch.lost != lost:
+            self._lose(link, "the connection was lost before the reply")
+
+    def _lose(self, link: _Link, why: str) -> None:
+        """Every request sent on ``link`` will never be answered: each may have arrived."""
+        sent, link.sent = link.sent, {}
+        for request_id, future in sent.items():
+            self._pending.pop(request_id, None)
+            if not future.done():
+                future.set_exception(_calls.Unanswered(why, delivered=True))
 
     # -- client calls ---------------------------------------------------------------------
 

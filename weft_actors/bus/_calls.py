@@ -4,19 +4,24 @@
 reading replies lives here once, so both raise the same errors from the same checks. Every
 user value is codec-encoded while the ``Call`` is built, so a ``SerializationError`` reaches
 the caller before anything is sent.
+
+So does the failover policy of a client given several endpoints (``endpoint_list``): which
+failures move it to the next supervisor (``Unanswered``, ``unserved``) and which calls may
+then be sent again (``resendable``). Every supervisor on a shared store serves every
+workflow, so another one can answer whatever the first was asked.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import uuid
-from typing import Any, Callable, Final, NamedTuple
+from typing import Any, Callable, Final, NamedTuple, Sequence
 
 import msgpack
 
 from .._checks import check_instant, check_priority, check_seconds, validate_id, validate_name
 from ..codec import decode, encode, encode_args, try_decode_args
-from ..errors import InvalidRequest, PayloadTooLarge, UnknownWorkflowType, from_wire
+from ..errors import InvalidRequest, OutcomeUnknown, PayloadTooLarge, ServerUnavailable, UnknownWorkflowType, from_wire
 from ._protocol import VERSION
 
 __all__ = [
@@ -40,6 +45,14 @@ __all__ = [
     "frame",
     "unwrap",
     "result_value",
+    "TRANSPORTS",
+    "endpoint_list",
+    "RESENDABLE_READS",
+    "resendable",
+    "Unanswered",
+    "unserved",
+    "give_up_or_go_on",
+    "unavailable_everywhere",
 ]
 
 MAX_RESULT_WAIT: Final = 30.0
@@ -248,3 +261,90 @@ def unwrap(call: Call, reply: dict[str, Any]) -> Any:
     if error is not None:
         raise from_wire(error if isinstance(error, dict) else {"code": "weft_error", "message": str(error)})
     return call.parse(reply.get("ok"))
+
+
+# -- several endpoints: the failover policy ---------------------------------------------------
+
+TRANSPORTS: Final = ("tcp://", "ipc://", "inproc://", "pgm://", "epgm://", "vmci://", "ws://", "wss://")
+"""How a ZeroMQ endpoint begins."""
+
+RESENDABLE_READS: Final = frozenset({"result", "query", "describe", "list", "stats", "ping"})
+"""Ops that change nothing: asking another supervisor again is always safe."""
+
+
+def endpoint_list(endpoint: str | Sequence[str]) -> tuple[str, ...]:
+    """The supervisors a client may ask, in the order it tries them: one endpoint, a list or
+    tuple of them, or one string of several joined by commas (how ``--endpoint`` and
+    ``WEFT_ENDPOINT`` carry them). A string is split only when every piece names a transport,
+    so a lone ``ipc://`` path holding a comma stays whole."""
+    if isinstance(endpoint, str):
+        pieces = tuple(piece.strip() for piece in endpoint.split(","))
+        if len(pieces) > 1 and all(piece.startswith(TRANSPORTS) for piece in pieces):
+            return pieces
+        return (endpoint,)
+    endpoints = tuple(endpoint)
+    if not endpoints or not all(isinstance(item, str) and item for item in endpoints):
+        raise ValueError(f"endpoints must be one or more non-empty strings, not {endpoint!r}")
+    return endpoints
+
+
+def resendable(call: Call) -> bool:
+    """Whether ``call`` may go to another supervisor after one that may have applied it went
+    silent. The front door applies the same rule to a shard lost holding a request
+    (``_frontdoor.resendable``): reads; an ``update``, whose ``request_id`` (``update_call``
+    always sets one) makes a repeat return the recorded answer; a ``start`` or ``execute`` with
+    a fixed id and ``if_exists="return"``, whose repeat returns the workflow the first made.
+    Not a signal (the protocol carries no id to drop a repeat by), ``signal_with_start``,
+    ``cancel``, ``terminate``, ``lift_quarantine`` (a repeat would fail, or act twice), nor
+    another start (a repeat makes a second workflow, or fails as already existing)."""
+    op = call.op
+    if op in RESENDABLE_READS:
+        return True
+    if op == "update":
+        return bool(call.fields.get("request_id"))
+    if op in ("start", "execute"):
+        return call.fields.get("wid") is not None and call.fields.get("if_exists") == "return"
+    return False
+
+
+class Unanswered(Exception):
+    """One attempt at one supervisor got no answer: ``why``, and whether the request may have
+    reached it (``delivered``). A request that surely never left (no connection was ever up to
+    carry it) may go anywhere else; one that may have arrived only if ``resendable``."""
+
+    def __init__(self, why: str, *, delivered: bool) -> None:
+        super().__init__(why)
+        self.why = why
+        self.delivered = delivered
+
+
+def unserved(reply: dict[str, Any]) -> str | None:
+    """The message of a reply saying that this supervisor has no shard to serve the request
+    (``server_unavailable``, after its ``--ready-timeout``), else None. The front door answers
+    so only for a request no shard took (or, sent on from a lost shard, a resendable one), so
+    another supervisor may be asked whatever the op. Every other error is the answer."""
+    error = reply.get("error")
+    if isinstance(error, dict) and error.get("code") == ServerUnavailable.code:
+        return str(error.get("message") or "no shard ready")
+    return None
+
+
+def give_up_or_go_on(call: Call, endpoint: str, failure: Unanswered, failures: list[str]) -> None:
+    """After ``failure`` at ``endpoint``: raise ``OutcomeUnknown`` if the request may have been
+    applied there and must not be sent again, else note it in ``failures`` (the caller tries
+    the next endpoint)."""
+    if failure.delivered and not resendable(call):
+        raise OutcomeUnknown(
+            f"{call.op}: {failure.why} ({endpoint}); it may or may not have been applied, and a {call.op} "
+            "is not sent to another supervisor (reads, updates, and starts with an id and "
+            "if_exists='return' are): find out with describe, or retry it idempotently",
+            endpoint=endpoint,
+            op=call.op,
+        )
+    failures.append(f"{endpoint}: {failure.why}")
+
+
+def unavailable_everywhere(call: Call, endpoints: tuple[str, ...], failures: list[str]) -> ServerUnavailable:
+    """The error once each endpoint was tried once and none answered (``endpoint``: all of
+    them, comma-separated, as they were given)."""
+    return ServerUnavailable(f"{call.op}: no supervisor answered ({'; '.join(failures)})", endpoint=",".join(endpoints), op=call.op)

@@ -1,7 +1,9 @@
 """Operator transactions that need no live engine: hot backup and purge.
 
 Purge only touches finished workflows (nobody owns them), so it is safe beside running
-engines; its epoch bump keeps the id safe to reuse.
+engines; its epoch bump keeps the id safe to reuse. It runs on either backend (its transaction
+is the store's own code); backup is LMDB's copy of its file, and a PostgreSQL store is backed up
+by the database's own tools (``PG_BACKUP_HINT``).
 """
 
 from __future__ import annotations
@@ -18,14 +20,23 @@ from ._intents import PurgeWorkflow
 from ._keys import NO_ENGINE, TERMINAL, split_visibility_key, unpack_u64
 
 if TYPE_CHECKING:
+    from ._base import KeyspaceStore
     from ._store import LmdbStore
 
-__all__ = ["backup", "purge_candidates", "purge"]
+__all__ = ["backup", "purge_candidates", "purge", "PG_BACKUP_HINT"]
+
+PG_BACKUP_HINT = (
+    "backup copies an LMDB data directory; back up a PostgreSQL store with pg_dump "
+    "(e.g. pg_dump --format=custom --file=weft.dump URL) and restore it with pg_restore"
+)
 
 
 def backup(store: LmdbStore, destination: str) -> int:
     """A consistent compacted copy of the live store in ``destination`` (a new or empty
-    directory). LMDB copies from one read snapshot: writers are never blocked. Returns bytes."""
+    directory). LMDB copies from one read snapshot: writers are never blocked. Returns bytes.
+    ``StorageError`` for a store with no LMDB file to copy (``PG_BACKUP_HINT``)."""
+    if not isinstance(store.env, lmdb.Environment):
+        raise StorageError(PG_BACKUP_HINT)
     os.makedirs(destination, exist_ok=True)
     if os.listdir(destination):
         raise StorageError(f"backup destination {destination} is not empty")
@@ -36,7 +47,7 @@ def backup(store: LmdbStore, destination: str) -> int:
     return os.path.getsize(os.path.join(destination, "data.mdb"))
 
 
-def purge_candidates(store: LmdbStore, status: str | None, older_than: float | None, now: float) -> list[dict[str, Any]]:
+def purge_candidates(store: KeyspaceStore, status: str | None, older_than: float | None, now: float) -> list[dict[str, Any]]:
     """Finished workflows matching ``status`` whose last change is older than ``older_than``."""
     found = []
     with store.env.begin() as txn:
@@ -51,7 +62,7 @@ def purge_candidates(store: LmdbStore, status: str | None, older_than: float | N
     return found
 
 
-def purge(store: LmdbStore, workflow_ids: list[str], batch: int = 500) -> dict[str, str]:
+def purge(store: KeyspaceStore, workflow_ids: list[str], batch: int = 500) -> dict[str, str]:
     """Purge each id (in batches of transactions); returns id -> "purged" or the error code."""
     outcome: dict[str, str] = {}
     for start in range(0, len(workflow_ids), batch):

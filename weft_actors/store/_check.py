@@ -25,19 +25,23 @@ One read transaction, one pass per keyspace. What it checks and why:
 
 A corrupted store must not crash the checker: every key and record is decoded through
 ``_Reader``, which reports what it cannot read (``unreadable_record``: keyspace and key;
-``unreadable_keyspace``: LMDB itself failed part-way) and leaves it out of the checks; a check
-that still fails on what it did read is reported as ``check_failed`` and the others go on.
+``unreadable_keyspace``: LMDB or PostgreSQL itself failed part-way) and leaves it out of the
+checks; a check that still fails on what it did read is reported as ``check_failed`` and the
+others go on.
+
+Both backends are checked by this same code: a ``PgStore``'s transactions are LMDB-shaped
+(``_pg._txn``) and its ``dbs`` name tables where LMDB's name handles.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import Counter, defaultdict
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, cast
 
 import lmdb
 
-from .._clock import SystemClock
+from .._clock import Clock, SystemClock
 from ..codec import unpack_record
 from ._env import Databases
 from ._flow import QUEUE_PREFIX, RUNNING_PREFIX, WAITING_PREFIX
@@ -147,6 +151,28 @@ _ENGINE = _record_of({"state": str, "expires_at": _NUMBER, "heartbeat": _NUMBER}
 _PLAIN = _record_of({})
 
 
+def _read_errors(txn: Any) -> tuple[type[Exception], ...]:
+    """What a failed read raises in ``txn``: LMDB's errors, and for any other transaction (a
+    ``PgTxn``) the PostgreSQL driver's too. The driver is an optional extra: imported only
+    when a transaction may be its."""
+    if isinstance(txn, lmdb.Transaction):
+        return (lmdb.Error,)
+    try:
+        import psycopg
+    except ImportError:
+        return (lmdb.Error,)
+    return (lmdb.Error, psycopg.Error)
+
+
+def _read_failure(exc: Exception) -> str:
+    """What failed, on one line as every problem is (PostgreSQL's messages go on to quote
+    the statement on lines of their own)."""
+    if isinstance(exc, lmdb.Error):
+        return f"LMDB failed while reading it ({exc})"
+    first_line = (str(exc).splitlines() or [type(exc).__name__])[0]
+    return f"PostgreSQL failed while reading it ({first_line})"
+
+
 class _Reader:
     """Walks keyspaces in one transaction; what cannot be read becomes a problem, not a crash."""
 
@@ -155,6 +181,7 @@ class _Reader:
         self.dbs = dbs
         self.problems: list[Problem] = []
         self.pending_inbox: dict[str, set[int]] | None = None
+        self.read_errors = _read_errors(txn)
 
     def raw(self, name: str, values: bool = True) -> Iterator[tuple[bytes, bytes]]:
         """Every ``(key, value)`` of keyspace ``name`` (value ``b""`` without ``values``)."""
@@ -166,8 +193,10 @@ class _Reader:
             else:
                 for key in cursor.iternext(values=False):
                     yield key, b""
-        except lmdb.Error as exc:
-            self.problems.append(Problem("unreadable_keyspace", None, f"{name}: LMDB failed while reading it ({exc}); the rest of it was not checked"))
+        except self.read_errors as exc:
+            self.problems.append(
+                Problem("unreadable_keyspace", None, f"{name}: {_read_failure(exc)}; the rest of it was not checked")
+            )
 
     def entries(
         self,
@@ -210,8 +239,16 @@ def _valid_workflow(value: bytes) -> dict[str, Any]:
 
 
 def check_environment(
-    txn: lmdb.Transaction[bytes], dbs: Databases, now: float, feed_retention: float, lease_now: float | None = None
+    txn: lmdb.Transaction[bytes],
+    dbs: Databases,
+    now: float,
+    feed_retention: float,
+    lease_now: float | None = None,
+    lease_clock: Clock | None = None,
 ) -> list[Problem]:
+    """Every invariant but the whole-store ones (``check_counts``, ``check_flow``), in one
+    read transaction. ``lease_clock``: the store's, whose reading judges the engine records
+    kept on it (a ``PgStore``'s is the server's); ``None``: this host's real one."""
     reader = _Reader(txn, dbs)
     records = dict(reader.entries("workflows", _workflow_id, _valid_workflow, wid=_readable_key))
     problems: list[Problem] = []
@@ -220,7 +257,7 @@ def check_environment(
         (_check_claims, (reader, records)),
         (_check_visibility, (reader, records)),
         (_check_timers_and_requests, (reader, records)),
-        (_check_feed, (reader, now, feed_retention, lease_now)),
+        (_check_feed, (reader, now, feed_retention, lease_now, lease_clock)),
     ]
     for check, args in checks:
         try:
@@ -362,11 +399,12 @@ def _check_timers_and_requests(reader: _Reader, records: dict[str, dict[str, Any
     return problems
 
 
-def _check_feed(reader: _Reader, now: float, feed_retention: float, lease_now: float | None) -> list[Problem]:
-    """``lease_now``: the time engine leases are judged by; ``None``: the real lease clock for
-    records of it (``lease_clock``), ``now`` for others (a fake clock's)."""
+def _check_feed(reader: _Reader, now: float, feed_retention: float, lease_now: float | None, lease_clock: Clock | None = None) -> list[Problem]:
+    """``lease_now``: the time engine leases are judged by; ``None``: the reading of
+    ``lease_clock`` (this host's real clock by default) for records kept on that clock (their
+    ``lease_clock``), ``now`` for others (a fake clock's)."""
     live = False
-    real = SystemClock()
+    real = lease_clock or SystemClock()
     for _, record in reader.entries("engines", value=_ENGINE, wid=lambda key: None):
         if lease_now is not None:
             judged = lease_now
@@ -474,14 +512,16 @@ def check_counts(txn: lmdb.Transaction[bytes], dbs: Databases) -> list[Problem]:
     return reader.problems + problems
 
 
-def check_store(path: str, now: float, feed_retention: float = 3600.0) -> list[Problem]:
-    """Open the store at ``path`` read-only and check it (safe beside running engines too)."""
+def check_store(location: str, now: float, feed_retention: float = 3600.0) -> list[Problem]:
+    """Open the store at ``location`` (a directory, read-only; or a ``postgresql://`` URL) and
+    check it in one read transaction (safe beside running engines too)."""
+    from ._open import open_store
     from ._store import LmdbStore
 
-    store = LmdbStore(path, readonly=True)
+    store = cast(LmdbStore, open_store(location, readonly=True))  # or a PgStore: the same reads
     try:
         with store.env.begin() as txn:
-            problems = check_environment(txn, store.dbs, now, feed_retention)
+            problems = check_environment(txn, store.dbs, now, feed_retention, lease_clock=store.clock)
             for whole_store_check in (check_counts, check_flow):
                 try:
                     problems += whole_store_check(txn, store.dbs)
