@@ -24,7 +24,7 @@ def free_port() -> int:
 class RunningSupervisor:
     """A ``python -m weft_actors.supervisor`` child; use as a context manager."""
 
-    def __init__(self, data_dir: Path, *, shards: int = 2, app: str = "weft_actors.examples", args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path | str, *, shards: int = 2, app: str = "weft_actors.examples", args: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.endpoint = f"tcp://127.0.0.1:{self.port}"
@@ -103,6 +103,22 @@ class RunningSupervisor:
 
     def log_text(self) -> str:
         return "".join(self.stderr_lines)
+
+    def signal_group(self, signum: int) -> None:
+        """Send ``signum`` to the supervisor's whole process group (it and every shard): how a
+        host is frozen (SIGSTOP), thawed (SIGCONT) or crashed (SIGKILL) at once."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signum)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie (a shard orphaned by its killed supervisor
+    lingers as one until init reaps it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
 
 
 def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition", interval: float = 0.02) -> Any:
