@@ -84,7 +84,7 @@ class PgEnvironment:
     (``on_reconnect`` re-takes them on its new connection). ``on_clock(server_now, sent,
     received)`` gets the server's clock as each transaction read it."""
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = 10.0, connect_now: bool = True) -> None:
         self.url = url
         self.where = redact(url)
         self._connect_timeout = connect_timeout
@@ -98,7 +98,9 @@ class PgEnvironment:
         """Called after the owner thread's connection replaces one that failed (its session
         locks went with it)."""
         self._owner_connected = False
-        self.connect()
+        self._owner_pid: int | None = None
+        if connect_now:  # else the first transaction connects (and a failure is that transaction's)
+            self.connect()
 
     def connect(self) -> psycopg.Connection[Any]:
         """The calling thread's connection, made if it has none or its last one failed."""
@@ -118,22 +120,21 @@ class PgEnvironment:
         conn.execute(f"SET idle_in_transaction_session_timeout = {int(LOCK_HOLD_LIMIT * 1000)}")
         row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write') & 2147483647").fetchone()
         self.lock_key = int(row[0]) if row else 0  # >= 0: pg_locks shows it as (classid 0, objid key)
-        self._lock_query = (
-            f"BEGIN; SET LOCAL lock_timeout = {int(LOCK_HOLD_LIMIT * 1000)}; "
-            f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8"
-        )
+        self._lock_timeout = f"SET LOCAL lock_timeout = {int(LOCK_HOLD_LIMIT * 1000)}"
+        self._lock_query = f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8"
         self._local.conn = conn
         with self._all_lock:
             self._all = [kept for kept in self._all if not kept.closed] + [conn]
         if threading.get_ident() == self._owner:
+            self._owner_pid = conn.info.backend_pid
             if self._owner_connected and self.on_reconnect is not None:
                 self.on_reconnect()
             self._owner_connected = True
         return conn
 
     def backend_pid(self) -> int | None:
-        conn = self.connection()
-        return None if conn is None else conn.info.backend_pid
+        """The server pid of the owner thread's connection (whichever thread asks)."""
+        return self._owner_pid
 
     def connection(self) -> psycopg.Connection[Any] | None:
         """The calling thread's open connection, if any, without making one."""
@@ -171,20 +172,17 @@ class PgEnvironment:
         ``psycopg`` failures become ``StorageError`` (the connection is dropped and made
         again by the next transaction).
 
-        A write transaction's first round trip takes the lock and reads the server's clock
-        (``_take_lock``); its second reads what ``prefetch`` names (``Prefetch``) all at once:
-        the transaction code's reads of those rows then cost nothing."""
+        A write transaction's first round trip takes the lock, reads the server's clock and
+        reads what ``prefetch`` names (``Prefetch``) all at once (``_take_lock``): the
+        transaction code's reads of those rows then cost nothing."""
         conn = self.connect()
         try:
             txn = PgTxn(conn, write)
             if write:
                 sent = time.monotonic()
-                row = self._take_lock(conn)
+                row = self._take_lock(conn, txn, prefetch)
                 if self.on_clock is not None and row is not None:
                     self.on_clock(float(row[1]), sent, time.monotonic())
-                if prefetch is not None:
-                    with conn.pipeline():
-                        prefetch.receive(txn, prefetch.send(conn))
             else:  # the snapshot and a reading of the server's clock in one round trip
                 sent = time.monotonic()
                 with conn.pipeline():
@@ -209,22 +207,26 @@ class PgEnvironment:
             self._rollback(conn)
             raise
 
-    def _take_lock(self, conn: psycopg.Connection[Any]) -> Any:
-        """Begin, take the store's write lock and read the server's clock, in one simple query
-        (no pipeline: a protocol Flush after the Sync would stop the server's idle timer).
+    def _take_lock(self, conn: psycopg.Connection[Any], txn: PgTxn, prefetch: Prefetch | None) -> Any:
+        """Begin, take the store's write lock, read the server's clock and what ``prefetch``
+        names, in one pipelined round trip; returns the lock statement's row.
 
         The wait is bounded by ``LOCK_HOLD_LIMIT``: past it, the holder is ended if the server
         has been waiting on it, not working for it, for that long (``_end_stalled_holder``)
-        and the lock is asked for again. A holder may not be idle for long because its
-        process stopped between two messages of a pipeline, where the server's own idle timer
-        does not run; its host may be gone without a word. Ended, its transaction is rolled
-        back and nothing it did is committed."""
+        and the lock is asked for again. Its process may have stopped between two messages
+        of a pipeline, where the server's own idle timer does not run, or its host may be
+        gone without a word. Ended, its transaction is rolled back: nothing it did commits."""
         while True:
             try:
-                cursor = conn.execute(self._lock_query, prepare=False)
-                while cursor.nextset():
-                    pass
-                return cursor.fetchone()
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    conn.execute(self._lock_timeout)
+                    lock = conn.execute(self._lock_query)
+                    reads = [] if prefetch is None else prefetch.send(conn)
+                    row = lock.fetchone()
+                    if prefetch is not None:
+                        prefetch.receive(txn, reads)
+                return row
             except psycopg.errors.LockNotAvailable:
                 conn.execute("ROLLBACK")
                 self._end_stalled_holder(conn)

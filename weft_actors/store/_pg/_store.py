@@ -174,7 +174,7 @@ class PgStore(KeyspaceStore):
             self._listener = Listener(self.url, on_hint, self._own_pids)
 
     def _own_pids(self) -> set[int]:
-        envs = [self.env] + ([self._writer.env] if self._writer is not None else [])
+        envs = [self.env] + ([self._writer.env] if self._writer is not None and self._writer.env is not None else [])
         return {pid for pid in (env.backend_pid() for env in envs) if pid is not None}
 
     def close(self) -> None:
@@ -232,7 +232,7 @@ class PgStore(KeyspaceStore):
         results: list[Any] = []
         clock = self.clock
         started = clock.lease_now()
-        env = self._writer.env if self._writer is not None and self._writer.is_current() else self.env
+        env = self._writer.env if self._writer is not None and self._writer.is_current() and self._writer.env is not None else self.env
         try:
             with env.begin(write=True, prefetch=batch_reads(self.dbs, engine_id, intents)) as pg_txn:
                 txn: Any = pg_txn  # LMDB-shaped (``_txn``)

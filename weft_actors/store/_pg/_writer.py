@@ -25,10 +25,10 @@ _STOP: Any = object()
 
 class BatchWriter:
     def __init__(self, url: str, clock: Clock) -> None:
-        self.env = PgEnvironment(url)
-        observe = getattr(clock, "observe", None)
-        if observe is not None:
-            self.env.on_clock = observe
+        self._url = url
+        self._clock = clock
+        self.env: PgEnvironment | None = None
+        """Made by the thread itself, so that its connection is the environment's owner's."""
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="weft-pg-writer", daemon=True)
         self._thread.start()
@@ -40,6 +40,11 @@ class BatchWriter:
         self._jobs.put((fn, done, loop))
 
     def _run(self) -> None:
+        env = PgEnvironment(self._url, connect_now=False)
+        observe = getattr(self._clock, "observe", None)
+        if observe is not None:
+            env.on_clock = observe
+        self.env = env
         while True:
             job = self._jobs.get()
             if job is _STOP:
@@ -55,5 +60,6 @@ class BatchWriter:
         """Finish the batch in flight (bounded), then let go of the connection."""
         self._jobs.put(_STOP)
         self._thread.join(timeout)
-        self.env.close()
+        if self.env is not None:
+            self.env.close()
 
