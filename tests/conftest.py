@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import pwd
+import uuid
 from typing import Iterator
 
+import psycopg
 import pytest
 
 from _postgres import PostgresServer, find_bindir
@@ -24,3 +26,20 @@ def postgres_url() -> Iterator[str]:
             pytest.skip("running as root without a postgres user to run initdb as")
     with PostgresServer(bindir) as server:
         yield server.url
+
+
+@pytest.fixture
+def schema_url(postgres_url: str) -> Iterator[str]:
+    """A store URL naming a fresh schema of the session's server (its ``search_path``), so a
+    test's tables are its own; dropped afterwards. A killed process's session may still hold
+    a lock on it for a moment: the drop waits 5 s at most, then leaves it to the server's end."""
+    schema = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    yield f"{postgres_url}?options=-csearch_path%3D{schema}"
+    try:
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("SET lock_timeout = '5s'")
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    except psycopg.Error:
+        pass

@@ -5,10 +5,7 @@ next feed poll, which here comes only every 5 s."""
 from __future__ import annotations
 
 import time
-import uuid
-from typing import Iterator
 
-import psycopg
 import pytest
 
 from _support import eventually, run
@@ -24,15 +21,6 @@ POLL = 5.0
 async def waits_for_go(ctx) -> str:
     return await ctx.wait_signal("go")
 
-
-@pytest.fixture
-def schema_url(postgres_url: str) -> Iterator[str]:
-    schema = "h_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    yield f"{postgres_url}?options=-csearch_path%3D{schema}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def test_a_signal_through_another_engine_reaches_the_owner_before_its_next_poll(schema_url):

@@ -35,15 +35,6 @@ class SkewedClock(SystemClock):
         return time.clock_gettime(time.CLOCK_BOOTTIME) + self.skew
 
 
-@pytest.fixture
-def schema_url(postgres_url: str) -> Iterator[str]:
-    schema = "c_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    yield f"{postgres_url}?options=-csearch_path%3D{schema}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
 
 def server_now(url: str) -> float:
     with psycopg.connect(url, autocommit=True) as conn:

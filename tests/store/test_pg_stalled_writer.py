@@ -10,9 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Iterator
 
-import psycopg
 import pytest
 
 from weft_actors.codec import encode_args
@@ -36,15 +34,6 @@ with store.env.begin(write=True) as txn:
 print("committed", flush=True)
 """
 
-
-@pytest.fixture
-def schema_url(postgres_url: str) -> Iterator[str]:
-    schema = "s_" + uuid.uuid4().hex[:12]
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    yield f"{postgres_url}?options=-csearch_path%3D{schema}"
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def test_a_writer_stopped_inside_its_transaction_frees_the_lock_and_commits_nothing(schema_url):
@@ -82,7 +71,6 @@ def test_a_writer_stopped_inside_its_transaction_frees_the_lock_and_commits_noth
 
 PIPELINE_HOLDER = """
 import sys, time
-import psycopg
 from weft_actors.store._pg._env import PgEnvironment
 env = PgEnvironment(sys.argv[1])
 conn = env.conn

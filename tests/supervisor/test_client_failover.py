@@ -47,18 +47,9 @@ ORDER_RESULT = {"charge": "charge-o-1-250", "approved": True}
 
 
 @pytest.fixture
-def store_url(postgres_url: str) -> Iterator[str]:
+def store_url(schema_url: str) -> str:
     """A fresh schema of the session's server, as the store of every supervisor in the test."""
-    schema = "failover_" + uuid.uuid4().hex[:10]
-    with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    yield f"{postgres_url}?options=-csearch_path%3D{schema}"
-    try:
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            conn.execute("SET lock_timeout = '5s'")
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-    except psycopg.Error as exc:  # a killed host's session not gone yet: the server is thrown away anyway
-        log.warning("schema %s not dropped: %s", schema, exc)
+    return schema_url
 
 
 @contextlib.contextmanager
