@@ -395,7 +395,10 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         """``hint`` for each ``(workflow id, kind)``, handed to the loop once (from any thread):
         a store's hints from other hosts come in bursts, mostly of workflows held elsewhere."""
         if self.state == "running":
-            self.committer.loop.call_soon_threadsafe(self._hinted_many, hints)
+            try:
+                self.committer.loop.call_soon_threadsafe(self._hinted_many, hints)
+            except RuntimeError:  # the loop closed under us: nobody here to hint
+                pass
 
     def _hinted_many(self, hints: list[tuple[str | None, str]]) -> None:
         if self.state != "running":
