@@ -23,6 +23,13 @@ GATES: dict[str, asyncio.Event] = {}
 FAILURES: dict[str, int] = {}
 
 
+@pytest.fixture(autouse=True)
+def _fresh_counts() -> None:
+    """Each test (each backend's run of it) starts with no attempts counted and no gates."""
+    FAILURES.clear()
+    GATES.clear()
+
+
 @activity
 async def gated(key: str) -> str:
     await GATES[key].wait()
