@@ -4,20 +4,15 @@ Everything the CLI shows comes through a ``Client`` on the supervisor's own endp
 (``stats``, with the store's workflow counts by type and status; ``describe``, with its ISO
 8601 times, owner shard and op times; the actions), so the console and
 ``python -m weft_actors`` never disagree; only the newest-first list reads the store's
-visibility index directly (``_listing``), since no client call orders by time: on LMDB
-through the supervisor's store, on PostgreSQL on a connection of the request's own
-(``_snapshot``).
+visibility index directly (``_listing``), since no client call orders by time.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
 import datetime
-from typing import Any, Iterator, Mapping
-
-import lmdb
+from typing import Any, Mapping
 
 from .._isotime import iso_utc
 from .._schedule_spec import SCHEDULE_TYPE
@@ -98,30 +93,10 @@ def overview(client: Client) -> dict[str, Any]:
     return {"ready": stats["ready"], "supervisor": stats["supervisor"], "shards": stats["shards"], "counts": counts, "workflows": by_type}
 
 
-@contextlib.contextmanager
-def _snapshot(store: LmdbStore) -> Iterator[lmdb.Transaction[bytes]]:
-    """A read transaction of ``store`` for the calling request thread. LMDB's environment
-    serves every thread; a ``PgStore``'s one connection is its owner's (the supervisor's), and
-    two threads in transactions on one connection deadlock it, so a request reads PostgreSQL
-    on a connection of its own, for as long as it reads."""
-    if isinstance(store.env, lmdb.Environment):
-        with store.read() as txn:
-            yield txn
-        return
-    from ..store._pg._env import PgEnvironment
-
-    env = PgEnvironment(getattr(store, "url"))
-    try:
-        with env.begin() as txn:
-            yield txn  # LMDB-shaped (``_pg._txn``)
-    finally:
-        env.close()
-
-
 def workflows(store: LmdbStore, query: ListQuery) -> dict[str, Any]:
     """One page of the newest-first list (``_listing.newest_first``), its cursor encoded for
-    a URL, and the filter it answers; ``store`` is either backend."""
-    with _snapshot(store) as txn:
+    a URL, and the filter it answers."""
+    with store.read() as txn:
         page = newest_first(txn, store.dbs, query)
     for item in page["items"]:
         item["updated_iso"] = iso_utc(item["updated"])
