@@ -61,7 +61,8 @@ def scratch_store(store: str | None, data: str | None) -> Iterator[str]:
 
 def postgres_cpu_seconds(url: str | None) -> float:
     """CPU seconds used so far by the PostgreSQL server at ``url`` if it runs on this machine
-    (its postmaster and every live child: backends, writers, autovacuum), else 0.0: the
+    (its postmaster, every live child: backends, writers, autovacuum, and the children it has
+    reaped: sessions that ended), else 0.0: the
     database's share of a run. Other servers on the machine are not counted."""
     import os
 
@@ -86,6 +87,8 @@ def postgres_cpu_seconds(url: str | None) -> float:
                 values = file.read().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(pid) == postmaster or int(values[1]) == postmaster:  # values[1]: the parent
-            total += int(values[11]) + int(values[12])  # utime, stime (own, not waited-for children)
+        if int(pid) == postmaster:  # and the children it has reaped: sessions that ended
+            total += int(values[11]) + int(values[12]) + int(values[13]) + int(values[14])
+        elif int(values[1]) == postmaster:  # values[1]: the parent
+            total += int(values[11]) + int(values[12])  # utime, stime
     return total / ticks

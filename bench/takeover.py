@@ -409,7 +409,8 @@ def measure(args: argparse.Namespace, fleet: Fleet, log_dir: str) -> dict[str, A
     read the store. Returns the raw facts ``run`` reports."""
     import uvloop
 
-    lead = args.lead if args.lead is not None else 3.0 + 1.5 * args.workflows / 1000
+    per_thousand = 4.0 if args.store or args.postgres else 1.5  # starts are slower on PostgreSQL
+    lead = args.lead if args.lead is not None else 3.0 + per_thousand * args.workflows / 1000
     wake_at = time.time() + lead
     ids = uvloop.run(start_all(fleet.endpoints(), args.workflows, wake_at, args.pause, 200))
     wait_parked(log_dir, args.workflows, wake_at - 1.0)
@@ -536,7 +537,7 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--mode", choices=("kill", "stall"), default="kill")
     parser.add_argument("--pause", type=float, default=0.2, help="each short sleep of the workflow (s)")
-    parser.add_argument("--lead", type=float, default=None, help="seconds from the first start to the wake time (default 3 + 1.5 per 1000 workflows)")
+    parser.add_argument("--lead", type=float, default=None, help="seconds from the first start to the wake time (default 3 + 1.5 per 1000 workflows, 4 on PostgreSQL)")
     parser.add_argument("--heartbeat", type=float, default=0.5)
     parser.add_argument("--ttl", type=float, default=3.0)
     parser.add_argument("--timeout", type=float, default=120.0, help="deadline for every workflow to finish after T (s)")

@@ -35,6 +35,7 @@ ON_BOTH_BACKENDS = frozenset({
     "test_start_arguments",
     "test_run_boundaries",
     "test_cancel_reentry",
+    "test_expiry_wake",
 })
 
 

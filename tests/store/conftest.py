@@ -12,11 +12,13 @@ with ``pytest.approx(x, abs=1e-3)``: approx's default relative tolerance is ~170
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import lmdb
 import psycopg
@@ -144,6 +146,42 @@ class PostgresBackend:
             "from weft_actors.testing import FakeClock\n"
             f"store = PgStore({self.location!r}, clock=FakeClock())\n"
         )
+
+    @contextlib.contextmanager
+    def hold_write_lock(self, store: Any) -> Iterator[Any]:
+        """Hold ``store``'s write lock (its advisory lock) from a connection of the test's
+        own for the block, as a session stopped inside a transaction would. Yields
+        ``wait_blocked(thread)``, which returns once the server has one more session queued
+        for that lock than before (the ``thread``'s writer). Keep the block under the store's
+        ``LOCK_HOLD_LIMIT`` (2 s) of real time: a waiter then ends a holder that sent nothing."""
+        holder = psycopg.connect(self.location, autocommit=True)
+        holder.execute("BEGIN")
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (store.env.lock_key,))
+        queued = [0]
+
+        def waiting() -> int:
+            row = holder.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND classid = 0 "
+                "AND objid = %s::oid AND objsubid = 1 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+                (store.env.lock_key,),
+            ).fetchone()
+            return int(row[0])
+
+        def wait_blocked(thread: Any, timeout: float = 10.0) -> None:
+            queued[0] += 1
+            deadline = time.monotonic() + timeout
+            while waiting() < queued[0]:
+                assert thread.is_alive(), f"{thread.name} ended instead of waiting for the lock"
+                assert time.monotonic() < deadline, f"{thread.name} never waited for the write lock"
+                time.sleep(0.005)
+
+        try:
+            yield wait_blocked
+        finally:
+            try:
+                holder.execute("ROLLBACK")
+            finally:
+                holder.close()
 
     def close_all(self) -> None:
         for store in self._opened:

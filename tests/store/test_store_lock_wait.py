@@ -219,8 +219,9 @@ def test_a_takeover_that_judges_an_engine_queued_behind_it_does_not_depose_it(st
     create = _create_later(kit, waiter_store, waiter)
     with backend_hook("hold_write_lock")(kit.store) as wait_blocked:
         take.start()
-        wait_blocked(take)
-        asleep_on_lock(take)  # queued first: the lock is handed to it first
+        wait_blocked(take)  # on PostgreSQL: queued on the server, whose lock queue is FIFO
+        if store_factory.name == "lmdb":
+            asleep_on_lock(take)  # asleep on the futex: the lock is handed to it first
         create.start()
         wait_blocked(create)
         fake_clock.advance(LAPSED)  # the waiter's lease lapses while both wait
@@ -282,11 +283,14 @@ def test_a_write_lets_a_peer_starved_of_the_lock_go_first(store_factory, kit, fa
         wait_blocked(starved)
         fake_clock.advance(kit.HEARTBEAT + 0.1)  # it has waited longer than its heartbeat
         late.start()
-        _in_function(late, "_give_way")  # it does not queue for the lock: it gives way
+        if hasattr(kit.store, "gave_way"):
+            _in_function(late, "_give_way")  # it does not queue for the lock: it gives way
+        else:  # PostgreSQL's lock queue is first come, first served: it queues behind
+            wait_blocked(late)
     _created(starved)
     _created(late)
     assert order == ["waiter", "writer"]
-    assert kit.store.gave_way == 1
+    assert getattr(kit.store, "gave_way", 1) == 1
 
 
 def test_a_waiter_that_never_reaches_the_lock_is_given_way_once(store_factory, kit, fake_clock, backend_hook):

@@ -24,6 +24,7 @@ from ._reuse import ReusingActor
 if TYPE_CHECKING:
     from .._clock import Clock
     from ._committer import GroupCommitter
+    from ._driving import Driver
     from ..store import LmdbStore
     from ._commit_retry import CommitRetry
     from ._reuse import RefusedOutcomes
@@ -51,6 +52,7 @@ class ActorHost:
     actors: dict[str, Actor]
     orphans: set[str]
     eviction: Evictor
+    driver: Driver
     quarantine_after: int
     commit_retry: CommitRetry
     refused: RefusedOutcomes
@@ -131,7 +133,8 @@ class ActorHost:
     def drive(self, wid: str, epoch: int) -> bool:
         """Replay and resume ``wid``, which this engine holds at ``epoch``: the whole inbox is
         read with the history, so nothing depends on a previous owner's feed cursor."""
-        record, holder, ops, inbox = self.store.load_for_replay(wid)
+        rows = self.driver.read_ahead.pop(wid, None)
+        record, holder, ops, inbox = self.store.load_for_replay(wid) if rows is None else rows
         if record is None or record["status"] != "running" or not self._holds(holder, epoch):
             if self.refused.kept:
                 self.refused.forget(wid)  # ended, closed or taken elsewhere: never used here

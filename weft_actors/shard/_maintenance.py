@@ -12,7 +12,7 @@ import asyncio
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from .._ratelimit import RateLimitedLog
 from ..errors import EngineDeposed, StorageError, StorageFull, WeftError
@@ -35,6 +35,11 @@ at half the size, down to one key, so retention can still free room in a full st
 HISTORY_BUDGET = 0.025
 """Seconds of one pass spent on retention at most: a backlog is worked off over the following
 heartbeat passes (not only every ``prune_interval``) without starving the loop."""
+
+
+EXPIRY_MARGIN: Final = 0.01
+"""Seconds past a peer's lease expiry that the pass which may take its workflows runs: a lease
+is expired strictly after its time, and the pass reads the lease clock again."""
 
 
 class Maintenance:
@@ -83,8 +88,12 @@ class Maintenance:
         loop = asyncio.get_running_loop()
         next_beat = loop.time() + engine.heartbeat
         while engine.state == "running":
+            wait = next_beat - loop.time()
+            expiry = self.reclaimer.next_expiry
+            if expiry is not None:  # a peer that stopped renewing is taken over when it expires
+                wait = min(wait, expiry - engine.clock.lease_now() + EXPIRY_MARGIN)
             try:
-                await asyncio.wait_for(self._wake.wait(), max(0.0, next_beat - loop.time()))
+                await asyncio.wait_for(self._wake.wait(), max(0.0, wait))
             except asyncio.TimeoutError:
                 pass
             self._wake.clear()

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .._placement import preferred
 from ..errors import WeftError
-from ..store import CloseWorkflow, FireStart, offered_types
+from ..store import CloseWorkflow, FireStart, expiry_time, offered_types
 from ..workflow import SYSTEM_TYPES
 from . import _events as events
 
@@ -65,6 +65,9 @@ class Reclaimer:
         """Live engine -> the types it runs (None: it did not say), as of the last pass."""
         self._takers: dict[str, list[str]] = {}
         """Workflow type -> the live engines that run it, made as needed in one pass."""
+        self.next_expiry: float | None = None
+        """When the first live peer's lease runs out unless it renews (lease clock), as of
+        the last pass: the maintenance loop runs a pass then, not at its next heartbeat."""
 
     # -- liveness -------------------------------------------------------------------------
 
@@ -76,6 +79,8 @@ class Reclaimer:
         store = engine.store
         live = [engine.engine_id]
         offers: dict[str, frozenset[str] | None] = {engine.engine_id: frozenset(engine.workflows)}
+        now = engine.clock.lease_now()
+        next_expiry = None
         for engine_id, record in store.live_engines().items():
             if engine_id == engine.engine_id:
                 continue
@@ -85,6 +90,10 @@ class Reclaimer:
                 continue
             live.append(engine_id)
             offers[engine_id] = offered_types(record)
+            expiry = expiry_time(record)
+            if expiry > now and (next_expiry is None or expiry < next_expiry):
+                next_expiry = expiry
+        self.next_expiry = next_expiry
         self._offers = offers
         self._takers = {}
         return live

@@ -7,7 +7,7 @@ database. ``open_store`` picks by location; both pass the conformance suite (``t
 
 from ._check import Problem, check_store
 from ._disk import is_read_only, writes_refused
-from ._engines import LOCK_WAIT_GRACE
+from ._engines import LOCK_WAIT_GRACE, expiry_time
 from ._env import SCHEMA_VERSION
 from ._intents import (
     AppendInbox,
@@ -26,15 +26,18 @@ from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
 from ._offers import describe_type_mismatch, offered_types, type_mismatches
 from ._quarantine import QUARANTINED, UNSEEN_FACTOR, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, remove_stall_note, stall_note_path, write_stall_note
 from ._store import LmdbStore
+from ._base import ReplayRows
 from ._open import open_store, is_store_url, describe_location
 from ._permits import HoldPermits, TakePermits
 from ._flow import Flow, flow_group
 
 __all__ = [
+    "ReplayRows",
     "Problem",
     "check_store",
     "SCHEMA_VERSION",
     "LOCK_WAIT_GRACE",
+    "expiry_time",
     "is_read_only",
     "writes_refused",
     "STATUSES",

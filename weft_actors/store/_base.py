@@ -13,17 +13,22 @@ from .._ratelimit import RateLimitedLog
 from . import _engines, _listing, _queries
 from ._feed import feed_head, read_feed
 from ._flow import flow_totals
-from ._keys import COUNT_PREFIX, NO_ENGINE, STATUS_CODES, engine_key, split_holder, split_visibility_group, unpack_u64
+from ._keys import COUNT_PREFIX, NO_ENGINE, STATUS_CODES, engine_key, prefixed, run_prefix, split_holder, split_visibility_group, unpack_u64
 from ._messages import RequestsMixin
 from ._quarantine import QUARANTINED
+from ._reads import warm, warm_prefixes
 from ._refusals import last_refusal
 from ._upkeep import UpkeepMixin
 
-__all__ = ["KeyspaceStore", "ApplierCrashed"]
+__all__ = ["KeyspaceStore", "ApplierCrashed", "ReplayRows"]
 
 log = logging.getLogger("weft_actors.store")
 
 _WRITE_LOG = RateLimitedLog(log)
+ReplayRows = tuple[dict[str, Any] | None, bytes | None, dict[int, dict[str, Any]], list[tuple[int, dict[str, Any]]]]
+"""A workflow's record, holder bytes, op log and inbox (``load_for_replay``)."""
+_WARM_CHUNK = 500
+"""Rows one ``warm`` fetches at most (one statement each, where reads cost a round trip)."""
 """A full or read-only store fails every write: one line per interval says so."""
 
 
@@ -202,15 +207,31 @@ class KeyspaceStore(UpkeepMixin, RequestsMixin):
         with self.env.begin() as txn:
             return _queries.load_inbox(txn, self.dbs, wid)
 
-    def load_for_replay(self, wid: str) -> tuple[dict[str, Any] | None, bytes | None, dict[int, dict[str, Any]], list[tuple[int, dict[str, Any]]]]:
+    def load_for_replay(self, wid: str) -> ReplayRows:
         """Record, holder bytes, op log and inbox of ``wid``, read in one snapshot."""
         with self.env.begin() as txn:
-            record = _queries.get_workflow(txn, self.dbs, wid)
-            if record is None:
-                return None, None, {}, []
-            holder = txn.get(wid.encode(), db=self.dbs.claim_holder)
-            ops = _queries.load_ops(txn, self.dbs, wid, record["run_id"])
-            return record, holder, ops, _queries.load_inbox(txn, self.dbs, wid)
+            return self._replay_rows(txn, wid)
+
+    def load_many_for_replay(self, wids: list[str]) -> dict[str, ReplayRows]:
+        """``load_for_replay`` of each of ``wids``, all read in one snapshot: where reads cost
+        a round trip, a handful of statements for the lot instead of several per workflow."""
+        dbs = self.dbs
+        with self.env.begin() as txn:
+            keys = [wid.encode() for wid in wids]
+            warm(txn, dbs.workflows, keys)
+            warm(txn, dbs.claim_holder, keys)
+            records = {wid: _queries.get_workflow(txn, dbs, wid) for wid in wids}
+            warm_prefixes(txn, dbs.ops, [run_prefix(wid, record["run_id"]) for wid, record in records.items() if record is not None])
+            warm_prefixes(txn, dbs.inbox, [prefixed(wid) for wid, record in records.items() if record is not None])
+            return {wid: self._replay_rows(txn, wid) for wid in wids}
+
+    def _replay_rows(self, txn: Any, wid: str) -> ReplayRows:
+        record = _queries.get_workflow(txn, self.dbs, wid)
+        if record is None:
+            return None, None, {}, []
+        holder = txn.get(wid.encode(), db=self.dbs.claim_holder)
+        ops = _queries.load_ops(txn, self.dbs, wid, record["run_id"])
+        return record, holder, ops, _queries.load_inbox(txn, self.dbs, wid)
 
     def load_for_describe(self, wid: str) -> _queries.Snapshot | None:
         """What ``describe`` shows of ``wid`` (``_queries.snapshot``), in one snapshot."""
@@ -245,13 +266,19 @@ class KeyspaceStore(UpkeepMixin, RequestsMixin):
                     gone.append(key)
             found: list[tuple[str, bytes | None, str]] = []
             for engine_raw in gone:
-                for wid in _queries.by_engine(txn, self.dbs, engine_raw):
-                    record = _queries.get_workflow(txn, self.dbs, wid)
-                    if record is None or record["status"] != "running":
-                        continue
-                    found.append((wid, txn.get(wid.encode(), db=self.dbs.claim_holder), record["type"]))
-                    if len(found) == limit:
-                        return found
+                wids = _queries.by_engine(txn, self.dbs, engine_raw)
+                for start in range(0, len(wids), _WARM_CHUNK):
+                    chunk = wids[start : start + _WARM_CHUNK]
+                    keys = [wid.encode() for wid in chunk]
+                    warm(txn, self.dbs.workflows, keys)
+                    warm(txn, self.dbs.claim_holder, keys)
+                    for wid, key in zip(chunk, keys):
+                        record = _queries.get_workflow(txn, self.dbs, wid)
+                        if record is None or record["status"] != "running":
+                            continue
+                        found.append((wid, txn.get(key, db=self.dbs.claim_holder), record["type"]))
+                        if len(found) == limit:
+                            return found
             return found
 
     def list_workflows(

@@ -39,6 +39,7 @@ __all__ = [
     "LOCK_WAIT_GRACE",
     "blocked_on_lock",
     "counts_as_live",
+    "expiry_time",
     "is_expired",
     "is_live",
     "check_live",
@@ -51,14 +52,19 @@ __all__ = [
 ]
 
 
-def is_expired(record: dict[str, Any], now: float, failed_at: float = 0.0) -> bool:
-    """Expired strictly after ``expires_at + 2 * heartbeat``. ``failed_at``: when the judge
-    last saw a whole transaction fail for the store (full, read-only, I/O); while every write
-    fails nobody can renew, so a lease counts as renewed then (``Refusals.failed_at``)."""
+def expiry_time(record: dict[str, Any], failed_at: float = 0.0) -> float:
+    """The lease-clock time strictly after which ``record`` is expired: ``expires_at + 2 *
+    heartbeat``. ``failed_at``: when the judge last saw a whole transaction fail for the store
+    (full, read-only, I/O); while every write fails nobody can renew, so a lease counts as
+    renewed then (``Refusals.failed_at``)."""
     expires = record["expires_at"]
     if failed_at > 0.0:
         expires = max(expires, failed_at + record["ttl"])
-    return expires + 2 * record["heartbeat"] < now
+    return expires + 2 * record["heartbeat"]
+
+
+def is_expired(record: dict[str, Any], now: float, failed_at: float = 0.0) -> bool:
+    return expiry_time(record, failed_at) < now
 
 
 def is_live(record: dict[str, Any], now: float, failed_at: float = 0.0) -> bool:

@@ -26,9 +26,10 @@ from ._apply import TxnState, next_epoch, release_claims
 from ._disk import storage_failure
 from ._env import check_ownership_mode
 from ._feed import feed_head
-from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value, split_holder
-from ._quarantine import note_lost_owner, read_stall_note, remove_stall_note, stall_note_path
-from ._refusals import last_refusal
+from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value, prefixed, split_holder
+from ._quarantine import LOOK_BACK, note_lost_owner, read_stall_note, remove_stall_note, stall_note_path
+from ._reads import Prefetch, prefix_end
+from ._refusals import REFUSED_KEY, last_refusal
 
 if TYPE_CHECKING:
     import lmdb
@@ -176,7 +177,7 @@ class Ownership:
             _engines.put_engine(txn, store.dbs, engine_key(engine_id), record)
             return record
 
-        record = store._write(txn_fn)
+        record = store._write(txn_fn, engine_reads(store.dbs, [engine_key(engine_id)]))
         self.watch_peers()
         return record
 
@@ -235,6 +236,7 @@ class Ownership:
         store = self.store
         me = engine_key(engine_id)
         started = store.clock.lease_now()  # its own lease, judged as in ``apply``
+        candidates = list(candidates)
 
         def txn_fn(txn: lmdb.Transaction[bytes]) -> dict[str, int | None]:
             mine = _engines.check_live(txn, store.dbs, engine_id, started, self.incarnations.get(engine_id), store._refusals.failed_at)
@@ -277,7 +279,7 @@ class Ownership:
 
         refusals = store._refusals
         written: list[float | None] = [None]
-        won = store._write(txn_fn)
+        won = store._write(txn_fn, takeover_reads(store.dbs, me, candidates))
         if written[0] is not None:
             refusals.committed(written[0])
         return won
@@ -451,3 +453,24 @@ class Ownership:
         except OSError:  # gone already, or a read-only directory: the free lock proved it anyway
             pass
         return True
+
+
+def engine_reads(dbs: Any, engines: list[bytes]) -> Prefetch:
+    """What a transaction that judges these engines reads first: their records, and the
+    store's last refusal."""
+    reads = Prefetch()
+    reads.keys[dbs.engines] = engines
+    reads.keys[dbs.meta] = [REFUSED_KEY]
+    return reads
+
+
+def takeover_reads(dbs: Any, me: bytes, candidates: list[tuple[str, bytes | None]]) -> Prefetch:
+    """What ``takeover`` reads of each candidate: its holder, record and epoch, its lost
+    engine's record and the tail of its op log (``note_lost_owner``)."""
+    reads = engine_reads(dbs, list({me} | {holder[:16] for _, holder in candidates if holder is not None}))
+    wids = list({wid.encode() for wid, _ in candidates})
+    for db in (dbs.claim_holder, dbs.workflows, dbs.claim_epoch):
+        reads.keys[db] = wids
+    tails = [(prefix, prefix_end(prefix)) for prefix in {prefixed(wid) for wid, _ in candidates}]
+    reads.tails[dbs.ops] = (sorted(tails), LOOK_BACK)
+    return reads

@@ -39,11 +39,12 @@ from ..errors import FencedOut, InvalidRequest, WorkflowClosed, WorkflowNotFound
 from ._apply import TxnState, set_visibility
 from ._feed import feed_entry
 from ._keys import NO_ENGINE, TERMINAL, by_engine_key, fence, op_seq, pack_u64, run_prefix
+from ._reads import last_rows, prefix_end
 
-__all__ = ["QuarantineWorkflow", "LiftQuarantine", "note_lost_owner", "quarantine_workflow", "lift_quarantine", "describe_reason"]
+__all__ = ["QuarantineWorkflow", "LiftQuarantine", "LOOK_BACK", "note_lost_owner", "quarantine_workflow", "lift_quarantine", "describe_reason"]
 
 QUARANTINED: Final = "quarantined"
-_LOOK_BACK: Final = 32
+LOOK_BACK: Final = 32
 """Op records read back from the end of the log for the lowest one still without an outcome."""
 _WORKFLOW_CODE: Final = "workflow code"
 
@@ -148,18 +149,7 @@ def note_lost_owner(
         return None
     txn, dbs = state.txn, state.dbs
     prefix = run_prefix(wid, record["run_id"])
-    cursor = txn.cursor(db=dbs.ops)
-    tail: list[tuple[int, bytes]] = []
-    if cursor.set_range(prefix + b"\xff\xff\xff\xff\xff"):
-        moved = cursor.prev()
-    else:
-        moved = cursor.last()
-    while moved and len(tail) < _LOOK_BACK:
-        key = cursor.key()
-        if not key.startswith(prefix):
-            break
-        tail.append((op_seq(key), cursor.value()))
-        moved = cursor.prev()
+    tail = [(op_seq(key), value) for key, value in last_rows(txn, dbs.ops, prefix, prefix_end(prefix), LOOK_BACK)]
     mark = [record["run_id"], tail[0][0], zlib.crc32(tail[0][1])] if tail else [record["run_id"], -1, 0]
     previous: dict[str, Any] = record.get("lost") or {}
     same = previous.get("mark") == mark

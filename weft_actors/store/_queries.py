@@ -11,6 +11,7 @@ import lmdb
 from ..codec import unpack_record
 from ._env import Databases
 from ._flow import queue_position, running_in, split_group
+from ._reads import prefix_rows
 from ._keys import DEADLINE_SEQ, START_SEQ, inbox_seq, op_seq, prefixed, run_prefix, timer_key, unpack_u64
 
 __all__ = ["get_workflow", "get_epoch", "load_ops", "load_inbox", "by_engine", "Snapshot", "snapshot", "durable_timers"]
@@ -42,34 +43,16 @@ def get_epoch(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> int:
     return 0 if raw is None else unpack_u64(raw)[0]
 
 
-def _scan(txn: lmdb.Transaction[bytes], db: Any, prefix: bytes) -> list[tuple[bytes, bytes]]:
-    cursor = txn.cursor(db=db)
-    found = []
-    if cursor.set_range(prefix):
-        for key, value in cursor:
-            if not key.startswith(prefix):
-                break
-            found.append((key, value))
-    return found
-
-
 def load_ops(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str, run_id: str) -> dict[int, dict[str, Any]]:
-    return {op_seq(key): unpack_record(value) for key, value in _scan(txn, dbs.ops, run_prefix(wid, run_id))}
+    return {op_seq(key): unpack_record(value) for key, value in prefix_rows(txn, dbs.ops, run_prefix(wid, run_id))}
 
 
 def load_inbox(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> list[tuple[int, dict[str, Any]]]:
-    return [(inbox_seq(key), unpack_record(value)) for key, value in _scan(txn, dbs.inbox, prefixed(wid))]
+    return [(inbox_seq(key), unpack_record(value)) for key, value in prefix_rows(txn, dbs.inbox, prefixed(wid))]
 
 
 def by_engine(txn: lmdb.Transaction[bytes], dbs: Databases, engine_raw: bytes) -> list[str]:
-    cursor = txn.cursor(db=dbs.by_engine)
-    found = []
-    if cursor.set_range(engine_raw):
-        for key in cursor.iternext(values=False):
-            if not key.startswith(engine_raw):
-                break
-            found.append(key[16:].decode())
-    return found
+    return [key[16:].decode() for key, _ in prefix_rows(txn, dbs.by_engine, engine_raw)]
 
 
 def durable_timers(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str, record: dict[str, Any], ops: dict[int, dict[str, Any]]) -> list[dict[str, Any]]:

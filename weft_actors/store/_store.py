@@ -18,6 +18,7 @@ from ._disk import storage_failure
 from ._dispatch import APPLIER_OF
 from ._env import DEFAULT_MAP_SIZE, close_environment, lock_file_replaced, open_environment
 from ._ownership import Ownership
+from ._reads import Prefetch
 from ._refusals import Refusals
 from ._reserve import GROWTH, StorageReserve
 from ._keys import TERMINAL, engine_key
@@ -190,7 +191,9 @@ class LmdbStore(KeyspaceStore):
         if self._lock_lost is not None:
             raise self._lock_lost
 
-    def _write(self, fn: Any) -> Any:
+    def _write(self, fn: Any, prefetch: Prefetch | None = None) -> Any:
+        """``fn(txn)`` in one write transaction, committed. ``prefetch`` is for stores whose
+        reads cost a round trip (``_reads``): LMDB reads in place."""
         self.verify_lock_file()
         slots = self._ownership.wait_slots
         if slots:

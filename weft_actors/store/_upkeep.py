@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec import unpack_record
 from . import _engines
 from ._feed import prune_feed
+from ._reads import Prefetch
 from ._retention import PruneResult, prune_history
 from ._keys import SYSTEM_TIMER_SEQS, engine_key, ms, pack_u64, split_timer_key
 
@@ -32,7 +33,7 @@ class UpkeepMixin:
     _ownership: Ownership
     _refusals: Refusals
 
-    def _write(self, fn: Any) -> Any:  # provided by LmdbStore
+    def _write(self, fn: Any, prefetch: Prefetch | None = None) -> Any:  # provided by the store
         raise NotImplementedError
 
     def check_engine(self, engine_id: str) -> dict[str, Any]:

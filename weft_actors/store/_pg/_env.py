@@ -19,9 +19,10 @@ from typing import Any, Callable, Final, Iterator
 import psycopg
 
 from ...errors import StorageError
-from ._txn import PgTxn
+from .._reads import Prefetch
+from ._txn import PgTxn, ranges_params, tails_query
 
-__all__ = ["PgEnvironment", "Prefetch", "redact"]
+__all__ = ["PgEnvironment", "redact"]
 
 log = logging.getLogger("weft_actors.store")
 
@@ -38,33 +39,27 @@ default). Our own transactions never pause that long: their longest gap is the a
 one batch (capped, ``GroupCommitter``)."""
 
 
-class Prefetch:
-    """Rows a write transaction will read, fetched in its first round trip: exact keys per
-    keyspace, and key ranges read whole (a range's absent keys are then known absent)."""
+def send_prefetch(conn: psycopg.Connection[Any], prefetch: Prefetch) -> list[Any]:
+    """Queue the reads of ``prefetch`` on ``conn`` (in pipeline mode); ``receive_prefetch``
+    takes their rows. One statement per keyspace and kind of read, whatever the row count."""
+    cursors = []
+    for db, keys in prefetch.keys.items():
+        cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k = ANY(%b)", (keys,), binary=True))
+    for db, low, high in prefetch.ranges:
+        cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k >= %b AND k < %b", (low, high), binary=True))
+    for db, (bounds, limit) in prefetch.tails.items():
+        cursors.append(conn.execute(tails_query(db), (*ranges_params(bounds), limit), binary=True))
+    return cursors
 
-    __slots__ = ("keys", "ranges")
 
-    def __init__(self) -> None:
-        self.keys: dict[str, list[bytes]] = {}
-        self.ranges: list[tuple[str, bytes, bytes]] = []
-
-    def send(self, conn: psycopg.Connection[Any]) -> list[Any]:
-        """Queue the reads on ``conn`` (in pipeline mode); ``receive`` takes their rows."""
-        cursors = []
-        for db, keys in self.keys.items():
-            cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k = ANY(%b)", (keys,), binary=True))
-        for db, low, high in self.ranges:
-            cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k >= %b AND k < %b", (low, high), binary=True))
-        return cursors
-
-    def receive(self, txn: PgTxn, cursors: list[Any]) -> None:
-        position = 0
-        for db, keys in self.keys.items():
-            txn.cached(db, keys, cursors[position].fetchall())
-            position += 1
-        for db, low, high in self.ranges:
-            txn.cached_range(db, low, high, cursors[position].fetchall())
-            position += 1
+def receive_prefetch(txn: PgTxn, prefetch: Prefetch, cursors: list[Any]) -> None:
+    results = iter(cursors)
+    for db, keys in prefetch.keys.items():
+        txn.cached(db, keys, next(results).fetchall())
+    for db, low, high in prefetch.ranges:
+        txn.cached_range(db, low, high, next(results).fetchall())
+    for db, (bounds, limit) in prefetch.tails.items():
+        txn.cached_spans(db, bounds, next(results).fetchall(), limit)
 
 
 def redact(url: str) -> str:
@@ -167,20 +162,22 @@ class PgEnvironment:
         self._local.conn = None
 
     @contextlib.contextmanager
-    def begin(self, write: bool = False, prefetch: Prefetch | None = None) -> Iterator[PgTxn]:
+    def begin(self, write: bool = False, prefetch: Prefetch | None = None, waiting: str | None = None) -> Iterator[PgTxn]:
         """One transaction: committed when the block ends, rolled back if it raises.
         ``psycopg`` failures become ``StorageError`` (the connection is dropped and made
         again by the next transaction).
 
         A write transaction's first round trip takes the lock, reads the server's clock and
-        reads what ``prefetch`` names (``Prefetch``) all at once (``_take_lock``): the
-        transaction code's reads of those rows then cost nothing."""
+        reads what ``prefetch`` names (``_reads.Prefetch``) all at once (``_take_lock``): the
+        transaction code's reads of those rows then cost nothing. ``waiting`` becomes the
+        transaction's ``application_name`` before it asks for the lock: what other sessions
+        see of its wait (``_store.wait_label``)."""
         conn = self.connect()
         try:
             txn = PgTxn(conn, write)
             if write:
                 sent = time.monotonic()
-                row = self._take_lock(conn, txn, prefetch)
+                row = self._take_lock(conn, txn, prefetch, waiting)
                 if self.on_clock is not None and row is not None:
                     self.on_clock(float(row[1]), sent, time.monotonic())
             else:  # the snapshot and a reading of the server's clock in one round trip
@@ -191,7 +188,7 @@ class PgEnvironment:
                 if self.on_clock is not None and row is not None:
                     self.on_clock(float(row[0]), sent, time.monotonic())
         except psycopg.Error as exc:
-            raise self._failed(exc, "could not begin a transaction") from exc
+            raise self.failed(exc, "could not begin a transaction") from exc
         try:
             yield txn
             if write:
@@ -202,12 +199,12 @@ class PgEnvironment:
                 conn.execute("COMMIT")
         except psycopg.Error as exc:
             self._rollback(conn)
-            raise self._failed(exc, "commit failed" if write else "read failed") from exc
+            raise self.failed(exc, "commit failed" if write else "read failed") from exc
         except BaseException:
             self._rollback(conn)
             raise
 
-    def _take_lock(self, conn: psycopg.Connection[Any], txn: PgTxn, prefetch: Prefetch | None) -> Any:
+    def _take_lock(self, conn: psycopg.Connection[Any], txn: PgTxn, prefetch: Prefetch | None, waiting: str | None = None) -> Any:
         """Begin, take the store's write lock, read the server's clock and what ``prefetch``
         names, in one pipelined round trip; returns the lock statement's row.
 
@@ -221,11 +218,13 @@ class PgEnvironment:
                 with conn.pipeline():
                     conn.execute("BEGIN")
                     conn.execute(self._lock_timeout)
+                    if waiting is not None:
+                        conn.execute("SELECT set_config('application_name', %s, true)", (waiting,))
                     lock = conn.execute(self._lock_query)
-                    reads = [] if prefetch is None else prefetch.send(conn)
+                    reads = [] if prefetch is None else send_prefetch(conn, prefetch)
                     row = lock.fetchone()
                     if prefetch is not None:
-                        prefetch.receive(txn, reads)
+                        receive_prefetch(txn, prefetch, reads)
                 return row
             except psycopg.errors.LockNotAvailable:
                 conn.execute("ROLLBACK")
@@ -255,7 +254,8 @@ class PgEnvironment:
         except psycopg.Error:
             self._drop()
 
-    def _failed(self, exc: psycopg.Error, what: str) -> StorageError:
+    def failed(self, exc: psycopg.Error, what: str) -> StorageError:
+        """``exc`` as a ``StorageError``; the connection is dropped if it is broken."""
         conn = self.connection()
         if isinstance(exc, psycopg.OperationalError) or conn is None or conn.broken:
             self._drop()

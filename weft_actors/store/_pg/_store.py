@@ -24,12 +24,13 @@ from .._apply import DEFAULT_MAX_INBOX, TxnState
 from .._base import ApplierCrashed, KeyspaceStore
 from .._dispatch import APPLIER_OF
 from .._keys import COUNT_PREFIX, engine_key
+from .._reads import Prefetch
 from .._refusals import REFUSED_KEY
 from .._migrate import adopt_lease_clock
 from .._ownership import Ownership
 from .._refusals import Refusals
 from ._clock import ServerClock
-from ._env import PgEnvironment, Prefetch
+from ._env import PgEnvironment
 from ._writer import BatchWriter
 from ._hints import CHANNEL, Listener, notify_payload
 from ._txn import MAX_KEY
@@ -51,7 +52,9 @@ class _PgOwnership(Ownership):
     registered; the server lets go of it when that connection ends, which a process's exit
     does at once. So ``process_gone`` proves a death on any host, as the lock file does on
     one. A stalled (SIGSTOP) process keeps its connection: its death is judged by expiry.
-    Nothing publishes a wait for the write lock (``waiting_since`` is 0.0)."""
+    A write transaction publishes its wait for the write lock as LMDB's wait slot does: it
+    names its engine and the lease time it read before the wait in its ``application_name``
+    (``wait_label``), which every session sees beside the lock it waits for (``pg_locks``)."""
 
     @property
     def _env(self) -> PgEnvironment:
@@ -86,7 +89,20 @@ class _PgOwnership(Ownership):
         pass
 
     def waiting_since(self, engine_id: str) -> float:
-        return 0.0
+        """When ``engine_id``'s process began to wait for the write lock, as its waiting
+        transaction published it (``wait_label``); 0.0 if no session of it waits now."""
+        env = self._env
+        try:
+            rows = env.conn.execute(
+                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND NOT l.granted AND l.classid = 0 AND l.objid = %s::oid AND l.objsubid = 1 "
+                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND a.application_name LIKE %s",
+                (env.lock_key, f"{_WAIT_LABEL}{engine_id}:%"),
+            ).fetchall()
+        except psycopg.Error:
+            return 0.0  # proves nothing either way: the lease alone judges
+        since = [float(name.rpartition(":")[2]) for (name,) in rows if name.rpartition(":")[2].replace(".", "", 1).isdigit()]
+        return min(since) if since else 0.0
 
     def remove_files(self, engine_id: str) -> None:
         pass
@@ -107,6 +123,15 @@ class _PgOwnership(Ownership):
             return False
         conn.execute("SELECT pg_advisory_unlock(%s, %s)", self._engine_lock(engine_id))
         return True
+
+
+_WAIT_LABEL: Final = "weft_actors:"
+
+
+def wait_label(engine_id: str, started: float) -> str:
+    """The ``application_name`` of a write transaction of ``engine_id`` that read the lease
+    time ``started`` before it waited for the write lock (at most 63 bytes, the server's limit)."""
+    return f"{_WAIT_LABEL}{engine_id}:{started:.3f}"
 
 
 def _int4(engine_id: str) -> int:
@@ -209,6 +234,18 @@ class PgStore(KeyspaceStore):
 
         writer.submit(run, done, loop)
 
+    def get_holder_bytes(self, wid: str) -> bytes | None:
+        """One statement, outside any transaction: the engine asks before each wake of an
+        actor (``wake_guard``), and a snapshot's own round trips would triple its cost."""
+        key = wid.encode()
+        if not 0 < len(key) <= MAX_KEY:
+            return None
+        try:
+            row = self.env.conn.execute(f"SELECT v FROM {self.dbs.claim_holder} WHERE k = %b", (key,), binary=True).fetchone()
+        except psycopg.Error as exc:
+            raise self.env.failed(exc, "read failed") from exc
+        return None if row is None else bytes(row[0])
+
     def verify_lock_file(self) -> None:
         """Nothing to verify: the database, not a file, holds the write lock."""
 
@@ -218,9 +255,16 @@ class PgStore(KeyspaceStore):
     def read(self) -> Any:
         return self.env.begin()
 
-    def _write(self, fn: Any) -> Any:
+    def _waiting(self, engine_id: str | None, started: float) -> str | None:
+        """The wait to publish for a write (``wait_label``): for ``engine_id``, else for this
+        instance's engine (the first, if it registered several)."""
+        if engine_id is None:
+            engine_id = next(iter(self._incarnations), None)
+        return None if engine_id is None else wait_label(engine_id, started)
+
+    def _write(self, fn: Any, prefetch: Prefetch | None = None) -> Any:
         try:
-            with self.env.begin(write=True) as txn:
+            with self.env.begin(write=True, prefetch=prefetch, waiting=self._waiting(None, self.clock.lease_now())) as txn:
                 result = fn(txn)
         except StorageError as exc:
             raise self._write_failed(exc) from exc
@@ -234,7 +278,7 @@ class PgStore(KeyspaceStore):
         started = clock.lease_now()
         env = self._writer.env if self._writer is not None and self._writer.is_current() and self._writer.env is not None else self.env
         try:
-            with env.begin(write=True, prefetch=batch_reads(self.dbs, engine_id, intents)) as pg_txn:
+            with env.begin(write=True, prefetch=batch_reads(self.dbs, engine_id, intents), waiting=self._waiting(engine_id, started)) as pg_txn:
                 txn: Any = pg_txn  # LMDB-shaped (``_txn``)
                 record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id), self._refusals.failed_at)
                 now = clock.now()

@@ -62,7 +62,7 @@ class PgTxn:
     """One transaction on ``conn`` (already begun by the caller). ``db`` arguments are table
     names. Not thread-safe, like the connection under it."""
 
-    __slots__ = ("conn", "write", "_overlays", "_cache", "_complete", "notify")
+    __slots__ = ("conn", "write", "_overlays", "_cache", "_complete", "_spans", "notify")
 
     def __init__(self, conn: psycopg.Connection[Any], write: bool) -> None:
         self.conn = conn
@@ -77,6 +77,8 @@ class PgTxn:
         self._complete: dict[str, list[tuple[bytes, bytes]]] = {}
         """Key ranges ``[low, high)`` whose every stored row is in ``_cache``: a key there
         that the cache lacks is absent, with no statement to ask."""
+        self._spans: dict[str, _Spans] = {}
+        """Stored rows of key ranges, read whole or by their tail, for the range reads."""
 
     # -- point operations ----------------------------------------------------------------
 
@@ -116,6 +118,35 @@ class PgTxn:
         for key, value in rows:
             cache[key] = value
         self._complete.setdefault(db, []).append((low, high))
+
+    def fetch(self, db: str, keys: list[bytes]) -> None:
+        """Read the rows of ``keys`` not yet read, in one statement (``_reads.warm``)."""
+        cache = self._cache.setdefault(db, {})
+        wanted = list({key for key in (bytes(key) for key in keys) if key not in cache and 0 < len(key) <= MAX_KEY})
+        if wanted:
+            self.cached(db, wanted, self.conn.execute(f"SELECT k, v FROM {db} WHERE k = ANY(%b)", (wanted,), binary=True).fetchall())
+
+    def fetch_ranges(self, db: str, bounds: list[tuple[bytes, bytes]]) -> None:
+        """Read every stored row of each ``[low, high)`` of ``bounds``, in one statement."""
+        spans = self._spans.setdefault(db, _Spans())
+        bounds = [bound for bound in bounds if spans.covering(*bound) is None]
+        if bounds:
+            cursor = self.conn.execute(ranges_query(db), ranges_params(bounds), binary=True)
+            self.cached_spans(db, bounds, cursor.fetchall(), None)
+
+    def cached_spans(self, db: str, bounds: list[tuple[bytes, bytes]], rows: list[tuple[int, bytes, bytes]], limit: int | None) -> None:
+        """``rows`` are ``(position in bounds, from 1; key; value)``: every stored row of each
+        range or, with ``limit``, its last ``limit`` rows (``ranges_query``, ``tails_query``)."""
+        found: list[list[tuple[bytes, bytes]]] = [[] for _ in bounds]
+        cache = self._cache.setdefault(db, {})
+        for position, key, value in rows:
+            found[position - 1].append((key, value))
+            cache[key] = value
+        spans = self._spans.setdefault(db, _Spans())
+        for (low, high), span_rows in zip(bounds, found):
+            span_rows.sort()
+            whole = limit is None or len(span_rows) < limit
+            spans.add(low, high, low if whole else span_rows[0][0], span_rows)
 
     def put(self, key: bytes, value: bytes, db: str = "", **_: Any) -> bool:
         self._overlay(db).set(_checked(key), bytes(value))
@@ -167,6 +198,54 @@ class PgTxn:
         return overlay
 
     # -- range reads -------------------------------------------------------------------------
+
+    def range_rows(self, db: str, low: bytes, high: bytes) -> list[tuple[bytes, bytes]]:
+        """Every row with ``low <= k < high`` as this transaction sees it, in key order: one
+        statement, or none if the range was read (``fetch_ranges``, a prefetch)."""
+        span = self._spans.get(db)
+        known = None if span is None else span.covering(low, high)
+        if known is not None and known[2] <= low:
+            stored = _between(known[3], low, high)
+        else:
+            stored = self.conn.execute(f"SELECT k, v FROM {db} WHERE k >= %b AND k < %b ORDER BY k", (low, high), binary=True).fetchall()
+        return self._merged(db, stored, low, high)
+
+    def last_rows(self, db: str, low: bytes, high: bytes, limit: int) -> list[tuple[bytes, bytes]]:
+        """The last ``limit`` rows with ``low <= k < high`` as this transaction sees them, the
+        last first: one statement, or none if the range's tail was read (a prefetch)."""
+        span = self._spans.get(db)
+        known = None if span is None else span.covering(low, high)
+        if known is not None:
+            start = max(low, known[2])
+            merged = self._merged(db, _between(known[3], start, high), start, high)
+            if known[2] <= low or len(merged) >= limit:
+                return merged[::-1][:limit]
+        overlay = self._overlays.get(db)
+        pending = 0 if overlay is None else len(_between_keys(overlay.keys_sorted(), low, high))
+        stored = self.conn.execute(
+            f"SELECT k, v FROM {db} WHERE k >= %b AND k < %b ORDER BY k DESC LIMIT %b", (low, high, limit + pending), binary=True
+        ).fetchall()
+        stored.reverse()
+        merged = self._merged(db, stored, stored[0][0] if len(stored) == limit + pending else low, high)
+        return merged[::-1][:limit]
+
+    def _merged(self, db: str, stored: list[tuple[bytes, bytes]], low: bytes, high: bytes) -> list[tuple[bytes, bytes]]:
+        """``stored`` (the stored rows of ``[low, high)``, in order) with this transaction's
+        buffered writes there applied."""
+        overlay = self._overlays.get(db)
+        if overlay is None or not overlay.values:
+            return list(stored)
+        pending = _between_keys(overlay.keys_sorted(), low, high)
+        if not pending:
+            return list(stored)
+        rows = {key: value for key, value in stored}
+        for key in pending:
+            value = overlay.values[key]
+            if value is DELETED:
+                rows.pop(key, None)
+            else:
+                rows[key] = value
+        return sorted(rows.items())
 
     def rows_from(self, db: str, after: bytes | None, inclusive: bool, limit: int, reverse: bool = False) -> list[tuple[bytes, bytes]]:
         """Up to ``limit`` stored rows of ``db`` past ``after`` (from the end when ``None``),
@@ -388,3 +467,60 @@ def _next_pending(overlay: _Overlay | None, start: bytes | None, inclusive: bool
         return None
     key = keys[index]
     return key, overlay.values[key]
+
+
+class _Spans:
+    """Key ranges of one keyspace whose stored rows were read: ``(low, high, whole_from,
+    rows)``, every stored row with ``whole_from <= k < high`` in ``rows`` (in order), kept
+    sorted by ``low``. Ranges read together never overlap; one that overlaps an earlier read
+    is only found by its own ``low``, which is never wrong, only a missed saving."""
+
+    __slots__ = ("lows", "spans")
+
+    def __init__(self) -> None:
+        self.lows: list[bytes] = []
+        self.spans: list[tuple[bytes, bytes, bytes, list[tuple[bytes, bytes]]]] = []
+
+    def add(self, low: bytes, high: bytes, whole_from: bytes, rows: list[tuple[bytes, bytes]]) -> None:
+        index = bisect.bisect_right(self.lows, low)
+        self.lows.insert(index, low)
+        self.spans.insert(index, (low, high, whole_from, rows))
+
+    def covering(self, low: bytes, high: bytes) -> tuple[bytes, bytes, bytes, list[tuple[bytes, bytes]]] | None:
+        """The span read that contains ``[low, high)``, if one does."""
+        index = bisect.bisect_right(self.lows, low) - 1
+        if index < 0:
+            return None
+        span = self.spans[index]
+        return span if high <= span[1] else None
+
+
+def _between(rows: list[tuple[bytes, bytes]], low: bytes, high: bytes) -> list[tuple[bytes, bytes]]:
+    """The rows of ``rows`` (in key order) with ``low <= k < high``."""
+    start = bisect.bisect_left(rows, (low,))
+    end = bisect.bisect_left(rows, (high,), lo=start)
+    return rows[start:end]
+
+
+def _between_keys(keys: list[bytes], low: bytes, high: bytes) -> list[bytes]:
+    return keys[bisect.bisect_left(keys, low) : bisect.bisect_left(keys, high)]
+
+
+def ranges_query(db: str) -> str:
+    """Every stored row of each range of ``ranges_params``, with its range's position."""
+    return (
+        f"SELECT b.i, t.k, t.v FROM unnest(%b::bytea[], %b::bytea[]) WITH ORDINALITY AS b(lo, hi, i) "
+        f"JOIN {db} t ON t.k >= b.lo AND t.k < b.hi"
+    )
+
+
+def tails_query(db: str) -> str:
+    """The last ``limit`` stored rows of each range of ``ranges_params`` (limit last)."""
+    return (
+        f"SELECT b.i, t.k, t.v FROM unnest(%b::bytea[], %b::bytea[]) WITH ORDINALITY AS b(lo, hi, i) "
+        f"CROSS JOIN LATERAL (SELECT k, v FROM {db} WHERE k >= b.lo AND k < b.hi ORDER BY k DESC LIMIT %b) t"
+    )
+
+
+def ranges_params(bounds: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
+    return [low for low, _ in bounds], [high for _, high in bounds]
