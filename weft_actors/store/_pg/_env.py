@@ -116,7 +116,7 @@ class PgEnvironment:
         row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write') & 2147483647").fetchone()
         self.lock_key = int(row[0]) if row else 0  # >= 0: pg_locks shows it as (classid 0, objid key)
         self._lock_timeout = f"SET LOCAL lock_timeout = {int(LOCK_HOLD_LIMIT * 1000)}"
-        self._lock_query = f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8"
+        self._lock_query = f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8, txid_current()"
         self._local.conn = conn
         with self._all_lock:
             self._all = [kept for kept in self._all if not kept.closed] + [conn]
@@ -173,13 +173,16 @@ class PgEnvironment:
         transaction's ``application_name`` before it asks for the lock: what other sessions
         see of its wait (``_store.wait_label``)."""
         conn = self.connect()
+        xid: int | None = None
         try:
             txn = PgTxn(conn, write)
             if write:
                 sent = time.monotonic()
                 row = self._take_lock(conn, txn, prefetch, waiting)
-                if self.on_clock is not None and row is not None:
-                    self.on_clock(float(row[1]), sent, time.monotonic())
+                if row is not None:
+                    xid = int(row[2])
+                    if self.on_clock is not None:
+                        self.on_clock(float(row[1]), sent, time.monotonic())
             else:  # the snapshot and a reading of the server's clock in one round trip
                 sent = time.monotonic()
                 with conn.pipeline():
@@ -191,6 +194,13 @@ class PgEnvironment:
             raise self.failed(exc, "could not begin a transaction") from exc
         try:
             yield txn
+        except psycopg.Error as exc:
+            self._rollback(conn)
+            raise self.failed(exc, "read failed") from exc
+        except BaseException:
+            self._rollback(conn)
+            raise
+        try:
             if write:
                 with conn.pipeline():
                     txn.flush()
@@ -198,11 +208,31 @@ class PgEnvironment:
             else:
                 conn.execute("COMMIT")
         except psycopg.Error as exc:
+            if write and xid is not None and conn.broken and self._committed_after_all(xid):
+                return  # the connection was lost after the server committed
             self._rollback(conn)
             raise self.failed(exc, "commit failed" if write else "read failed") from exc
-        except BaseException:
-            self._rollback(conn)
-            raise
+
+    def _committed_after_all(self, xid: int) -> bool:
+        """Whether transaction ``xid``, whose connection broke during its commit, committed:
+        asked of the server on a new connection (``txid_status``). The old session may still
+        be finishing it for a moment; if the answer cannot be had, the commit counts as failed
+        (the error says its outcome is unknown)."""
+        self._drop()
+        deadline = time.monotonic() + LOCK_HOLD_LIMIT
+        while True:
+            try:
+                row = self.connect().execute("SELECT txid_status(%s)", (xid,)).fetchone()
+            except (psycopg.Error, StorageError):
+                log.error("store: PostgreSQL at %s: the connection broke during a commit and its outcome is unknown", self.where)
+                return False
+            status = None if row is None else row[0]
+            if status == "committed":
+                log.warning("store: PostgreSQL at %s: the connection broke during a commit that the server had made", self.where)
+                return True
+            if status != "in progress" or time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
 
     def _take_lock(self, conn: psycopg.Connection[Any], txn: PgTxn, prefetch: Prefetch | None, waiting: str | None = None) -> Any:
         """Begin, take the store's write lock, read the server's clock and what ``prefetch``
