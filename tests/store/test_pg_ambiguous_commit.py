@@ -34,7 +34,9 @@ def open_store(url: str) -> Any:
 
 
 SYNC = b"S\x00\x00\x00\x04"
-"""The protocol's Sync message, which ends each pipeline the client sends."""
+"""The protocol's Sync message, which ends each pipeline the client sends (a Flush may follow)."""
+READY = b"Z\x00\x00\x00\x05I"
+"""ReadyForQuery (idle): the server's last message once it has answered a pipeline."""
 
 
 class CommitCutter:
@@ -64,27 +66,32 @@ class CommitCutter:
             except OSError:
                 return
             server = socket.create_connection(self.target)
-            threading.Thread(target=self._pump, args=(client, server, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, False), daemon=True).start()
+            cut = threading.Event()  # this connection's
+            threading.Thread(target=self._pump, args=(client, server, cut, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, cut, False), daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket, upstream: bool) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, cut: threading.Event, upstream: bool) -> None:
         try:
             while data := source.recv(65536):
+                if not upstream and cut.is_set():
+                    if data.endswith(READY):  # the server's answer to the commit: it is done
+                        break
+                    continue  # read, never passed on
                 sink.sendall(data)
-                if upstream and self.armed.is_set() and data.endswith(SYNC):
+                if upstream and self.armed.is_set() and SYNC in data:
                     self.armed.clear()
+                    cut.set()
                     self.cut.set()
                     source.shutdown(socket.SHUT_RDWR)  # the client's side: its reply is lost
                     source.close()
-                    return
+                    return  # the server's side is closed once its answer is read (no reset)
         except OSError:
             pass
-        finally:
-            for end in (source, sink):
-                try:
-                    end.close()
-                except OSError:
-                    pass
+        for end in (source, sink):
+            try:
+                end.close()
+            except OSError:
+                pass
 
     def close(self) -> None:
         self.listener.close()
