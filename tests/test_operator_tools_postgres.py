@@ -199,6 +199,44 @@ def test_export_and_replay_read_a_workflow_from_a_url(url):
         _assert_quiet(done)
 
 
+@contextlib.contextmanager
+def _read_only_role(location: str) -> Iterator[str]:
+    """``location`` as a role that may only read the store's schema (``SELECT`` on its tables,
+    nothing else), as an operator's reporting account would; dropped afterwards."""
+    role = "ro_" + uuid.uuid4().hex[:10]
+    schema = location.rpartition("%3D")[2]
+    with psycopg.connect(location, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+        conn.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        conn.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role}")
+    try:
+        yield location.replace(f"postgresql://weft:{SECRET}@", f"postgresql://{role}@", 1)
+    finally:
+        with psycopg.connect(location, autocommit=True) as conn:
+            conn.execute(f"REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role}")
+            conn.execute(f"REVOKE USAGE ON SCHEMA {schema} FROM {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+@pytest.mark.timeout(120)
+def test_a_read_only_role_can_check_and_export_a_store_and_write_nothing(url):
+    with _read_only_role(url) as read_only:
+        checked = _check(read_only)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        exported = _admin("export", STEPS[0], "--data", read_only)
+        assert exported.returncode == 0, exported.stderr
+        assert json.loads(exported.stdout)["record"]["status"] == "completed"
+        store = open_store(read_only, readonly=True)
+        try:
+            assert store.get_workflow(PARKED)["status"] == "running"
+            with pytest.raises(StorageError, match="read-only"):
+                store.mark_engine_dead("00" * 16)
+        finally:
+            store.close()
+        with pytest.raises(StorageError):  # read-write it would create and record: refused
+            open_store(read_only).close()
+
+
 @pytest.mark.timeout(180)
 def test_purge_on_a_url_removes_finished_workflows_and_leaves_the_store_clean(url):
     dry = _admin("purge", "--status", "completed", "--data", url)

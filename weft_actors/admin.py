@@ -100,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _open(location: str, **options: Any) -> LmdbStore:
     """The store at ``location``, a directory or a ``postgresql://`` URL (``open_store``; a
-    ``PgStore`` has every method these commands call, and ignores ``readonly``)."""
+    ``PgStore`` has every method these commands call)."""
     return cast(LmdbStore, open_store(location, **options))
 
 

@@ -27,8 +27,9 @@ def describe_location(location: str) -> str:
 
 
 def open_store(location: str, **options: Any) -> KeyspaceStore:
-    """The store at ``location``. LMDB-only options (``map_size``, ``sync``, ``readonly``)
-    mean nothing to PostgreSQL, which is always durable, and are dropped for it."""
+    """The store at ``location``. LMDB-only options (``map_size``, ``sync``) mean nothing to
+    PostgreSQL, which is always durable, and are dropped for it; ``readonly`` means what it
+    does for LMDB (nothing is created, upgraded or written: a read-only role can open it)."""
     if is_store_url(location):
         try:
             from ._pg import PgStore
@@ -36,7 +37,7 @@ def open_store(location: str, **options: Any) -> KeyspaceStore:
             raise ImportError(
                 "a postgresql:// store needs the PostgreSQL driver: pip install 'weft_actors[postgres]'"
             ) from exc
-        for name in ("map_size", "sync", "readonly"):
+        for name in ("map_size", "sync"):
             options.pop(name, None)
         return PgStore(location, **options)
     from ._store import LmdbStore

@@ -79,9 +79,11 @@ class PgEnvironment:
     (``on_reconnect`` re-takes them on its new connection). ``on_clock(server_now, sent,
     received)`` gets the server's clock as each transaction read it."""
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0, connect_now: bool = True) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = 10.0, connect_now: bool = True, readonly: bool = False) -> None:
         self.url = url
         self.where = redact(url)
+        self.readonly = readonly
+        """Refuse every write transaction (a store opened read-only, as LMDB's can be)."""
         self._connect_timeout = connect_timeout
         self._local = threading.local()
         self._owner = threading.get_ident()
@@ -172,6 +174,8 @@ class PgEnvironment:
         transaction code's reads of those rows then cost nothing. ``waiting`` becomes the
         transaction's ``application_name`` before it asks for the lock: what other sessions
         see of its wait (``_store.wait_label``)."""
+        if write and self.readonly:
+            raise StorageError(f"the store at {self.where} was opened read-only: nothing can be written", path=self.where)
         conn = self.connect()
         xid: int | None = None
         try:

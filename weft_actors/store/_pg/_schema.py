@@ -12,10 +12,10 @@ from typing import Any, Final
 
 import psycopg
 
-from ...errors import SchemaVersionError
+from ...errors import SchemaVersionError, StorageError
 from .._env import DATABASES, SCHEMA_VERSION as STORE_SCHEMA_VERSION
 
-__all__ = ["SCHEMA_VERSION", "PgDatabases", "table_of", "migrate"]
+__all__ = ["SCHEMA_VERSION", "PgDatabases", "table_of", "migrate", "check_version"]
 
 SCHEMA_VERSION: Final = STORE_SCHEMA_VERSION
 """The keyspaces hold LMDB's keys and values, so their layout has LMDB's version number: a
@@ -75,3 +75,28 @@ def migrate(conn: psycopg.Connection[Any], where: str) -> int:
             _MIGRATIONS[version](conn)
             conn.execute("INSERT INTO weft_migrations (version) VALUES (%s)", (version,))
     return SCHEMA_VERSION
+
+
+def check_version(conn: psycopg.Connection[Any], where: str) -> int:
+    """The schema version of a store opened read-only, which may create or upgrade nothing:
+    ``StorageError`` if there is no store there or it needs an upgrade first,
+    ``SchemaVersionError`` if it is newer than this code."""
+    row = conn.execute("SELECT to_regclass('weft_migrations') IS NOT NULL").fetchone()
+    if not (row and row[0]):
+        raise StorageError(f"no weft_actors store at {where} (nothing to open read-only)", path=where)
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM weft_migrations").fetchone()
+    stored = int(row[0]) if row else 0
+    if stored > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the database at {where} has weft_actors schema version {stored}; this code "
+            f"understands up to {SCHEMA_VERSION}: upgrade weft_actors",
+            stored_version=stored,
+            code_version=SCHEMA_VERSION,
+        )
+    if stored < SCHEMA_VERSION:
+        raise StorageError(
+            f"the database at {where} has weft_actors schema version {stored} and needs an upgrade to "
+            f"{SCHEMA_VERSION}: open it read-write once (an engine or the supervisor does)",
+            path=where,
+        )
+    return stored

@@ -34,7 +34,7 @@ from ._env import PgEnvironment
 from ._writer import BatchWriter
 from ._hints import CHANNEL, Listener, notify_payload
 from ._txn import MAX_KEY
-from ._schema import PgDatabases, migrate
+from ._schema import PgDatabases, check_version, migrate
 
 __all__ = ["PgStore", "is_postgres_url"]
 
@@ -151,14 +151,20 @@ class PgStore(KeyspaceStore):
     env: PgEnvironment  # type: ignore[assignment]  # LMDB-shaped: ``begin()`` (``_env``)
     dbs: Any
 
-    def __init__(self, url: str, *, clock: Clock | None = None, max_inbox: int = DEFAULT_MAX_INBOX, **_ignored: Any) -> None:
+    def __init__(
+        self, url: str, *, clock: Clock | None = None, max_inbox: int = DEFAULT_MAX_INBOX, readonly: bool = False, **_ignored: Any
+    ) -> None:
         self.url = url
         self.max_inbox = max_inbox
-        self.env = PgEnvironment(url)
+        self.readonly = readonly
+        self.env = PgEnvironment(url, readonly=readonly)
         self.dbs = PgDatabases()
         conn = self.env.conn
         try:
-            migrate(conn, self.env.where)
+            if readonly:  # a role that may only read: nothing is created, upgraded or written
+                check_version(conn, self.env.where)
+            else:
+                migrate(conn, self.env.where)
             if clock is None or isinstance(clock, SystemClock):  # a test's clock keeps judging leases
                 sent = time.monotonic()
                 row = conn.execute(
@@ -188,7 +194,8 @@ class PgStore(KeyspaceStore):
         self.env.on_reconnect = self._ownership.relock
         self._writer: BatchWriter | None = None
         self._listener: Listener | None = None
-        self._write(lambda txn: adopt_lease_clock(txn, self.dbs, self.clock))
+        if not readonly:
+            self._write(lambda txn: adopt_lease_clock(txn, self.dbs, self.clock))
 
     def listen(self, on_hint: Callable[[list[tuple[str | None, str]]], None]) -> None:
         """Call ``on_hint([(workflow id, kind), ...])`` (from a thread of its own) with the
