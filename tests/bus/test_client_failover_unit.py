@@ -97,11 +97,11 @@ def test_one_endpoint_sends_what_it_always_sent() -> None:
     try:
         with Client(f"tcp://127.0.0.1:{port}", timeout=5) as client:
             assert client.endpoints == (client.endpoint,) and not client._failover
-            answered = threading.Thread(target=lambda: client.get_handle("w-1").signal("go", 7))
+            answered = threading.Thread(target=lambda: client.get_handle("w-1").signal("go", 7, request_id="r-1"))
             answered.start()
             assert router.poll(5000)
             identity, frame = router.recv_multipart()
-            expected = msgpack.packb({**_calls.signal_call("w-1", "go", 7).fields, "v": 1, "id": "1", "op": "signal"}, use_bin_type=True)
+            expected = msgpack.packb({**_calls.signal_call("w-1", "go", 7, "r-1").fields, "v": 1, "id": "1", "op": "signal"}, use_bin_type=True)
             assert frame == expected
             router.send_multipart([identity, msgpack.packb({"v": 1, "id": "1", "ok": None})])
             answered.join(5)
@@ -115,14 +115,14 @@ def test_one_endpoint_sends_what_it_always_sent() -> None:
 
 
 def test_a_refused_endpoint_passes_any_request_on_at_once() -> None:
-    """Nothing was sent, so even a signal (not resendable) goes to the next supervisor."""
+    """Nothing was sent, so even a cancel (not resendable) goes to the next supervisor."""
     with FakeServer() as second, Client([refused(), second.endpoint], timeout=5) as client:
         began = time.monotonic()
-        client.get_handle("w-1").signal("approve", True)
+        client.get_handle("w-1").cancel()
         assert time.monotonic() - began < 2.0
-        assert second.ops() == ["signal"] and client.endpoint == second.endpoint
+        assert second.ops() == ["cancel"] and client.endpoint == second.endpoint
         client.start("order", "o-1")  # a start without an id, too: it never left
-        assert second.ops() == ["signal", "start"]
+        assert second.ops() == ["cancel", "start"]
 
 
 def test_a_silent_endpoint_resends_only_what_is_idempotent() -> None:
@@ -135,7 +135,7 @@ def test_a_silent_endpoint_resends_only_what_is_idempotent() -> None:
             ("start", lambda c: c.start("order", "o-1", id="w-1", if_exists="return"), True),
             ("start", lambda c: c.start("order", "o-1", id="w-1"), False),
             ("start", lambda c: c.start("order", "o-1"), False),
-            ("signal", lambda c: c.get_handle("w-1").signal("approve"), False),
+            ("signal", lambda c: c.get_handle("w-1").signal("approve"), True),
             ("cancel", lambda c: c.get_handle("w-1").cancel(), False),
             ("terminate", lambda c: c.get_handle("w-1").terminate(), False),
             ("signal_with_start", lambda c: c.signal_with_start("order", id="w-1", signal="go"), False),
@@ -156,6 +156,15 @@ def test_an_update_is_resent_with_its_request_id() -> None:
     with FakeServer(silent) as first, FakeServer() as second, Client([first.endpoint, second.endpoint], timeout=0.3) as client:
         answer = client.get_handle("w-1").update("add", "tea")
         assert first.requests[-1]["request_id"] == second.requests[-1]["request_id"] == answer["request_id"]
+
+
+def test_a_signal_is_resent_with_its_request_id() -> None:
+    """The store drops the repeat by that id: the signal arrives once whichever got it."""
+    with FakeServer(silent) as first, FakeServer() as second, Client([first.endpoint, second.endpoint], timeout=0.3) as client:
+        client.get_handle("w-1").signal("approve", True)
+        sent, resent = first.requests[-1], second.requests[-1]
+        assert sent["op"] == resent["op"] == "signal"
+        assert isinstance(sent["request_id"], str) and sent["request_id"] == resent["request_id"]
 
 
 def test_a_connection_lost_under_a_request_fails_over_before_the_timeout() -> None:
@@ -236,7 +245,7 @@ def test_async_refused_endpoint_passes_a_signal_on() -> None:
     asyncio.run(run())
 
 
-def test_async_silent_endpoint_resends_reads_and_not_signals() -> None:
+def test_async_silent_endpoint_resends_reads_and_signals_and_not_starts() -> None:
     async def run() -> None:
         with FakeServer(silent) as first, FakeServer() as second:
             async with AsyncClient([first.endpoint, second.endpoint], timeout=0.3) as client:
@@ -245,9 +254,9 @@ def test_async_silent_endpoint_resends_reads_and_not_signals() -> None:
                     handle.signal("approve"), handle.query("status"), handle.update("add", 1), client.start("order", id="w-2"),
                     return_exceptions=True,
                 )
-                assert isinstance(outcomes[0], OutcomeUnknown) and isinstance(outcomes[3], OutcomeUnknown)
+                assert outcomes[0] is None and isinstance(outcomes[3], OutcomeUnknown)
                 assert outcomes[1] == {"name": "status", "args": ()} and outcomes[2]["args"] == (1,)
-                assert sorted(second.ops()) == ["query", "update"]
+                assert sorted(second.ops()) == ["query", "signal", "update"]
                 assert client.endpoint == second.endpoint and not client._retired
 
     asyncio.run(run())
@@ -273,7 +282,7 @@ def test_async_lost_connection_fails_what_was_in_flight_at_once() -> None:
                     handle = client.get_handle("w-1")
                     asyncio.get_running_loop().call_later(0.3, first.close)
                     began = time.monotonic()
-                    outcomes = await asyncio.gather(handle.result(), handle.signal("go"), handle.describe(), return_exceptions=True)
+                    outcomes = await asyncio.gather(handle.result(), handle.cancel(), handle.describe(), return_exceptions=True)
                     assert time.monotonic() - began < 5.0
                     assert outcomes[0] == ("done", "w-1") and isinstance(outcomes[1], OutcomeUnknown)
                     assert outcomes[2]["id"] == "w-1"

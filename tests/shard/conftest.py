@@ -36,6 +36,7 @@ ON_BOTH_BACKENDS = frozenset({
     "test_run_boundaries",
     "test_cancel_reentry",
     "test_expiry_wake",
+    "test_signal_request_id",
 })
 
 

@@ -361,3 +361,29 @@ def test_append_and_consume_to_a_finished_workflow_is_refused_and_writes_nothing
     (result,) = store.apply(owner, [_take(wid, epoch, run_id, "too late")])
     assert isinstance(result, WorkflowClosed)
     assert store.load_inbox(wid) == [] and store.read_feed(0) == feed
+
+
+# -- a signal's request id: sent twice (a client's resend after a failover), delivered once ----
+
+
+def test_a_signal_sent_twice_under_one_request_id_is_appended_once(store_factory, kit, store, fake_clock):
+    from weft_actors.store import check_store
+
+    eid = kit.engine()
+    wid, run_id, epoch = kit.start(eid)
+    signal = AppendInbox(wid, "signal", "approve", encode(True), "req-1")
+    (seq,) = store.apply(eid, [signal])
+    (repeat,) = store.apply(eid, [signal])
+    assert isinstance(seq, int) and repeat["state"] == "sent" and repeat["inbox"] == seq
+    # The direct path (the owner parked on it) drops a repeat too: nothing appended or consumed.
+    op_record = encode({"kind": "signal", "name": "approve", "outcome": {"ok": encode(True)}})
+    (direct,) = store.apply(eid, [AppendAndConsume(signal, epoch, run_id, 0, {"kind": "signal", "name": "approve"})])
+    assert direct == (repeat, False)
+    _, _, ops, inbox = store.load_for_replay(wid)
+    assert [entry_seq for entry_seq, _ in inbox] == [seq] and ops == {}
+    # Another id is another signal; consumed, the entry of a signal is no unanswered request.
+    (second,) = store.apply(eid, [AppendInbox(wid, "signal", "approve", encode(False), "req-2")])
+    (committed,) = store.apply(eid, [StepCommit(wid, epoch, run_id, ops=((0, op_record),), consume=(seq, second))])
+    assert not isinstance(committed, Exception), committed
+    store.close()
+    assert [problem.kind for problem in check_store(store_factory.location, fake_clock.now())] == []

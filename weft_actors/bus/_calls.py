@@ -168,8 +168,16 @@ def execute_call(workflow: Any, args: tuple[Any, ...], wait: float, **options: A
     return Call("execute", {**start.fields, "wait": wait}, _identity, wait)
 
 
-def signal_call(wid: str, name: str, payload: Any = None) -> Call:
-    return Call("signal", {"wid": validate_id(wid), "name": validate_name(name, "a signal"), "payload": encode(payload, "signal payload")}, _none)
+def signal_call(wid: str, name: str, payload: Any = None, request_id: str | None = None) -> Call:
+    """A missing ``request_id`` is generated here, once: a repeat of this call (after a
+    failover) is dropped by the store, so the signal arrives once."""
+    fields = {
+        "wid": validate_id(wid),
+        "name": validate_name(name, "a signal"),
+        "payload": encode(payload, "signal payload"),
+        "request_id": validate_id(request_id, "a request id") if request_id is not None else uuid.uuid4().hex,
+    }
+    return Call("signal", fields, _none)
 
 
 def query_call(wid: str, name: str, args: tuple[Any, ...]) -> Call:
@@ -291,16 +299,17 @@ def endpoint_list(endpoint: str | Sequence[str]) -> tuple[str, ...]:
 def resendable(call: Call) -> bool:
     """Whether ``call`` may go to another supervisor after one that may have applied it went
     silent. The front door applies the same rule to a shard lost holding a request
-    (``_frontdoor.resendable``): reads; an ``update``, whose ``request_id`` (``update_call``
-    always sets one) makes a repeat return the recorded answer; a ``start`` or ``execute`` with
-    a fixed id and ``if_exists="return"``, whose repeat returns the workflow the first made.
-    Not a signal (the protocol carries no id to drop a repeat by), ``signal_with_start``,
-    ``cancel``, ``terminate``, ``lift_quarantine`` (a repeat would fail, or act twice), nor
-    another start (a repeat makes a second workflow, or fails as already existing)."""
+    (``_frontdoor.resendable``): reads; an ``update`` or a ``signal``, whose ``request_id``
+    (``update_call`` and ``signal_call`` always set one) makes the store drop a repeat (an
+    update's returns the recorded answer); a ``start`` or ``execute`` with a fixed id and
+    ``if_exists="return"``, whose repeat returns the workflow the first made. Not
+    ``signal_with_start``, ``cancel``, ``terminate``, ``lift_quarantine`` (a repeat would fail,
+    or act twice), nor another start (a repeat makes a second workflow, or fails as already
+    existing)."""
     op = call.op
     if op in RESENDABLE_READS:
         return True
-    if op == "update":
+    if op in ("update", "signal"):
         return bool(call.fields.get("request_id"))
     if op in ("start", "execute"):
         return call.fields.get("wid") is not None and call.fields.get("if_exists") == "return"
@@ -336,7 +345,7 @@ def give_up_or_go_on(call: Call, endpoint: str, failure: Unanswered, failures: l
     if failure.delivered and not resendable(call):
         raise OutcomeUnknown(
             f"{call.op}: {failure.why} ({endpoint}); it may or may not have been applied, and a {call.op} "
-            "is not sent to another supervisor (reads, updates, and starts with an id and "
+            "is not sent to another supervisor (reads, updates, signals, and starts with an id and "
             "if_exists='return' are): find out with describe, or retry it idempotently",
             endpoint=endpoint,
             op=call.op,

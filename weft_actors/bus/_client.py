@@ -492,9 +492,11 @@ class ClientHandle:
     def __repr__(self) -> str:
         return f"<ClientHandle {self.id!r}>"
 
-    def signal(self, name: str, payload: Any = None) -> None:
-        """Returns once the signal is committed to the workflow's durable inbox."""
-        self._client._request(_calls.signal_call(self.id, name, payload))
+    def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
+        """Returns once the signal is committed to the workflow's durable inbox. The same
+        ``request_id`` sent twice is delivered once (one is made if not given, so a failover
+        that sends it again cannot deliver it twice)."""
+        self._client._request(_calls.signal_call(self.id, name, payload, request_id))
 
     def query(self, name: str, *args: Any) -> Any:
         return self._client._request(_calls.query_call(self.id, name, args))

@@ -76,19 +76,20 @@ restarts) before it fails with ``ServerUnavailable``."""
 
 def resendable(op: str, frame: bytes) -> bool:
     """Whether another shard may be sent this request after the first one was lost holding
-    it, whatever that one did: reads, an update (its ``request_id`` makes a repeat return the
-    recorded answer), and a start or execute with a fixed id and ``if_exists="return"``.
-    Everything else (a signal, cancel, terminate, another start) could be applied twice.
+    it, whatever that one did: reads, an update or a signal with a ``request_id`` (the store
+    drops a repeat; an update's returns the recorded answer), and a start or execute with a
+    fixed id and ``if_exists="return"``. Everything else (cancel, terminate, another start)
+    could be applied twice.
     Decodes the frame again: called only when a shard is lost, never per request."""
     if op in RETRYABLE_OPS:
         return True
-    if op not in ("update", "start", "execute"):
+    if op not in ("update", "signal", "start", "execute"):
         return False
     try:
         request = decode_request(frame, len(frame))  # it passed the size check on arrival
     except WeftError:
         return False
-    if op == "update":
+    if op in ("update", "signal"):
         return isinstance(request.get("request_id"), str) and bool(request["request_id"])
     return isinstance(request.get("wid"), str) and request.get("if_exists") == "return"
 

@@ -15,7 +15,7 @@ start               workflow, args(bin), wid?, if_exists?, memo(bin)?,    {"id",
                     start_delay?, start_at?, execution_timeout?,
                     priority?
 signal_with_start   start fields + signal, payload(bin)                   {"id", "run_id"}
-signal              wid, name, payload(bin)                               None
+signal              wid, name, payload(bin), request_id?                  None
 query               wid, name, args(bin)                                  bin (encoded value)
 update              wid, name, args(bin), request_id?                     bin (encoded value)
 result              wid, wait (seconds the server may hold the request)   {"status": "completed",

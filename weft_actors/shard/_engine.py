@@ -570,14 +570,17 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         """A handle on schedule ``schedule_id``; no I/O happens until a method is awaited."""
         return ScheduleHandle(self.get_handle(schedule_id))
 
-    async def signal(self, workflow_id: str, name: str, payload: Any = None) -> None:
+    async def signal(self, workflow_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
         """Append a signal to the durable inbox (and the feed); returns once committed. The
-        owner, wherever it runs, picks it up by its feed poll; a local owner at once."""
+        owner, wherever it runs, picks it up by its feed poll; a local owner at once. With a
+        ``request_id``, a repeat of it (a client's resend after a failover) appends nothing."""
         self._check_running()
         validate_id(workflow_id)
         validate_name(name, "a signal")
+        if request_id is not None:
+            validate_id(request_id, "a request id")
         data = self._check_payload(encode(payload, "signal payload"), "signal payload")
-        append = AppendInbox(workflow_id, "signal", name, data)
+        append = AppendInbox(workflow_id, "signal", name, data, request_id)
         if workflow_id in self.eviction.evicted:
             self.eviction.revive(workflow_id, "signal")  # parked again at once, it may take it directly
         actor = self.actors.get(workflow_id)

@@ -24,9 +24,10 @@ class WorkflowHandle:
     def __repr__(self) -> str:
         return f"<WorkflowHandle {self.id!r}>"
 
-    async def signal(self, name: str, payload: Any = None) -> None:
-        """Append a signal to the durable inbox; returns once it is committed."""
-        await self._engine.signal(self.id, name, payload)
+    async def signal(self, name: str, payload: Any = None, *, request_id: str | None = None) -> None:
+        """Append a signal to the durable inbox; returns once it is committed. The same
+        ``request_id`` twice is delivered once."""
+        await self._engine.signal(self.id, name, payload, request_id=request_id)
 
     async def query(self, name: str, *args: Any) -> Any:
         return await self._engine.query(self.id, name, *args)

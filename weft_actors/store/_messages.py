@@ -64,12 +64,14 @@ class AppendAndConsume(NamedTuple):
     record: dict[str, Any]
 
 
-def append_and_consume(state: TxnState, intent: AppendAndConsume) -> tuple[int, bool]:
+def append_and_consume(state: TxnState, intent: AppendAndConsume) -> tuple[Any, bool]:
     txn, dbs, append = state.txn, state.dbs, intent.append
     wid = append.wid
+    if append.request_id is not None and txn.get(request_key(wid, append.request_id), db=dbs.requests) is not None:
+        return append_message(state, append), False  # a repeat: nothing appended, nothing consumed
     holder = txn.get(wid.encode(), db=dbs.claim_holder)
     if holder is None or holder[:24] != fence(state.engine_raw, intent.epoch) or _has_inbox(txn, dbs, wid):
-        return append_inbox(state, append), False
+        return append_message(state, append), False
     # The claim is held, so the workflow runs (every end drops it): no status to check, and
     # with its inbox empty no room either. The entry would be deleted at once: none is made.
     seq = state.next_feed_seq()
@@ -77,6 +79,8 @@ def append_and_consume(state: TxnState, intent: AppendAndConsume) -> tuple[int, 
     record = intent.record
     record["inbox"] = seq
     txn.put(run_prefix(wid, intent.run_id) + pack_u32(intent.op_seq), pack_record(record), db=dbs.ops)
+    if append.request_id is not None:
+        note_request(state, append, seq)
     return seq, True
 
 
@@ -88,7 +92,8 @@ def _has_inbox(txn: lmdb.Transaction[bytes], dbs: Databases, wid: str) -> bool:
 
 def append_message(state: TxnState, intent: AppendInbox) -> Any:
     """``AppendInbox``; with a request id, at most once per ``(wid, request id)``: a repeated
-    request appends nothing and returns its entry (``{"state": "pending"|"done", ...}``)."""
+    request appends nothing and returns its entry (``{"state": "pending"|"done"|"sent", ...}``:
+    an update waits for its answer, a signal is ``sent``)."""
     if intent.request_id is None:
         return append_inbox(state, intent)
     txn, dbs = state.txn, state.dbs
@@ -97,8 +102,15 @@ def append_message(state: TxnState, intent: AppendInbox) -> Any:
     if raw is not None:
         return unpack_record(raw)
     seq = append_inbox(state, intent)
-    txn.put(key, pack_record({"state": "pending", "inbox": seq, "at": state.now}), db=dbs.requests)
+    note_request(state, intent, seq)
     return seq
+
+
+def note_request(state: TxnState, intent: AppendInbox, seq: int) -> None:
+    """Record request ``intent.request_id`` as appended at inbox ``seq``: an update is
+    ``pending`` until its answer is stored, a signal is ``sent`` (nothing answers it)."""
+    entry = {"state": "pending" if intent.kind == "update" else "sent", "inbox": seq, "at": state.now}
+    state.txn.put(request_key(intent.wid, intent.request_id), pack_record(entry), db=state.dbs.requests)  # type: ignore[arg-type]
 
 
 def request_cancel_intent(state: TxnState, intent: RequestCancel) -> dict[str, Any]:

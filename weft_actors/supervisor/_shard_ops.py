@@ -70,7 +70,7 @@ class ShardOps:
         return {"id": handle.id, "run_id": handle.run_id}
 
     async def signal(self, request: dict[str, Any]) -> None:
-        await self.engine.signal(request["wid"], request["name"], decode(request["payload"], "signal payload"))
+        await self.engine.signal(request["wid"], request["name"], decode(request["payload"], "signal payload"), request_id=request.get("request_id"))
 
     async def query(self, request: dict[str, Any]) -> bytes:
         value = await self.engine.query(request["wid"], request["name"], *decode_args(request["args"], "query argument"))
