@@ -56,6 +56,9 @@ class KeyspaceStore(UpkeepMixin, RequestsMixin):
 
     write_failure: StorageError | StorageFull | None
     max_inbox: int
+    commits: int
+    writes: int
+    promoted: list[tuple[str, str, str]]
     _lock_lost: StorageError | None = None
     """Set once the backend found it must never write again (``LmdbStore``: its lock file)."""
 
@@ -128,6 +131,17 @@ class KeyspaceStore(UpkeepMixin, RequestsMixin):
             return "ok"
         reason = getattr(failure, "reason", None)
         return reason or ("map_full" if isinstance(failure, StorageFull) else "error")
+
+    def _batch_committed(self, promoted: list[tuple[str, str, str]] | None, written: float | None, intents: int) -> None:
+        """The bookkeeping after a batch's transaction committed (either backend's ``_apply_once``)."""
+        if self.write_failure is not None:
+            self._write_recovered()
+        if promoted:
+            self.promoted.extend(promoted)
+        if written is not None:
+            self._refusals.committed(written)
+        self.commits += 1
+        self.writes += intents
 
     # -- engines (the transactions are ``Ownership``'s) ---------------------------------
 

@@ -149,14 +149,7 @@ class LmdbStore(KeyspaceStore):
         finally:
             for slot in slots:
                 slot[0] = 0.0
-        if self.write_failure is not None:
-            self._write_recovered()
-        if state.promoted:
-            self.promoted.extend(state.promoted)
-        if written is not None:
-            self._refusals.committed(written)
-        self.commits += 1
-        self.writes += len(intents)
+        self._batch_committed(state.promoted, written, len(intents))
         return results
 
     def _give_way(self, now: float) -> None:

@@ -60,13 +60,7 @@ def migrate(conn: psycopg.Connection[Any], where: str) -> int:
         )
         row = conn.execute("SELECT coalesce(max(version), 0) FROM weft_migrations").fetchone()
         stored = int(row[0]) if row else 0
-        if stored > SCHEMA_VERSION:
-            raise SchemaVersionError(
-                f"the database at {where} has weft_actors schema version {stored}; this code "
-                f"understands up to {SCHEMA_VERSION}: upgrade weft_actors",
-                stored_version=stored,
-                code_version=SCHEMA_VERSION,
-            )
+        _refuse_newer(stored, where)
         if stored < FIRST_VERSION:  # a new database (no version of this backend is older)
             _create(conn)
             stored = SCHEMA_VERSION
@@ -86,13 +80,7 @@ def check_version(conn: psycopg.Connection[Any], where: str) -> int:
         raise StorageError(f"no weft_actors store at {where} (nothing to open read-only)", path=where)
     row = conn.execute("SELECT coalesce(max(version), 0) FROM weft_migrations").fetchone()
     stored = int(row[0]) if row else 0
-    if stored > SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"the database at {where} has weft_actors schema version {stored}; this code "
-            f"understands up to {SCHEMA_VERSION}: upgrade weft_actors",
-            stored_version=stored,
-            code_version=SCHEMA_VERSION,
-        )
+    _refuse_newer(stored, where)
     if stored < SCHEMA_VERSION:
         raise StorageError(
             f"the database at {where} has weft_actors schema version {stored} and needs an upgrade to "
@@ -100,3 +88,13 @@ def check_version(conn: psycopg.Connection[Any], where: str) -> int:
             path=where,
         )
     return stored
+
+
+def _refuse_newer(stored: int, where: str) -> None:
+    if stored > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"the database at {where} has weft_actors schema version {stored}; this code "
+            f"understands up to {SCHEMA_VERSION}: upgrade weft_actors",
+            stored_version=stored,
+            code_version=SCHEMA_VERSION,
+        )

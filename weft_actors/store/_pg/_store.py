@@ -318,14 +318,7 @@ class PgStore(KeyspaceStore):
             return [error] * len(intents)
         except WeftError as exc:
             return [exc] * len(intents)
-        if self.write_failure is not None:
-            self._write_recovered()
-        if state.promoted:
-            self.promoted.extend(state.promoted)
-        if written is not None:
-            self._refusals.committed(written)
-        self.commits += 1
-        self.writes += len(intents)
+        self._batch_committed(state.promoted, written, len(intents))
         return results
 
 
