@@ -35,9 +35,13 @@ DRIVE_SLICE: Final = 0.02
 """Seconds of loop time one slice spends driving at most (it ends after the drive that
 crosses it, so a slice is longer by at most one replay)."""
 READ_AHEAD: Final = 64
-"""Queued workflows whose rows a slice reads in one snapshot before driving them
-(``load_many_for_replay``): on PostgreSQL a handful of statements for all of them instead of
-several round trips each. What the slice does not drive is dropped at its end, unused."""
+"""Queued workflows whose rows a slice reads at most in one snapshot before driving them
+(``load_many_for_replay``), where each read is a round trip (PostgreSQL): a handful of
+statements for all of them instead of several each. What the slice does not drive is
+dropped at its end, unused. On LMDB each drive reads its own rows, in place."""
+FIRST_READ_AHEAD: Final = 8
+"""The first read-ahead's size: it doubles up to ``READ_AHEAD`` while a read takes under a
+quarter of a slice, and halves when it takes more, so long op logs never stall the loop."""
 
 TAKEOVER: Final = ""
 """The wake kind of a queued drive that is not a revival (a takeover, a fired start)."""
@@ -55,6 +59,7 @@ class Driver:
         self._scheduled = False
         self.read_ahead: dict[str, ReplayRows] = {}
         """Rows read for the queued workflows this slice drives next (``drive`` takes them)."""
+        self._ahead = FIRST_READ_AHEAD
 
     def __len__(self) -> int:
         return len(self.queue)
@@ -98,6 +103,7 @@ class Driver:
         self.slices += 1
         queue = self.queue
         deadline = time.perf_counter() + DRIVE_SLICE
+        bulk = getattr(engine.store, "reads_cost_round_trips", False)
         try:
             while engine.state == "running":
                 if not queue:
@@ -107,7 +113,7 @@ class Driver:
                     reclaimer.take_more()
                 if queue:
                     wid = next(iter(queue))
-                    if wid not in self.read_ahead and len(queue) > 1:
+                    if bulk and wid not in self.read_ahead and len(queue) > 1:
                         self._read_ahead()
                     self._drive(wid, *queue.pop(wid))
                 if time.perf_counter() >= deadline:
@@ -118,12 +124,18 @@ class Driver:
             self.schedule()
 
     def _read_ahead(self) -> None:
-        """Read the rows of the next ``READ_AHEAD`` queued workflows in one snapshot; a failed
-        read leaves each drive to read its own."""
+        """Read the rows of the next queued workflows in one snapshot (``FIRST_READ_AHEAD``);
+        a failed read leaves each drive to read its own."""
+        started = time.perf_counter()
         try:
-            self.read_ahead = self.engine.store.load_many_for_replay(list(itertools.islice(self.queue, READ_AHEAD)))
+            self.read_ahead = self.engine.store.load_many_for_replay(list(itertools.islice(self.queue, self._ahead)))
         except Exception:
             self.read_ahead = {}
+        took = time.perf_counter() - started
+        if took < DRIVE_SLICE / 4:
+            self._ahead = min(READ_AHEAD, self._ahead * 2)
+        else:
+            self._ahead = max(1, self._ahead // 2)
 
     def _drive(self, wid: str, epoch: int, kind: str) -> None:
         engine = self.engine

@@ -150,6 +150,8 @@ class PgStore(KeyspaceStore):
 
     env: PgEnvironment  # type: ignore[assignment]  # LMDB-shaped: ``begin()`` (``_env``)
     dbs: Any
+    reads_cost_round_trips = True
+    """Callers that can read in bulk should (``load_many_for_replay``, ``_reads``)."""
 
     def __init__(
         self, url: str, *, clock: Clock | None = None, max_inbox: int = DEFAULT_MAX_INBOX, readonly: bool = False, **_ignored: Any
