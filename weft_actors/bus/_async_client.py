@@ -30,7 +30,7 @@ from ..errors import ServerUnavailable
 from . import _calls
 from ._calls import Call
 from ._client import DEFAULT_ENDPOINT, ConnectionWatch
-from ._curve import CurveKeys, apply_curve, resolve_curve
+from ._curve import CurveKeys, connect_client, resolve_curve
 from ._frames import readable, recv_frames
 from ._protocol import decode_reply
 
@@ -139,12 +139,7 @@ class AsyncClient:
                 self._context = zmq.Context()
             socket = self._context.socket(zmq.DEALER)
             socket.linger = 0
-            apply_curve(socket, self._curve)
-            try:
-                socket.connect(self.endpoint)
-            except zmq.ZMQError as exc:
-                socket.close(linger=0)
-                raise ValueError(f"cannot connect to {self.endpoint!r}: {exc}") from None
+            connect_client(socket, self.endpoint, self._curve)
             self._loop = asyncio.get_running_loop()
             self._loop.add_reader(socket.fileno(), self._drain)
             self._socket = socket
@@ -172,20 +167,8 @@ class AsyncClient:
         socket = self._socket
         if socket is None:
             return
-        pending = self._pending
         try:
-            while readable(socket):
-                frames = recv_frames(socket)
-                try:
-                    reply = decode_reply(frames[-1])
-                except Exception:
-                    log.warning("discarding a malformed reply from %s", self.endpoint)
-                    continue
-                future = pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
-                if future is None:
-                    log.debug("discarding a reply to no pending request (%r)", reply.get("id"))
-                elif not future.done():
-                    future.set_result(reply)
+            _answer_pending(socket, self._pending, self.endpoint)
         except zmq.ZMQError as exc:  # the socket is gone: nothing more will be answered
             if not self._closed:
                 log.warning("client socket for %s failed: %s", self.endpoint, exc)
@@ -275,12 +258,7 @@ class AsyncClient:
         socket = self._context.socket(zmq.DEALER)
         socket.linger = 0
         socket.immediate = 1
-        apply_curve(socket, self._curve)
-        try:
-            socket.connect(endpoint)
-        except zmq.ZMQError as exc:
-            socket.close(linger=0)
-            raise ValueError(f"cannot connect to {endpoint!r}: {exc}") from None
+        connect_client(socket, endpoint, self._curve)
         link = _Link(index, socket)
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(socket.fileno(), self._drain_link, link)
@@ -376,20 +354,8 @@ class AsyncClient:
         link.drain_scheduled = False
         if link.socket.closed:
             return
-        pending = self._pending
         try:
-            while readable(link.socket):
-                frames = recv_frames(link.socket)
-                try:
-                    reply = decode_reply(frames[-1])
-                except Exception:
-                    log.warning("discarding a malformed reply from %s", self.endpoints[link.index])
-                    continue
-                future = pending.pop(reply.get("id"), None)  # type: ignore[arg-type]
-                if future is None:
-                    log.debug("discarding a reply to no pending request (%r)", reply.get("id"))
-                elif not future.done():
-                    future.set_result(reply)
+            _answer_pending(link.socket, self._pending, self.endpoints[link.index])
         except zmq.ZMQError as exc:  # the socket is gone: nothing more will be answered on it
             self._lose(link, f"socket error: {exc}")
 
@@ -559,3 +525,20 @@ class AsyncClientHandle:
 def _expire(future: asyncio.Future[Any]) -> None:
     if not future.done():
         future.set_exception(asyncio.TimeoutError())
+
+
+def _answer_pending(socket: zmq.Socket, pending: dict[Any, asyncio.Future[Any]], endpoint: str) -> None:
+    """Hand every reply queued on ``socket`` to the future of its request in ``pending``;
+    malformed replies and replies to nothing pending are dropped (and logged)."""
+    while readable(socket):
+        frames = recv_frames(socket)
+        try:
+            reply = decode_reply(frames[-1])
+        except Exception:
+            log.warning("discarding a malformed reply from %s", endpoint)
+            continue
+        future = pending.pop(reply.get("id"), None)
+        if future is None:
+            log.debug("discarding a reply to no pending request (%r)", reply.get("id"))
+        elif not future.done():
+            future.set_result(reply)

@@ -29,7 +29,7 @@ from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..errors import ServerUnavailable
 from . import _calls
 from ._calls import Call
-from ._curve import CurveKeys, apply_curve, resolve_curve
+from ._curve import CurveKeys, connect_client, resolve_curve
 from ._frames import readable
 from ._protocol import decode_reply
 
@@ -188,12 +188,7 @@ class Client:
             socket.immediate = 1  # no connection up: the send fails, so the request surely never left
         else:
             socket.sndtimeo = int(self.timeout * 1000)
-        apply_curve(socket, self._curve)
-        try:
-            socket.connect(endpoint)
-        except zmq.ZMQError as exc:
-            socket.close(linger=0)
-            raise ValueError(f"cannot connect to {endpoint!r}: {exc}") from None
+        connect_client(socket, endpoint, self._curve)
         return socket
 
     def _new_channel(self) -> _Channel:
@@ -259,15 +254,9 @@ class Client:
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or not socket.poll(max(1, int(remaining * 1000)), zmq.POLLIN):
                         raise _unavailable(self.endpoint, call.op, f"no reply within {budget:.3g}s")
-                    frames = socket.recv_multipart(zmq.NOBLOCK)
-                    try:
-                        reply = decode_reply(frames[-1])
-                    except Exception:
-                        log.warning("discarding a malformed reply from %s", self.endpoint)
-                        continue
-                    if reply.get("id") == request_id or (reply.get("id") is None and "error" in reply):
+                    reply = self._matching_reply(socket, request_id)
+                    if reply is not None:
                         break
-                    log.debug("discarding stale reply %r (waiting for %s)", reply.get("id"), request_id)
             except zmq.Again:
                 raise _unavailable(self.endpoint, call.op, f"could not send within {self.timeout:.3g}s") from None
             except zmq.ContextTerminated:

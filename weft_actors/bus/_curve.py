@@ -15,7 +15,7 @@ import zmq
 import zmq.auth
 from zmq.utils import z85
 
-__all__ = ["CurveKeys", "load_key", "resolve_curve", "apply_curve"]
+__all__ = ["CurveKeys", "load_key", "resolve_curve", "apply_curve", "connect_client"]
 
 _Z85_KEY_LEN: Final = 40
 
@@ -100,3 +100,14 @@ def apply_curve(socket: zmq.Socket, keys: CurveKeys | None) -> None:
     socket.curve_serverkey = keys.server
     socket.curve_publickey = keys.public
     socket.curve_secretkey = keys.secret
+
+
+def connect_client(socket: zmq.Socket, endpoint: str, keys: CurveKeys | None) -> None:
+    """Configure ``socket`` as a (CURVE, if ``keys``) client and connect it to ``endpoint``;
+    ``ValueError`` (the socket closed) if the endpoint cannot be connected to."""
+    apply_curve(socket, keys)
+    try:
+        socket.connect(endpoint)
+    except zmq.ZMQError as exc:
+        socket.close(linger=0)
+        raise ValueError(f"cannot connect to {endpoint!r}: {exc}") from None
