@@ -236,7 +236,10 @@ def freeze_host_a_then_thaw(
         wait_gone(a_engines.values(), 30, "host A's thawed shards exited")
         ended = how_each_ended(host_a.log_text()[log_offset:], a_engines)
         log.info("host A's thawed engines ended: %s", ended)
-        assert None not in ended.values(), f"a thawed engine of host A neither was deposed nor killed as hung: {ended}"
+        assert None not in ended.values(), (
+            f"a thawed engine of host A neither was deposed nor killed as hung: {ended}; host A's log after the thaw:\n"
+            + host_a.log_text()[log_offset:][-4000:]
+        )
         time.sleep(1.0)  # two heartbeats of host A's restarted shards: nothing of theirs may change a workflow either
         changes = snapshot_changes(before, snapshot(url))
         assert changes == [], "host A committed after SIGCONT:\n" + "\n".join(changes[:40])

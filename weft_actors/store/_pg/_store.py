@@ -79,6 +79,13 @@ class _PgOwnership(Ownership):
                 except psycopg.Error:
                     pass  # the connection is gone, and the lock with it
 
+    def unlock_all(self) -> None:
+        """Let go of every engine lock of this instance now, before its connection closes:
+        the server frees a closed session's locks only once its backend has noticed, a
+        moment later, and a peer asking meanwhile would not yet see the engine gone."""
+        for engine_id in list(self._locks):
+            self._unlock(engine_id)
+
     def relock(self) -> None:
         """After a new connection: take again the locks of this instance's engines."""
         for engine_id in list(self._locks):
@@ -191,7 +198,8 @@ class PgStore(KeyspaceStore):
         self.write_failure = None
         self.promoted: list[tuple[str, str, str]] = []
         self.before_commit: Callable[[], None] | None = None
-        self._ownership = _PgOwnership(self)  # type: ignore[arg-type]
+        self._engine_locks = _PgOwnership(self)  # type: ignore[arg-type]
+        self._ownership = self._engine_locks
         self._incarnations = self._ownership.incarnations
         self.env.on_reconnect = self._ownership.relock
         self._writer: BatchWriter | None = None
@@ -218,7 +226,8 @@ class PgStore(KeyspaceStore):
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        self.env.close()  # and with the connection, every engine lock it held
+        self._engine_locks.unlock_all()
+        self.env.close()  # and with the connection, any engine lock still held
 
     def apply_async(self, engine_id: str, intents: list[Any], done: Callable[[list[Any], bool], None], loop: asyncio.AbstractEventLoop) -> None:
         """``apply`` on this store's writer thread, with a connection of its own, so that the
