@@ -59,10 +59,10 @@ MAX_RESULT_WAIT: Final = 30.0
 """Longest a single ``result`` request asks the server to hold it; longer waits loop."""
 
 MAX_REQUEST_BYTES: Final = 64 << 20
-"""The largest request a client sends: the front door drops the connection of a message above
-its wire ceiling (64 MiB) without a reply, so a bigger one is refused here, at once, rather
-than timing out. (Below it, a request over the server's payload limit gets its
-``PayloadTooLarge`` reply.)"""
+"""The largest request a client sends: a bigger one is refused here, at once. The front door
+drops the connection of a request over twice its own largest (``part_cap``: 2.1 MiB with the
+default payload limit) without a reply; one between its limit and that gets its
+``PayloadTooLarge`` reply."""
 
 IF_EXISTS: Final = ("error", "return", "start_new")
 
