@@ -19,7 +19,7 @@ from typing import Any, Callable, Final, NamedTuple, Sequence
 
 import msgpack
 
-from .._checks import check_instant, check_priority, check_seconds, validate_id, validate_name
+from .._checks import check_instant, check_priority, check_seconds, not_text, validate_id, validate_name
 from ..codec import decode, encode, encode_args, try_decode_args
 from ..errors import InvalidRequest, OutcomeUnknown, PayloadTooLarge, ServerUnavailable, UnknownWorkflowType, from_wire
 from ._protocol import VERSION
@@ -252,7 +252,10 @@ def ping_call() -> Call:
 def frame(request_id: str, call: Call) -> bytes:
     """The request frame. Built here rather than with ``encode_request(request_id, op, **fields)``
     because ``update`` has a field named ``request_id`` that would collide with that parameter."""
-    data = msgpack.packb({**call.fields, "v": VERSION, "id": request_id, "op": call.op}, use_bin_type=True)
+    try:
+        data = msgpack.packb({**call.fields, "v": VERSION, "id": request_id, "op": call.op}, use_bin_type=True)
+    except UnicodeEncodeError:
+        raise not_text(call.op, call.fields) from None
     if len(data) > MAX_REQUEST_BYTES:
         raise PayloadTooLarge(
             f"{call.op} request of {len(data)} bytes exceeds the largest a client sends ({MAX_REQUEST_BYTES})",
