@@ -321,10 +321,12 @@ class ActivityRunner:
         whose workflow was cancelled, runs on and still counts against the limit."""
         context = contextvars.copy_context()
         context.run(current_activity.set, info)
-        call = self._pool.submit(context.run, definition.fn, *values)
-        if permit is not None:
+        if permit is None:
+            future = self._loop.run_in_executor(self._pool, context.run, definition.fn, *values)
+        else:  # the pool's own future: it says when the thread is done, not when it is abandoned
+            call = self._pool.submit(context.run, definition.fn, *values)
             call.add_done_callback(thread_over(self._loop, permit))
-        future = asyncio.wrap_future(call, loop=self._loop)
+            future = asyncio.wrap_future(call, loop=self._loop)
         state = {"open": True}
 
         def report(value: Any, error: BaseException | None) -> None:
