@@ -36,10 +36,17 @@ def _request_entries(engine: Engine, wid: str) -> int:
         return count
 
 
-@pytest.mark.timeout(60)
-def test_signal_request_entries_are_pruned_at_continue_as_new(tmp_path):
+@pytest.fixture(params=["lmdb", "postgresql"])
+def location(request, tmp_path) -> str:
+    if request.param == "lmdb":
+        return str(tmp_path)
+    return request.getfixturevalue("schema_url")
+
+
+@pytest.mark.timeout(90)
+def test_signal_request_entries_are_pruned_at_continue_as_new(location):
     async def main():
-        async with Engine(str(tmp_path), app=[tally]) as engine:
+        async with Engine(store=location, app=[tally]) as engine:
             handle = await engine.start(tally, 0, id="tally")
             for i in range(200):
                 await handle.signal("add", 1, request_id=f"r{i}")
@@ -66,10 +73,10 @@ def _runs_before(engine: Engine, wid: str) -> int:
     return len(record.get("previous_runs") or ()) if record else 0
 
 
-@pytest.mark.timeout(60)
-def test_a_signal_still_in_the_inbox_keeps_its_entry_across_runs(tmp_path):
+@pytest.mark.timeout(90)
+def test_a_signal_still_in_the_inbox_keeps_its_entry_across_runs(location):
     async def main():
-        async with Engine(str(tmp_path), app=[slow_taker]) as engine:
+        async with Engine(store=location, app=[slow_taker]) as engine:
             handle = await engine.start(slow_taker, 0, id="slow")
             await handle.signal("add", "once", request_id="a1")  # waits in the inbox for three runs
             await eventually(lambda: _runs_before(engine, "slow") == 3, timeout=10)
