@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from .errors import InvalidRequest
 
-__all__ = ["MAX_ID_BYTES", "MAX_SECONDS", "MAX_INSTANT", "MIN_PRIORITY", "MAX_PRIORITY", "validate_id", "validate_name", "check_seconds", "check_instant", "check_priority"]
+__all__ = ["MAX_ID_BYTES", "MAX_SECONDS", "MAX_INSTANT", "MIN_PRIORITY", "MAX_PRIORITY", "validate_id", "validate_name", "not_text", "check_seconds", "check_instant", "check_priority"]
 
 MAX_ID_BYTES: Final = 256
 MAX_SECONDS: Final = 100 * 365.25 * 86400.0
@@ -26,20 +26,49 @@ MAX_PRIORITY: Final = 127
 
 
 def validate_id(wid: Any, what: str = "a workflow id") -> str:
-    """``wid`` if it is a non-empty string without NUL of at most ``MAX_ID_BYTES`` bytes."""
+    """``wid`` if it is a non-empty string without NUL of at most ``MAX_ID_BYTES`` bytes of
+    UTF-8 (a lone surrogate has none: refused here, named, not a bare ``UnicodeEncodeError``
+    from the encoder)."""
     if not isinstance(wid, str) or not wid:
         raise InvalidRequest(f"{what} must be a non-empty string, not {wid!r}")
     if "\x00" in wid:
         raise InvalidRequest(f"{what} must not contain NUL")
-    if len(wid.encode()) > MAX_ID_BYTES:
+    try:
+        size = len(wid.encode())
+    except UnicodeEncodeError as exc:  # a lone surrogate (an undecodable byte of argv, say)
+        raise InvalidRequest(f"{what} must be valid Unicode text: {_surrogate(wid, exc)}") from None
+    if size > MAX_ID_BYTES:
         raise InvalidRequest(f"{what} is at most {MAX_ID_BYTES} bytes", limit=MAX_ID_BYTES)
     return wid
 
 
+def not_text(op: str, fields: dict[str, Any]) -> InvalidRequest:
+    """The error for a request whose ``fields`` UTF-8 cannot encode, naming the field: a
+    string no check above covers (a workflow type, say) met the encoder. Only on that path."""
+    for field, value in fields.items():
+        if isinstance(value, str):
+            try:
+                value.encode()
+            except UnicodeEncodeError as exc:
+                return InvalidRequest(f"{op}: {field} must be valid Unicode text: {_surrogate(value, exc)}")
+    return InvalidRequest(f"{op}: a field is not valid Unicode text (it holds a lone surrogate)")
+
+
+def _surrogate(text: str, exc: UnicodeEncodeError) -> str:
+    """Where ``text`` cannot be encoded, said in one line (the text itself is not shown whole:
+    it may be long, and the terminal could not show the character either)."""
+    return f"it holds the lone surrogate {text[exc.start]!r} at index {exc.start}"
+
+
 def validate_name(name: Any, what: str) -> str:
-    """``name`` (of a signal, update, query) if it is a non-empty string."""
+    """``name`` (of a signal, update, query) if it is a non-empty string that UTF-8 can encode."""
     if not isinstance(name, str) or not name:
         raise InvalidRequest(f"{what} needs a non-empty name, not {name!r}")
+    if not name.isascii():  # the common case costs one scan, no encode
+        try:
+            name.encode()
+        except UnicodeEncodeError as exc:
+            raise InvalidRequest(f"{what} name must be valid Unicode text: {_surrogate(name, exc)}") from None
     return name
 
 

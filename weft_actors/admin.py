@@ -100,7 +100,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _open(location: str, **options: Any) -> LmdbStore:
     """The store at ``location``, a directory or a ``postgresql://`` URL (``open_store``; a
-    ``PgStore`` has every method these commands call)."""
+    ``PgStore`` has every method these commands call). Callers open it ``readonly`` or with
+    ``create=False``: only an engine or a supervisor makes a store."""
     return cast(LmdbStore, open_store(location, **options))
 
 
@@ -108,7 +109,7 @@ def _run(args: argparse.Namespace, out: Any) -> int:
     if args.command == "backup":
         if is_store_url(args.data):
             raise ValueError(PG_BACKUP_HINT)
-        store = LmdbStore(args.data)
+        store = LmdbStore(args.data, create=False)
         try:
             size = backup(store, args.destination)
         finally:
@@ -116,7 +117,7 @@ def _run(args: argparse.Namespace, out: Any) -> int:
         out.write(f"backup of {args.data} written to {args.destination} ({size} bytes)\n")
         return 0
     if args.command == "purge":
-        store = _open(args.data)
+        store = _open(args.data, create=False)
         try:
             if args.ids:
                 targets = list(args.ids)

@@ -26,6 +26,7 @@ from typing import Any, Sequence, TextIO
 
 import zmq.auth
 
+from ._cli_json import json_args as _json_args, json_value as _json_value
 from ._schedule_spec import OVERLAP_POLICIES, SCHEDULE_TYPE
 from .bus import DEFAULT_ENDPOINT, Client
 from .bus._calls import endpoint_list
@@ -80,25 +81,6 @@ def _string_keys(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_string_keys(v) for v in value]
     return value
-
-
-def _json_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not valid JSON ({exc}): {_json_hint(text)}") from None
-
-
-def _json_hint(text: str) -> str:
-    """What the argument should look like: users type ``start hello world`` for ``'["world"]'``."""
-    quoted = json.dumps(text)
-    return f"write a string in double quotes, e.g. '{quoted}', or the arguments as a JSON array, e.g. '[{quoted}]'"
-
-
-def _json_args(text: str) -> tuple[Any, ...]:
-    """A JSON array is the positional arguments; any other JSON value is the one argument."""
-    value = _json_value(text)
-    return tuple(value) if isinstance(value, list) else (value,)
 
 
 def _reply_timeout(text: str) -> float:

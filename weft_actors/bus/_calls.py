@@ -19,7 +19,7 @@ from typing import Any, Callable, Final, NamedTuple, Sequence
 
 import msgpack
 
-from .._checks import check_instant, check_priority, check_seconds, validate_id, validate_name
+from .._checks import check_instant, check_priority, check_seconds, not_text, validate_id, validate_name
 from ..codec import decode, encode, encode_args, try_decode_args
 from ..errors import InvalidRequest, OutcomeUnknown, PayloadTooLarge, ServerUnavailable, UnknownWorkflowType, from_wire
 from ._protocol import VERSION
@@ -59,10 +59,10 @@ MAX_RESULT_WAIT: Final = 30.0
 """Longest a single ``result`` request asks the server to hold it; longer waits loop."""
 
 MAX_REQUEST_BYTES: Final = 64 << 20
-"""The largest request a client sends: the front door drops the connection of a message above
-its wire ceiling (64 MiB) without a reply, so a bigger one is refused here, at once, rather
-than timing out. (Below it, a request over the server's payload limit gets its
-``PayloadTooLarge`` reply.)"""
+"""The largest request a client sends: a bigger one is refused here, at once. The front door
+drops the connection of a request over twice its own largest (``part_cap``: 2.1 MiB with the
+default payload limit) without a reply; one between its limit and that gets its
+``PayloadTooLarge`` reply."""
 
 IF_EXISTS: Final = ("error", "return", "start_new")
 
@@ -252,7 +252,10 @@ def ping_call() -> Call:
 def frame(request_id: str, call: Call) -> bytes:
     """The request frame. Built here rather than with ``encode_request(request_id, op, **fields)``
     because ``update`` has a field named ``request_id`` that would collide with that parameter."""
-    data = msgpack.packb({**call.fields, "v": VERSION, "id": request_id, "op": call.op}, use_bin_type=True)
+    try:
+        data = msgpack.packb({**call.fields, "v": VERSION, "id": request_id, "op": call.op}, use_bin_type=True)
+    except UnicodeEncodeError:
+        raise not_text(call.op, call.fields) from None
     if len(data) > MAX_REQUEST_BYTES:
         raise PayloadTooLarge(
             f"{call.op} request of {len(data)} bytes exceeds the largest a client sends ({MAX_REQUEST_BYTES})",

@@ -19,8 +19,9 @@ requests, or ``max_shard_starts`` starts not answered yet, gets no more (of them
 goes to the next shard in line, or is refused at once with ``Overloaded``. The second bound
 keeps the latency of accepted starts short: starts queue no deeper than that per shard. A client's replies queue in zmq up to ``CLIENT_HWM`` messages, then here
 up to ``client_budget`` bytes, and beyond that are dropped: a client that never reads cannot
-grow the supervisor. A message of more parts than a request has is cut on arrival; while
-libzmq still assembles one (it holds every part until the last), ``IntakeGuard`` bounds it.
+grow the supervisor. A part over twice the largest request is dropped by libzmq before it
+is assembled (``part_cap``); a message of more parts than a request has is cut on arrival;
+while libzmq still assembles one (it holds every part until the last), ``IntakeGuard`` bounds it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import zmq
 
 from ..errors import InvalidRequest, OutcomeUnknown, Overloaded, ServerUnavailable, WeftError
 from ._access import KeyRing, drain_with_users
-from ._intake import DEFAULT_INTAKE_BUDGET, IntakeGuard
+from ._intake import DEFAULT_INTAKE_BUDGET, IntakeGuard, part_cap
 from ._frames import bind_internal, decode_batch, drain, encode_batch, send_frames
 from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
 from ._routing import RoutingTable
@@ -225,9 +226,7 @@ class FrontDoor:
         frontend.setsockopt(zmq.LINGER, 0)
         frontend.setsockopt(zmq.SNDHWM, CLIENT_HWM)
         frontend.setsockopt(zmq.RCVHWM, CLIENT_HWM)
-        # Per part (libzmq checks each frame, not the message: ``_REQUEST_PARTS`` does that). Far above the frame limit, so an oversized request still gets its PayloadTooLarge
-        # reply; only absurd frames (a memory attack) drop the connection.
-        frontend.setsockopt(zmq.MAXMSGSIZE, max(64 << 20, 4 * self._max_frame))
+        frontend.setsockopt(zmq.MAXMSGSIZE, part_cap(self._max_frame))  # per part: see ``part_cap``
         if self._curve is not None:
             frontend.curve_secretkey, frontend.curve_publickey = self._curve
             frontend.curve_server = True

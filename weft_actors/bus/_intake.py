@@ -27,7 +27,7 @@ from typing import Final
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-__all__ = ["IntakeGuard", "anonymous_memory", "DEFAULT_INTAKE_BUDGET"]
+__all__ = ["IntakeGuard", "anonymous_memory", "part_cap", "DEFAULT_INTAKE_BUDGET"]
 
 log = logging.getLogger("weft_actors.bus")
 
@@ -38,6 +38,16 @@ CHECK_INTERVAL: Final = 0.05
 _TCP_INFO_SIZE: Final = 232
 _BYTES_RECEIVED_OFFSET: Final = 128
 """``tcpi_bytes_received`` in Linux's ``struct tcp_info`` (since 4.1)."""
+
+
+def part_cap(max_frame: int) -> int:
+    """``MAXMSGSIZE`` for the client socket: twice the largest legal request (``max_frame``,
+    the payload limit plus the request's envelope). libzmq reads each part's size before it
+    allocates anything for it and drops the connection of a part above this, so no single
+    part grows the supervisor by more (many smaller parts are ``IntakeGuard``'s). Twice, not
+    once: a request somewhat over the payload limit still arrives and is answered
+    ``PayloadTooLarge``, since a client does not know the server's limit."""
+    return 2 * max_frame
 
 
 def anonymous_memory() -> int | None:

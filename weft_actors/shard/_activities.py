@@ -109,6 +109,20 @@ async def _finish(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo
     return await _resume(coro, first, info)
 
 
+def thread_over(loop: asyncio.AbstractEventLoop, permit: Callable[[], None]) -> Callable[[Any], None]:
+    """A pool future's done callback (run in the pool's thread, or in the caller of
+    ``cancel``) that gives ``permit`` back on the loop. Nothing to give back to a closed
+    loop: the engine and its permit gate are gone."""
+
+    def over(_call: Any) -> None:
+        try:
+            loop.call_soon_threadsafe(permit)
+        except RuntimeError:
+            pass
+
+    return over
+
+
 class _Queued:
     """An attempt waiting for a free in-flight slot (or a permit); ``cancel`` is set once it
     has started; ``release`` gives back the concurrency permit it holds, if any (once)."""
@@ -124,6 +138,12 @@ class _Queued:
         self.cancel: Callable[[], None] | None = None
         self.cancelled = False
         self.release: Callable[[], None] | None = None
+
+    def keep_permit(self) -> Callable[[], None] | None:
+        """Take over the release of this attempt's permit (a thread about to run it gives it
+        back when it really ends): reporting or stopping it then releases nothing."""
+        release, self.release = self.release, None
+        return release
 
     def stop(self) -> None:
         if self.cancel is not None:
@@ -198,13 +218,15 @@ class ActivityRunner:
     def _start_queued(self, entry: _Queued) -> None:
         """Start an attempt that waited, outside any actor's step: one that ends inline
         reports through its ``done``."""
-        started = self._start(entry.definition, entry.args, entry.info, entry.timeout, entry.done)
+        started = self._start(entry.definition, entry.args, entry.info, entry.timeout, entry.done, entry)
         if started.__class__ is Finished:
             entry.done(*started)  # type: ignore[misc]
         else:
             entry.cancel = started  # type: ignore[assignment]
 
-    def _start(self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None] | Finished:
+    def _start(
+        self, definition: ActivityDefinition, args: bytes, info: ActivityInfo, timeout: float | None, done: Done, entry: _Queued | None = None
+    ) -> Callable[[], None] | Finished:
         self.started += 1
         if self.inflight >= self.peak_inflight:
             self.peak_inflight = self.inflight + 1
@@ -246,7 +268,7 @@ class ActivityRunner:
         if definition.is_async:
             cancel = self._run_suspended(definition, coro, first, info, timeout, finished)
         else:
-            cancel = self._run_thread(definition, values, info, timeout, finished)
+            cancel = self._run_thread(definition, values, info, timeout, finished, None if entry is None else entry.keep_permit())
 
         def cancel_and_release() -> None:
             cancel()
@@ -289,10 +311,22 @@ class ActivityRunner:
         task.add_done_callback(finished)
         return task.cancel
 
-    def _run_thread(self, definition: ActivityDefinition, values: tuple[Any, ...], info: ActivityInfo, timeout: float | None, done: Done) -> Callable[[], None]:
+    def _run_thread(
+        self, definition: ActivityDefinition, values: tuple[Any, ...], info: ActivityInfo, timeout: float | None, done: Done,
+        permit: Callable[[], None] | None = None,
+    ) -> Callable[[], None]:
+        """Run a plain function in the pool. ``permit`` (the release of a concurrency permit)
+        is called once its thread is really done -- returned, raised, or withdrawn before it
+        ran -- not when its outcome is reported: a call whose ``start_to_close`` passed, or
+        whose workflow was cancelled, runs on and still counts against the limit."""
         context = contextvars.copy_context()
         context.run(current_activity.set, info)
-        future = self._loop.run_in_executor(self._pool, context.run, definition.fn, *values)
+        if permit is None:
+            future = self._loop.run_in_executor(self._pool, context.run, definition.fn, *values)
+        else:  # the pool's own future: it says when the thread is done, not when it is abandoned
+            call = self._pool.submit(context.run, definition.fn, *values)
+            call.add_done_callback(thread_over(self._loop, permit))
+            future = asyncio.wrap_future(call, loop=self._loop)
         state = {"open": True}
 
         def report(value: Any, error: BaseException | None) -> None:

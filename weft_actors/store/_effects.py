@@ -16,7 +16,7 @@ from ..errors import FencedOut, WorkflowAlreadyExists, WorkflowNotFound
 from ._apply import TxnState, create_workflow, next_epoch, set_visibility, step_commit
 from ._children import apply_parent_close, request_cancel
 from ._intents import CloseWorkflow, Created, CreateWorkflow, StepCommit
-from ._keys import DEADLINE_SEQ, NO_ENGINE, TERMINAL, by_engine_key, holder_value, prefixed, run_prefix, timer_key
+from ._keys import DEADLINE_SEQ, NO_ENGINE, TERMINAL, by_engine_key, holder_value, inbox_key, prefixed, run_prefix, timer_key
 
 __all__ = [
     "CreateChild",
@@ -190,23 +190,28 @@ def _continue_run(state: TxnState, intent: StepCommit, effect: ContinueRun, touc
 
 
 def _prune_requests(state: TxnState, wid: str, ending_run: str) -> None:
-    """Bound the update requests of a chain of runs: the answers of runs before ``ending_run``
-    go. The ending run's stay for the next run's lifetime (a caller may not have read its
-    answer yet, and a retry with its request id still gets it); pending ones stay with their
-    messages, which carry over. An answer stored without its run (by an older version) is
-    taken to be the ending run's."""
+    """Bound the request entries of a chain of runs: those of runs before ``ending_run`` go,
+    so a workflow that continues as new keeps two runs' worth, however many requests it took.
+    The ending run's stay for the next run's lifetime (a caller may not have read its answer
+    yet, and a retry with its request id still gets it, or is dropped as a repeat); pending
+    updates stay with their messages, which carry over, and so does a signal's entry while its
+    message still waits in the inbox. An entry stored without its run (a signal's, which is
+    written without reading the workflow, or an answer of an older version) is taken to be
+    the ending run's."""
+    txn, dbs = state.txn, state.dbs
     prefix = prefixed(wid)
-    cursor = state.txn.cursor(db=state.dbs.requests)
+    cursor = txn.cursor(db=dbs.requests)
     if not cursor.set_range(prefix):
         return
     while cursor.key().startswith(prefix):
         entry = unpack_record(cursor.value())
-        if entry.get("state") == "done":
+        kind = entry.get("state")
+        if kind == "done" or kind == "sent":
             run = entry.get("run")
             if run is None:
                 entry["run"] = ending_run
                 cursor.put(cursor.key(), pack_record(entry))
-            elif run != ending_run:
+            elif run != ending_run and (kind == "done" or txn.get(inbox_key(wid, entry["inbox"]), db=dbs.inbox) is None):
                 if not cursor.delete() or not cursor.key():
                     break
                 continue

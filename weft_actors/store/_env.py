@@ -66,6 +66,8 @@ _OPEN: dict[str, list] = {}
 process, so stores (several engines in one process, as in tests) share it."""
 
 LOCK_FILE: Final = "lock.mdb"
+DATA_FILE: Final = "data.mdb"
+"""The file that holds an LMDB store: a directory without it holds none."""
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -103,9 +105,19 @@ def lock_file_replaced(path: str) -> StorageError | None:
 
 
 def open_environment(
-    path: str, *, map_size: int = DEFAULT_MAP_SIZE, sync: bool = True, readonly: bool = False, clock: Clock | None = None
+    path: str,
+    *,
+    map_size: int = DEFAULT_MAP_SIZE,
+    sync: bool = True,
+    readonly: bool = False,
+    clock: Clock | None = None,
+    create: bool = True,
 ) -> tuple[lmdb.Environment, Databases]:
     """Open (creating if needed) the environment at ``path`` and check its schema version.
+
+    Only an engine or a supervisor creates a store: with ``create`` False, or ``readonly``,
+    a path that holds none is ``StorageError`` and nothing is made there (an operator
+    command pointed at the wrong path must not leave an empty store behind and report success).
 
     Call it in the process that uses the environment, after spawn: an LMDB environment must
     never cross a fork. Pair every call with ``close_environment``.
@@ -115,6 +127,8 @@ def open_environment(
     if shared is not None:
         shared[2] += 1
         return shared[0], shared[1]
+    if (readonly or not create) and not os.path.isfile(os.path.join(path, DATA_FILE)):
+        raise StorageError(f"no weft_actors store at {path} (it has no {DATA_FILE}); nothing was created", path=path)
     env, dbs = _open(path, map_size=map_size, sync=sync, readonly=readonly, clock=clock or SystemClock())
     _OPEN[path] = [env, dbs, 1, None if readonly else _identity(os.path.join(path, LOCK_FILE))]
     return env, dbs

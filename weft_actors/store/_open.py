@@ -29,7 +29,9 @@ def describe_location(location: str) -> str:
 def open_store(location: str, **options: Any) -> KeyspaceStore:
     """The store at ``location``. LMDB-only options (``map_size``, ``sync``) mean nothing to
     PostgreSQL, which is always durable, and are dropped for it; ``readonly`` means what it
-    does for LMDB (nothing is created, upgraded or written: a read-only role can open it)."""
+    does for LMDB (nothing is created, upgraded or written: a read-only role can open it).
+    ``create=False`` (an operator command) opens a store only where one exists: a path or a
+    database that holds none is ``StorageError``, and nothing is created there."""
     if is_store_url(location):
         try:
             from ._pg import PgStore

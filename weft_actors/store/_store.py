@@ -49,11 +49,12 @@ class LmdbStore(KeyspaceStore):
         sync: bool = True,
         readonly: bool = False,
         max_inbox: int = DEFAULT_MAX_INBOX,
+        create: bool = True,
     ) -> None:
         self.path = os.path.abspath(path)
         self.max_inbox = max_inbox
         self.clock = clock or SystemClock()
-        self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly, clock=self.clock)
+        self.env, self.dbs = open_environment(self.path, map_size=map_size, sync=sync, readonly=readonly, clock=self.clock, create=create)
         self._real_path = os.path.realpath(self.path)
         """The path the environment was opened at (resolved once: ``verify_lock_file`` runs
         every maintenance pass, and resolving costs a ``stat`` per path component)."""

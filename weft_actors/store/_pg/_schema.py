@@ -15,7 +15,7 @@ import psycopg
 from ...errors import SchemaVersionError, StorageError
 from .._env import DATABASES, SCHEMA_VERSION as STORE_SCHEMA_VERSION
 
-__all__ = ["SCHEMA_VERSION", "PgDatabases", "table_of", "migrate", "check_version"]
+__all__ = ["SCHEMA_VERSION", "PgDatabases", "table_of", "migrate", "check_version", "require_store"]
 
 SCHEMA_VERSION: Final = STORE_SCHEMA_VERSION
 """The keyspaces hold LMDB's keys and values, so their layout has LMDB's version number: a
@@ -75,9 +75,7 @@ def check_version(conn: psycopg.Connection[Any], where: str) -> int:
     """The schema version of a store opened read-only, which may create or upgrade nothing:
     ``StorageError`` if there is no store there or it needs an upgrade first,
     ``SchemaVersionError`` if it is newer than this code."""
-    row = conn.execute("SELECT to_regclass('weft_migrations') IS NOT NULL").fetchone()
-    if not (row and row[0]):
-        raise StorageError(f"no weft_actors store at {where} (nothing to open read-only)", path=where)
+    require_store(conn, where, "nothing to open read-only")
     row = conn.execute("SELECT coalesce(max(version), 0) FROM weft_migrations").fetchone()
     stored = int(row[0]) if row else 0
     _refuse_newer(stored, where)
@@ -88,6 +86,14 @@ def check_version(conn: psycopg.Connection[Any], where: str) -> int:
             path=where,
         )
     return stored
+
+
+def require_store(conn: psycopg.Connection[Any], where: str, why: str = "nothing was created") -> None:
+    """``StorageError`` if the database (its ``search_path``) holds no weft_actors store: only
+    an engine or a supervisor creates one, never a command that reads or maintains it."""
+    row = conn.execute("SELECT to_regclass('weft_migrations') IS NOT NULL").fetchone()
+    if not (row and row[0]):
+        raise StorageError(f"no weft_actors store at {where} ({why})", path=where)
 
 
 def _refuse_newer(stored: int, where: str) -> None:

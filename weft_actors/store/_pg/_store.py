@@ -34,7 +34,7 @@ from ._env import PgEnvironment
 from ._writer import BatchWriter
 from ._hints import CHANNEL, Listener, notify_payload
 from ._txn import MAX_KEY
-from ._schema import PgDatabases, check_version, migrate
+from ._schema import PgDatabases, check_version, migrate, require_store
 
 __all__ = ["PgStore", "is_postgres_url"]
 
@@ -161,7 +161,14 @@ class PgStore(KeyspaceStore):
     """Callers that can read in bulk should (``load_many_for_replay``, ``_reads``)."""
 
     def __init__(
-        self, url: str, *, clock: Clock | None = None, max_inbox: int = DEFAULT_MAX_INBOX, readonly: bool = False, **_ignored: Any
+        self,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        max_inbox: int = DEFAULT_MAX_INBOX,
+        readonly: bool = False,
+        create: bool = True,
+        **_ignored: Any,
     ) -> None:
         self.url = url
         self.max_inbox = max_inbox
@@ -173,6 +180,8 @@ class PgStore(KeyspaceStore):
             if readonly:  # a role that may only read: nothing is created, upgraded or written
                 check_version(conn, self.env.where)
             else:
+                if not create:  # an operator command: upgrade a store, never make one
+                    require_store(conn, self.env.where)
                 migrate(conn, self.env.where)
             if clock is None or isinstance(clock, SystemClock):  # a test's clock keeps judging leases
                 sent = time.monotonic()
