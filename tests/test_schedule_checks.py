@@ -145,3 +145,23 @@ def test_with_catchup_window_0_fires_due_during_downtime_are_missed():
             assert described["fired"] == 2
 
     run(main)
+
+
+def test_a_catch_up_burst_is_paced_and_a_pause_sent_during_it_is_taken_at_once():
+    async def main() -> None:
+        async with TimeSkippingEnvironment(app=[tick]) as env:
+            await env.engine.create_schedule("burst", tick, "b", spec=1, catchup_window=3600, overlap="allow_all")
+            await env.sleep(2.5)
+            before = (await env.engine.get_schedule("burst").describe())["fired"]
+            await env.restart(downtime=600)  # 600 fire times within the window: all due at once
+            await env.sleep(0.35)  # the burst under way: one fire per breath of 0.1 s
+            schedule = env.engine.get_schedule("burst")
+            under_way = (await schedule.describe())["fired"] - before
+            assert 1 <= under_way <= 10, under_way  # once: all 600 back to back, the inbox unread
+            await schedule.pause("enough")
+            paused = (await schedule.describe())["fired"]
+            await env.sleep(60)
+            described = await schedule.describe()
+            assert described["paused"] and described["fired"] == paused and paused - before < 20
+
+    run(main)

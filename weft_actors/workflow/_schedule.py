@@ -168,7 +168,7 @@ async def run_schedule(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         tolerance = max(state["catchup_window"], TIMER_SLACK)
         if now - wake <= tolerance:
             return True
-        if ctx.is_replaying or up_since[0] - wake <= tolerance:
+        if ctx.is_replaying or (up_since[0] if up_since else now) - wake <= tolerance:
             return await ctx.patched(ON_TIME)  # replaying: was it marked? live: mark it
         return False
 
@@ -211,7 +211,7 @@ async def run_schedule(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
             wake = None if nominal is None else nominal + jitter_of(state["spec"], sid, nominal)
         seen = changes[0]
         waits = [ctx.wait_condition(lambda: changes[0] != seen)]
-        delays = [max(0.0, state["backfill_at"] - now)] if state["backfills"] else []
+        delays = [max(0.0, state.get("backfill_at", now) - now)] if state["backfills"] else []
         if wake is not None:  # after work, what is due at once waits a breath: the inbox first
             delays.append(max(BREATH if worked else 0.0, wake - now))
         if delays:
