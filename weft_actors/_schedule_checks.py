@@ -27,9 +27,9 @@ def check_changes(changes: Any) -> dict[str, Any]:
     as a list): one bad field refuses them all, so nothing of them is applied."""
     if not isinstance(changes, dict) or not changes:
         raise InvalidRequest("update needs a dict of changes")
-    unknown = sorted(set(changes) - set(UPDATABLE))
+    unknown = sorted(str(key) for key in set(changes) - set(UPDATABLE))
     if unknown:
-        raise InvalidRequest(f"a schedule has no field(s) {', '.join(map(str, unknown))}")
+        raise InvalidRequest(f"a schedule has no field(s) {', '.join(unknown)}")
     checked = dict(changes)
     if "overlap" in checked and checked["overlap"] not in OVERLAP_POLICIES:
         raise InvalidRequest(f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, not {checked['overlap']!r}")

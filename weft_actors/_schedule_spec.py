@@ -240,7 +240,7 @@ def as_spec(spec: Any) -> dict[str, Any]:
         if "timezone" in options:
             options["timezone_name"] = options.pop("timezone")
         known = {"cron", "every", "offset", "timezone_name", "start", "end", "jitter"}
-        unknown = sorted(set(options) - known)
+        unknown = sorted(str(key) for key in set(options) - known)
         if unknown:
             raise InvalidRequest(f"unknown schedule spec field(s): {', '.join(unknown)}")
         return make_spec(**options)
