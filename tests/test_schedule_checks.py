@@ -143,6 +143,10 @@ def test_with_catchup_window_0_fires_due_during_downtime_are_missed():
             due, _ = fires_between(spec, START + 120, recovered)
             assert due == 10 and described["missed"] == due  # none within a timer's lateness of it
             assert described["fired"] == 2
+            await env.restart()  # a replay of that verdict takes the same branch, and goes on
+            await env.sleep(120)
+            again = await env.engine.get_schedule("m").describe()
+            assert again["missed"] == due and again["fired"] == 4
 
     run(main)
 
@@ -163,5 +167,28 @@ def test_a_catch_up_burst_is_paced_and_a_pause_sent_during_it_is_taken_at_once()
             await env.sleep(60)
             described = await schedule.describe()
             assert described["paused"] and described["fired"] == paused and paused - before < 20
+
+    run(main)
+
+
+def test_an_engine_that_stalls_longer_than_the_window_still_fires_each_time_and_replays_alike():
+    async def main() -> None:
+        async with TimeSkippingEnvironment(app=[tick]) as env:
+            schedule = await env.engine.create_schedule("stall", tick, "s", spec=1, catchup_window=0, overlap="allow_all")
+            await env.sleep(2.5)
+            env.clock.jump(30)  # the loop stalls 30 s: its timers fire that late, the engine up
+            env.engine.tick()
+            await env.sleep(5)
+            described = await schedule.describe()
+            assert described["missed"] == 0 and described["fired"] == 2 + 30 + 5, described
+            # Its verdicts are recorded: a new engine replays the same history to the same state.
+            await env.restart()
+            await env.sleep(3)
+            handle = env.engine.get_handle("stall")
+            assert (await handle.describe())["status"] == "running"
+            replayed = await env.engine.get_schedule("stall").describe()
+            assert replayed["missed"] == 0 and replayed["fired"] == described["fired"] + 3
+            fired = await _fired(env.engine, "stall")
+            assert len(fired) == replayed["fired"]
 
     run(main)
