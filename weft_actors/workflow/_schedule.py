@@ -27,7 +27,7 @@ RECENT_KEPT: Final = 10
 """Fired runs ``describe`` lists (the newest)."""
 NEXT_SHOWN: Final = 5
 """Upcoming fire times ``describe`` lists."""
-BACKFILL_PER_TURN: Final = 10
+BACKFILL_PER_TURN: Final = 5
 """Fire times of a backfill started per loop turn; the turn then waits ``BREATH``."""
 BREATH: Final = 0.1
 """Seconds the loop waits after a turn that did work when more is due at once (a catch-up,
