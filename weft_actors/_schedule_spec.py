@@ -11,8 +11,9 @@ Cron strings are read by ``croniter`` (``pip install 'weft_actors[cron]'``).
 
 Every field is checked before anything is written, against the ranges the engine's timers
 take (``_checks``): ``every`` from ``MIN_INTERVAL`` to a century, ``jitter`` up to a century,
-``start``, ``end`` and ``offset`` within years 1970 to 9999. So a spec accepted here never
-fails the schedule workflow later, and every loop over its fire times is bounded.
+``start`` and ``end`` within years 1970 to 9999, ``offset`` as far either way. So a spec
+accepted here never fails the schedule workflow later, and every loop over its fire times
+is bounded.
 """
 
 from __future__ import annotations
