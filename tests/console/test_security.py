@@ -10,6 +10,7 @@ import json
 import shutil
 import ssl
 import subprocess
+import sys
 import urllib.parse
 from pathlib import Path
 
@@ -182,3 +183,17 @@ def test_bad_parameters_get_400_without_a_traceback_and_no_query_text_on_a_page(
             assert b"call +1-555-0100" not in body, url
         assert request(f"{wid_url(base, 'param-1')}?done=terminate")[0] == 200
         assert "Traceback" not in sup.log_text() and "console request" not in sup.log_text()
+
+
+def test_without_h11_the_supervisor_runs_and_http_says_how_to_install_it(tmp_path):
+    """h11 is the ``console`` extra: a supervisor without ``--http`` never imports it, and
+    ``--http`` without it is a usage error naming the extra."""
+    blocked = "import sys; sys.modules['h11'] = None; from weft_actors.supervisor.__main__ import main; sys.argv[0] = 'x'; sys.exit(main(sys.argv[1:]))"
+    base = [sys.executable, "-c", blocked, "--shards", "1", "--data", str(tmp_path / "d"), "--bind", f"tcp://127.0.0.1:{free_port()}"]
+    done = subprocess.run([*base, "--http", str(free_port())], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "pip install 'weft_actors[console]'" in done.stderr, done.stderr
+    imports = subprocess.run(
+        [sys.executable, "-c", "import sys, weft_actors.supervisor, weft_actors.supervisor.__main__; print('h11' in sys.modules, 'weft_actors.console' in sys.modules)"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )
+    assert imports.stdout.split() == ["False", "False"]

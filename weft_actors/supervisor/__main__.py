@@ -8,7 +8,6 @@ often than the restart intensity allows.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import os
 import sys
@@ -36,6 +35,15 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         if action.default is None or action.default is False:
             return f"{help} (default: {'off' if action.default is False else 'none'})"
         return f"{help} (default: %(default)s)"
+
+
+def _have_h11() -> bool:
+    """Whether the console's HTTP layer can be imported (the ``console`` extra)."""
+    try:
+        import h11  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -112,7 +120,7 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     console_flags = (args.http_token_file, args.http_read_token_file, args.http_cert, args.http_key, args.insecure_http, args.http_host)
     if any(console_flags) and not args.http:
         parser.error("--http-token-file, --http-read-token-file, --http-cert, --http-key, --insecure-http and --http-host need --http")
-    if args.http and importlib.util.find_spec("h11") is None:
+    if args.http and not _have_h11():
         parser.error(H11_MISSING)
     if args.http_key and not args.http_cert:
         parser.error("--http-key needs --http-cert")
