@@ -13,8 +13,9 @@ console's ZeroMQ sockets (one per thread that calls the front door) are bounded 
 TLS is the standard library's ``ssl``, started on each connection only after it was counted.
 
 The seam: ``handle(Request) -> Response`` runs on a worker; ``quick(Request)`` runs first on
-the loop itself and may answer at once (``/healthz``, refusals) without a worker, so those
-answer even while every worker waits on the front door.
+the loop itself and may answer at once (refusals, the login page) without a worker, or hand
+back a function to run on a thread of its own beside the workers (``/healthz``, which reads
+the store): those answer even while every worker waits on the front door.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ import socket
 import ssl
 import threading
 import time
-from typing import Callable, NoReturn
+from typing import Callable, NoReturn, Union
 
 import h11
 
-__all__ = ["HttpLimits", "Request", "Response", "HttpServer"]
+__all__ = ["HttpLimits", "Request", "Response", "HttpServer", "Quick"]
 
 log = logging.getLogger("weft_actors.console")
 
@@ -88,6 +89,11 @@ async def _discard(reader: asyncio.StreamReader) -> None:
         pass
 
 
+Quick = Callable[[Request], Union[Response, Callable[[], Response], None]]
+"""What ``quick`` may give: an answer now, a function that answers on the side thread, or
+``None`` (then ``handle`` answers on a worker)."""
+
+
 class _Closed(Exception):
     """The connection ends: the peer left, timed out or sent something unusable (already
     answered when it could be)."""
@@ -102,7 +108,7 @@ class HttpServer:
         host: str,
         port: int,
         handle: Callable[[Request], Response],
-        quick: Callable[[Request], Response | None],
+        quick: Quick,
         *,
         limits: HttpLimits = HttpLimits(),
         tls: ssl.SSLContext | None = None,
@@ -112,6 +118,7 @@ class HttpServer:
         self._socket = socket.create_server((host, port), family=family, backlog=128, reuse_port=False)
         self.port: int = self._socket.getsockname()[1]
         self._pool = concurrent.futures.ThreadPoolExecutor(limits.workers, thread_name_prefix="weft-console")
+        self._side = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="weft-console-side")
         self._loop = asyncio.new_event_loop()
         self._open: dict[asyncio.Task[None], bool] = {}
         """Each open connection's task, and whether it waits for a request (idle); the idle
@@ -134,6 +141,7 @@ class HttpServer:
             self._thread.join(10)
         self._socket.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._side.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -213,8 +221,12 @@ class HttpServer:
             conn = h11.Connection(h11.SERVER, max_incomplete_event_size=64 * 1024)
             while True:
                 request = await self._read_request(conn, reader, writer, str(peer[0]) if peer else "")
-                response = self._quick(request)
-                if response is None:
+                quick = self._quick(request)
+                if isinstance(quick, Response):
+                    response = quick
+                elif quick is not None:
+                    response = await self._loop.run_in_executor(self._side, quick)
+                else:
                     response = await self._loop.run_in_executor(self._pool, self._handle, request)
                 await self._send(conn, writer, response, request.method == "HEAD")
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:

@@ -3,8 +3,8 @@
 ``handle`` is the seam: it turns one request into one response and knows nothing of sockets
 (``_http`` serves it), so another way to read (say, off the front door's process) plugs in
 here. ``quick`` answers on the transport's loop what needs no worker: the Host and Origin
-checks, a missing credential, ``/healthz`` and the login page, so none of them waits behind
-requests blocked on the front door. Each request blocks on a ``Client`` call or a store
+checks, a missing credential and the login page; ``/healthz`` (a store read) goes to the
+transport's side thread. None of them waits behind requests blocked on the front door. Each request blocks on a ``Client`` call or a store
 read; nothing it does touches the supervisor's watch loop.
 """
 
@@ -117,8 +117,9 @@ class ConsoleServer:
 
     # -- on the loop: checks, /healthz, the login ----------------------------------------
 
-    def quick(self, request: Request) -> Response | None:
-        """The answer for what needs no worker; ``None`` sends ``request`` to ``handle``."""
+    def quick(self, request: Request) -> Response | Callable[[], Response] | None:
+        """The answer for what needs no worker (``_http.Quick``); ``None`` sends ``request``
+        to ``handle``."""
         path = urlsplit(request.target).path
         api = path.startswith("/api/")
         host = request.headers.get("host", "")
@@ -131,10 +132,7 @@ class ConsoleServer:
             log.warning("console: refused POST %s from %s: Origin %r is another site", path, request.peer, request.headers.get("origin"))
             return self._fail(api, 403, "origin_not_allowed", "a POST must come from the console's own pages")
         if path == "/healthz":
-            stats = self._stats()
-            supervisor = stats["supervisor"]
-            body = {"ready": stats["ready"], "shards_ready": supervisor["shards_ready"], "shards": supervisor["shards"]}
-            return _reply(200 if stats["ready"] else 503, _json_bytes(body), _JSON)
+            return self._health
         if path == "/login":
             return self._login(request)
         if path == "/logout" and request.method == "POST":
@@ -144,6 +142,12 @@ class ConsoleServer:
                 return self._fail(True, 401, "unauthenticated", "this console needs a token: Authorization: Bearer <token>", ("WWW-Authenticate", 'Bearer realm="weft console"'))
             return _reply(401, _pages.login_page(request.target, False).encode(), _HTML)
         return None
+
+    def _health(self) -> Response:
+        stats = self._stats()
+        supervisor = stats["supervisor"]
+        body = {"ready": stats["ready"], "shards_ready": supervisor["shards_ready"], "shards": supervisor["shards"]}
+        return _reply(200 if stats["ready"] else 503, _json_bytes(body), _JSON)
 
     def _login(self, request: Request) -> Response:
         if request.method != "POST":
