@@ -29,6 +29,7 @@ import socket
 import ssl
 import threading
 import time
+from http import HTTPStatus
 from typing import Callable, NoReturn, Union
 
 import h11
@@ -163,7 +164,10 @@ class HttpServer:
             try:
                 sock, _ = await self._loop.sock_accept(self._socket)
             except OSError as exc:  # e.g. EMFILE: the process's file table is full
-                log.warning("console: cannot accept a connection: %s", exc)
+                now = time.monotonic()
+                if now - self._warned_at >= _WARN_EVERY:
+                    log.warning("console: cannot accept a connection: %s", exc)
+                    self._warned_at = now
                 await asyncio.sleep(0.1)
                 continue
             if len(self._open) >= self.limits.max_connections and not self._displace_idle():
@@ -255,14 +259,14 @@ class HttpServer:
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in head.headers}
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.limits.max_body:
-            await self._fail(reader, writer, 413, "Content Too Large")
+            await self._fail(reader, writer, 413)
         body = bytearray()
         while True:
             event = await self._next(conn, reader, writer, deadline)
             if isinstance(event, h11.Data):
                 body += event.data
                 if len(body) > self.limits.max_body:
-                    await self._fail(reader, writer, 413, "Content Too Large")
+                    await self._fail(reader, writer, 413)
             elif isinstance(event, h11.EndOfMessage):
                 break
             else:
@@ -274,7 +278,7 @@ class HttpServer:
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
-                await self._fail(reader, writer, exc.error_status_hint, "Bad Request")
+                await self._fail(reader, writer, exc.error_status_hint)
             if event is h11.NEED_DATA:
                 remaining = deadline - self._loop.time()
                 try:
@@ -284,7 +288,7 @@ class HttpServer:
                 except asyncio.TimeoutError:
                     if conn.their_state is h11.IDLE and not conn.trailing_data[0]:
                         raise _Closed from None  # idle: closed without a word, as any server
-                    await self._fail(reader, writer, 408, "Request Timeout")
+                    await self._fail(reader, writer, 408)
                 if data:
                     self._busy(True)  # a request under way is never displaced
                 conn.receive_data(data)
@@ -293,12 +297,12 @@ class HttpServer:
                 raise _Closed
             return event
 
-    async def _fail(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int, reason: str) -> NoReturn:
+    async def _fail(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, status: int) -> NoReturn:
         """Answer ``status`` and end the connection, reading what the client still sends for
         a moment first: closing on unread data resets the connection, and the client would
         lose the answer."""
         try:
-            writer.write(_raw(status, reason))
+            writer.write(_raw(status, HTTPStatus(status).phrase))
             await asyncio.wait_for(writer.drain(), 1.0)
             if writer.can_write_eof():
                 writer.write_eof()
