@@ -26,6 +26,17 @@ def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def _fd_kinds(pid: int) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            kind = os.readlink(f"/proc/{pid}/fd/{name}").split(":")[0]
+        except OSError:
+            continue
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return kinds
+
+
 def _connect(port: int) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=10)
     return sock
@@ -92,7 +103,10 @@ def test_idle_and_keep_alive_connections_cannot_fill_the_file_table(tmp_path):
             assert answers == [b"200"] * 80, answers
             # 64 connections, and up to 4 worker threads' ZeroMQ sockets (one may exist before).
             bound = before + 64 + 4 * 5
-            wait_until(lambda: _fds(pid) <= bound, timeout=5, what=f"at most {bound} descriptors (had {before}, now {_fds(pid)})")
+            try:
+                wait_until(lambda: _fds(pid) <= bound, timeout=5)
+            except AssertionError:
+                raise AssertionError(f"more than {bound} descriptors (had {before}, now {_fd_kinds(pid)})") from None
             with Client(sup.endpoint, timeout=5) as client:
                 assert client.ping() and client.stats()["ready"] is True
             status, _, body = request(f"{base}/healthz", timeout=5)

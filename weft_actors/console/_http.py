@@ -196,11 +196,14 @@ class HttpServer:
         self._loop.call_later(0.5, sock.close)
 
     def _busy(self, busy: bool) -> None:
-        """Mark this connection busy, or idle (the newest idle: displaced last)."""
+        """Mark this connection busy, or idle (the newest idle: displaced last). A displaced
+        one ends here even if its cancellation was lost (``wait_for`` can drop one that
+        lands as the awaited read completes): it is no longer counted."""
         task = asyncio.current_task()
-        if task in self._open:
-            del self._open[task]
-            self._open[task] = not busy
+        if task not in self._open:
+            raise _Closed
+        del self._open[task]
+        self._open[task] = not busy
 
     def _displace_idle(self) -> bool:
         """Close the longest idle keep-alive connection to make room; False if none is idle."""
@@ -313,7 +316,7 @@ class HttpServer:
 
     async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, response: Response, head_only: bool) -> None:
         headers = [*response.headers, ("Content-Length", str(len(response.body)))]
-        events: list[h11.Event] = [h11.Response(status_code=response.status, headers=headers)]
+        events: list[h11.Event] = [h11.Response(status_code=response.status, headers=headers, reason=HTTPStatus(response.status).phrase)]
         if response.body and not head_only:
             events.append(h11.Data(data=response.body))
         events.append(h11.EndOfMessage())
