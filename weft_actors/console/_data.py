@@ -27,19 +27,26 @@ MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
 
 
+_LATEST = 253402300799.0
+"""9999-12-31T23:59:59Z, the last moment ISO 8601 and ``datetime`` can write."""
+
+
 def _parse_time(text: str, what: str) -> float:
-    """Epoch seconds from epoch seconds or ISO 8601 (UTC unless it names a zone)."""
+    """Epoch seconds from epoch seconds or ISO 8601 (UTC unless it names a zone), between 0
+    and the year 9999: ``nan``, ``inf`` or ``1e308`` is a bad request, not a failed one."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
-        pass
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidRequest(f"{what} must be ISO 8601 or epoch seconds, not {text!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment.timestamp()
+        try:
+            moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidRequest(f"{what} must be ISO 8601 or epoch seconds") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.timezone.utc)
+        seconds = moment.timestamp()
+    if not 0 <= seconds <= _LATEST:  # also False for nan
+        raise InvalidRequest(f"{what} must be a time between 1970 and 9999")
+    return seconds
 
 
 def encode_cursor(cursor: tuple[int, str] | None) -> str | None:
@@ -53,7 +60,7 @@ def _decode_cursor(text: str) -> tuple[int, str]:
         updated, _, wid = base64.urlsafe_b64decode(text.encode()).decode().partition(":")
         return int(updated), wid
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidRequest(f"malformed cursor {text!r}") from None
+        raise InvalidRequest("malformed cursor (pass back the one a page gave)") from None
 
 
 def list_query(params: Mapping[str, str]) -> ListQuery:
@@ -61,7 +68,7 @@ def list_query(params: Mapping[str, str]) -> ListQuery:
     ``to`` (ISO 8601 or epoch seconds), ``limit`` and ``cursor``; empty ones are ignored."""
     status = params.get("status") or None
     if status is not None and status not in STATUSES:
-        raise InvalidRequest(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
+        raise InvalidRequest(f"unknown status; one of {', '.join(STATUSES)}")
     try:
         limit = int(params.get("limit") or DEFAULT_LIMIT)
     except ValueError:

@@ -25,7 +25,7 @@ from .._ratelimit import RateLimitedLog
 from ..bus import FrontDoor, HintProxy, RoutingTable
 from ..store import LmdbStore, open_store, writes_refused
 from ._config import ShardConfig, SupervisorConfig
-from ._console import check_http_bind, parse_http, start_console
+from ._console import check_http_bind, start_console
 from ._curve import check_bind, server_keys, start_authenticator
 from ._app_types import TypeMismatchWatch
 from ._liveness import DeathRecorder, judge_shards
@@ -128,7 +128,7 @@ class Supervisor:
         config = self.config
         check_bind(config.bind, bool(config.curve_secret_key), config.insecure_bind)
         if config.http is not None:
-            check_http_bind(parse_http(config.http)[0], bool(config.curve_secret_key), config.insecure_bind)
+            check_http_bind(config)
         self.store = cast(LmdbStore, open_store(config.data_dir))  # a PgStore has its methods
         self.context = zmq.Context()
         self.authenticator = None
@@ -178,12 +178,10 @@ class Supervisor:
         if config.http is not None:
             try:
                 self.console, self.console_client = start_console(
-                    config.http,
-                    bind=config.bind,
+                    config,
                     store=self.store,
                     stats=self.stats,
                     metrics=lambda: render(self.stats()),
-                    token_file=config.http_token_file,
                     curve_public_key=curve[1] if curve else None,
                     keys=self.keys,
                 )
