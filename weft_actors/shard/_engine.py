@@ -616,16 +616,16 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.after_committed_call(self.closed_externally, workflow_id, result)
 
     async def lift_quarantine(self, workflow_id: str) -> None:
-        """Put a quarantined workflow back to work (after a fix is deployed): it becomes
-        ``running`` with no owner and its lost-owner count reset, and a live engine takes it
-        over at its next reclaim pass (this one at once). ``InvalidRequest`` if it is not
-        quarantined (``WorkflowClosed`` if it has finished)."""
+        """Put a quarantined workflow back to work (after a fix is deployed): ``running`` with no
+        owner and its lost-owner count reset, taken over at a live engine's next reclaim pass
+        (this one's at once); under flow control, ``pending`` at the head of its queue. Raises
+        ``InvalidRequest`` if it is not quarantined (``WorkflowClosed`` if it has finished)."""
         self._check_running()
         validate_id(workflow_id)
         result = await self.committer.submit_and_wait(LiftQuarantine(workflow_id))
         if isinstance(result, WeftError):
             raise result
-        log.warning("workflow %s: quarantine lifted (it had lost %s owners); it runs again", workflow_id, result["lost"].get("count"))
+        log.warning("workflow %s: quarantine lifted (it had lost %s owners); it is %s again", workflow_id, result["lost"].get("count"), result["status"])
         self.maintenance.hint()
         if self._on_commit_hint is not None:
             self.publish_hint("workflow-touched", workflow_id)
