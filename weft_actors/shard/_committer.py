@@ -236,6 +236,8 @@ class GroupCommitter:
                 function(*args)
             except Exception:
                 log.exception("commit callback failed")
+        if self._intents:
+            self.flush()  # what they submitted commits in this turn, as after a one-pass resume
 
     async def drain(self) -> None:
         """Return once every intent submitted before the call has its answer (those that
