@@ -507,18 +507,18 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         wid = intent.wid
 
         def created(result: Any) -> None:
-            # Runs in the commit's resume pass: the new actor takes its first step right here.
-            # Its inbox is empty: a run replacing a finished one (``start_new``) inherits no
-            # message of it (the create deleted them), and a later one comes by the feed.
+            # Runs in the commit's answer pass: the new actor takes its first step once the
+            # start's reply has left. Its inbox is empty: a run replacing a finished one
+            # (``start_new``) inherits no message of it, and a later one comes by the feed.
             if not isinstance(result, WeftError) and result.created and result.status == "running":
                 self.metrics.claim("acquired")
-                self._spawn(definition, wid, result.run_id, result.epoch, args, {}, ())
+                self.committer.after_replies(self.spawn_started, definition, wid, result.run_id, result.epoch, args)
                 if until_end:
                     self.add_waiter(wid, future)  # its run cannot end before a later commit
                     return
             resolve(future, result)
 
-        self.committer.submit(intent, created)
+        self.committer.submit_answer(intent, created)
         return wid
 
     def in_flight(self) -> int:
@@ -591,15 +591,15 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             future = self.committer.loop.create_future()
 
             def committed(result: Any) -> None:
-                actor.consumed_with_append(direct, result)  # type: ignore[union-attr]
+                self.committer.after_replies(actor.consumed_with_append, direct, result)  # type: ignore[union-attr]
                 resolve(future, result)
 
-            self.committer.submit(direct, committed)
+            self.committer.submit_answer(direct, committed)
             result = await future
         if isinstance(result, WeftError):
             raise result
         if direct is None or not result[1]:
-            self.after_committed_call(self._message_sent, workflow_id, "signal")
+            self.committer.after_replies(self.after_committed_call, self._message_sent, workflow_id, "signal")
 
     async def terminate(self, workflow_id: str, reason: str | None = None) -> None:
         """End a workflow at once, whoever owns it: one transaction sets it ``terminated``,
@@ -616,16 +616,16 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.after_committed_call(self.closed_externally, workflow_id, result)
 
     async def lift_quarantine(self, workflow_id: str) -> None:
-        """Put a quarantined workflow back to work (after a fix is deployed): it becomes
-        ``running`` with no owner and its lost-owner count reset, and a live engine takes it
-        over at its next reclaim pass (this one at once). ``InvalidRequest`` if it is not
-        quarantined (``WorkflowClosed`` if it has finished)."""
+        """Put a quarantined workflow back to work (after a fix is deployed): ``running`` with no
+        owner and its lost-owner count reset, taken over at a live engine's next reclaim pass
+        (this one's at once); under flow control, ``pending`` at the head of its queue. Raises
+        ``InvalidRequest`` if it is not quarantined (``WorkflowClosed`` if it has finished)."""
         self._check_running()
         validate_id(workflow_id)
         result = await self.committer.submit_and_wait(LiftQuarantine(workflow_id))
         if isinstance(result, WeftError):
             raise result
-        log.warning("workflow %s: quarantine lifted (it had lost %s owners); it runs again", workflow_id, result["lost"].get("count"))
+        log.warning("workflow %s: quarantine lifted (it had lost %s owners); it is %s again", workflow_id, result["lost"].get("count"), result["status"])
         self.maintenance.hint()
         if self._on_commit_hint is not None:
             self.publish_hint("workflow-touched", workflow_id)
@@ -651,7 +651,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         for future in self._waiters.pop(workflow_id, ()):
             resolve(future, outcome)
         for wid in result.get("touched", ()):  # its children, closed or asked to cancel
-            self.wake(wid)
+            self.committer.after_replies(self.wake, wid)  # after the close's reply has left
         if self._on_commit_hint is not None:
             self.publish_hint("workflow-touched", workflow_id)
             self.publish_hint("workflow-done", workflow_id)

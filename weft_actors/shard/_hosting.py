@@ -45,6 +45,7 @@ class ActorHost:
     """The actor table of an engine and every callback an actor makes into it."""
 
     engine_id: str
+    state: str
     store: LmdbStore
     committer: GroupCommitter
     clock: Clock
@@ -129,6 +130,15 @@ class ActorHost:
         noted = {**lost, "reason": pending_reason(commands), "seen": epoch}
         self.committer.submit(StepCommit(wid, epoch, run_id, fields={"lost": noted}), actor._committed)  # type: ignore[attr-defined]
         return actor
+
+    def spawn_started(self, definition: WorkflowDefinition, wid: str, run_id: str, epoch: int, args: tuple[Any, ...], with_inbox: bool = False) -> None:
+        """Make the actor of a run a start just created and claimed here, and take its first
+        step: called once the start's reply has left (``GroupCommitter.after_replies``), so a
+        first turn that blocks the loop cannot hold that reply back. Not once the engine has
+        stopped meanwhile: its claims are released, and whoever takes the run over runs it."""
+        if self.state not in ("running", "stopping"):
+            return
+        self._spawn(definition, wid, run_id, epoch, args, {}, self.store.load_inbox(wid) if with_inbox else ())
 
     def drive(self, wid: str, epoch: int) -> bool:
         """Replay and resume ``wid``, which this engine holds at ``epoch``: the whole inbox is

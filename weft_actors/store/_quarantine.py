@@ -38,6 +38,7 @@ from ..codec import pack_record, unpack_record
 from ..errors import FencedOut, InvalidRequest, WorkflowClosed, WorkflowNotFound
 from ._apply import TxnState, set_visibility
 from ._feed import feed_entry
+from ._flow import fill_free_slots, queue_first, vacate
 from ._keys import NO_ENGINE, TERMINAL, by_engine_key, fence, op_seq, pack_u64, run_prefix
 from ._reads import last_rows, prefix_end
 
@@ -59,7 +60,8 @@ class QuarantineWorkflow(NamedTuple):
 
 
 class LiftQuarantine(NamedTuple):
-    """``quarantined`` -> ``running`` with no holder and the lost count reset (any engine)."""
+    """``quarantined`` -> ``running`` with no holder and the lost count reset (any engine); a
+    workflow under flow control goes ``pending`` at the head of its group's queue instead."""
 
     wid: str
 
@@ -246,6 +248,8 @@ def quarantine_workflow(state: TxnState, intent: QuarantineWorkflow) -> dict[str
     txn.delete(wid_raw, db=dbs.claim_holder)
     txn.delete(by_engine_key(state.engine_raw, wid), db=dbs.by_engine)
     record["status"] = QUARANTINED
+    if "flow" in record:
+        vacate(state, record)  # its concurrency slot goes to the next in its queue, now
     _touch(state, wid, record, old)
     return record.get("lost") or {}
 
@@ -258,6 +262,11 @@ def lift_quarantine(state: TxnState, intent: LiftQuarantine) -> dict[str, Any]:
         raise cls(f"workflow {wid!r} is {record['status']}, not quarantined", workflow_id=wid, status=record["status"])
     old = dict(record)
     lost = record.pop("lost", None) or {}
+    if "flow" in record and not record.get("slot"):  # it gave its slot up when parked
+        queue_first(state, wid, record)
+        _touch(state, wid, record, old)
+        fill_free_slots(state, record["flow"])
+        return {"status": "pending", "lost": lost}
     record["status"] = "running"
     state.txn.put(by_engine_key(NO_ENGINE, wid), b"", db=state.dbs.by_engine)
     _touch(state, wid, record, old)

@@ -115,6 +115,9 @@ class ShardServer:
             warn_type_mismatch=False,  # the supervisor says it, once for all its shards
         )
         await self.engine.open()
+        # A commit's replies leave before the user code it wakes runs (a first turn that
+        # blocks the loop must not hold back the answer to its start).
+        self.engine.committer.before_wake = self._flush_replies
         self.ops = ShardOps(self.engine)
         self.dealer = self.context.socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.IDENTITY, shard_identity(config.slot))
