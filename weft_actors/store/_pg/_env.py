@@ -118,7 +118,10 @@ class PgEnvironment:
         row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write') & 2147483647").fetchone()
         self.lock_key = int(row[0]) if row else 0  # >= 0: pg_locks shows it as (classid 0, objid key)
         self._lock_timeout = f"SET LOCAL lock_timeout = {int(LOCK_HOLD_LIMIT * 1000)}"
-        self._lock_query = f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8, txid_current()"
+        self._lock_query = (
+            f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8, txid_current(), "
+            "extract(epoch FROM clock_timestamp() - statement_timestamp())::float8"
+        )
         self._local.conn = conn
         with self._all_lock:
             self._all = [kept for kept in self._all if not kept.closed] + [conn]
@@ -181,12 +184,14 @@ class PgEnvironment:
         try:
             txn = PgTxn(conn, write)
             if write:
-                sent = time.monotonic()
-                row = self._take_lock(conn, txn, prefetch, waiting)
+                row, sent = self._take_lock(conn, txn, prefetch, waiting)
                 if row is not None:
                     xid = int(row[2])
                     if self.on_clock is not None:
-                        self.on_clock(float(row[1]), sent, time.monotonic())
+                        received = time.monotonic()
+                        # The reading was taken once the lock was held: the wait (row[3]) is
+                        # not network time, so it must not pull the midpoint back by half.
+                        self.on_clock(float(row[1]), min(sent + max(float(row[3]), 0.0), received), received)
             else:  # the snapshot and a reading of the server's clock in one round trip
                 sent = time.monotonic()
                 with conn.pipeline():
@@ -238,9 +243,11 @@ class PgEnvironment:
                 return False
             time.sleep(0.01)
 
-    def _take_lock(self, conn: psycopg.Connection[Any], txn: PgTxn, prefetch: Prefetch | None, waiting: str | None = None) -> Any:
+    def _take_lock(self, conn: psycopg.Connection[Any], txn: PgTxn, prefetch: Prefetch | None, waiting: str | None = None) -> tuple[Any, float]:
         """Begin, take the store's write lock, read the server's clock and what ``prefetch``
-        names, in one pipelined round trip; returns the lock statement's row.
+        names, in one pipelined round trip; returns the lock statement's row and the local
+        monotonic time that round trip was sent at (the clock reading lies after it by at
+        least the row's wait, ``row[3]``).
 
         The wait is bounded by ``LOCK_HOLD_LIMIT``: past it, the holder is ended if the server
         has been waiting on it, not working for it, for that long (``_end_stalled_holder``)
@@ -248,6 +255,7 @@ class PgEnvironment:
         of a pipeline, where the server's own idle timer does not run, or its host may be
         gone without a word. Ended, its transaction is rolled back: nothing it did commits."""
         while True:
+            sent = time.monotonic()
             try:
                 with conn.pipeline():
                     conn.execute("BEGIN")
@@ -259,7 +267,7 @@ class PgEnvironment:
                     row = lock.fetchone()
                     if prefetch is not None:
                         receive_prefetch(txn, prefetch, reads)
-                return row
+                return row, sent
             except psycopg.errors.LockNotAvailable:
                 conn.execute("ROLLBACK")
                 self._end_stalled_holder(conn)
