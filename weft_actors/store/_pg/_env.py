@@ -20,6 +20,7 @@ import psycopg
 
 from ...errors import StorageError
 from .._reads import Prefetch
+from ._outcome import Outcomes, resolve_commit
 from ._txn import PgTxn, ranges_params, tails_query
 
 __all__ = ["PgEnvironment", "redact"]
@@ -91,6 +92,8 @@ class PgEnvironment:
         self._all_lock = threading.Lock()
         self.lock_key = 0
         self.on_clock: Callable[[float, float, float], None] | None = None
+        self.outcomes = Outcomes()
+        """Commits of unknown outcome (``_outcome``): a store shares one among its connections."""
         self.on_reconnect: Callable[[], None] | None = None
         """Called after the owner thread's connection replaces one that failed (its session
         locks went with it)."""
@@ -180,27 +183,21 @@ class PgEnvironment:
         if write and self.readonly:
             raise StorageError(f"the store at {self.where} was opened read-only: nothing can be written", path=self.where)
         conn = self.connect()
-        xid: int | None = None
         try:
-            txn = PgTxn(conn, write)
-            if write:
-                row, sent = self._take_lock(conn, txn, prefetch, waiting)
-                if row is not None:
-                    xid = int(row[2])
-                    if self.on_clock is not None:
-                        received = time.monotonic()
-                        # The reading was taken once the lock was held: the wait (row[3]) is
-                        # not network time, so it must not pull the midpoint back by half.
-                        self.on_clock(float(row[1]), min(sent + max(float(row[3]), 0.0), received), received)
-            else:  # the snapshot and a reading of the server's clock in one round trip
-                sent = time.monotonic()
-                with conn.pipeline():
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
-                if self.on_clock is not None and row is not None:
-                    self.on_clock(float(row[0]), sent, time.monotonic())
+            txn, xid = self._start(conn, write, prefetch, waiting)
         except psycopg.Error as exc:
-            raise self.failed(exc, "could not begin a transaction") from exc
+            if not conn.broken:
+                raise self.failed(exc, "could not begin a transaction") from exc
+            # The session had ended before this transaction began (a network blip, a restarted
+            # server, an administrator): nothing of it can have committed, so it begins once
+            # more on a new connection, which takes the engines' locks again (``on_reconnect``).
+            log.warning("store: PostgreSQL at %s: the connection had ended (%s); connecting again", self.where, exc)
+            self._drop()
+            conn = self.connect()
+            try:
+                txn, xid = self._start(conn, write, prefetch, waiting)
+            except psycopg.Error as again:
+                raise self.failed(again, "could not begin a transaction") from again
         try:
             yield txn
         except psycopg.Error as exc:
@@ -217,31 +214,36 @@ class PgEnvironment:
             else:
                 conn.execute("COMMIT")
         except psycopg.Error as exc:
-            if write and xid is not None and conn.broken and self._committed_after_all(xid):
-                return  # the connection was lost after the server committed
+            if write and xid is not None and conn.broken and resolve_commit(self, xid):
+                return  # the connection was lost after the server committed (unknown: ``OutcomeUnknown``)
             self._rollback(conn)
             raise self.failed(exc, "commit failed" if write else "read failed") from exc
 
-    def _committed_after_all(self, xid: int) -> bool:
-        """Whether transaction ``xid``, whose connection broke during its commit, committed:
-        asked of the server on a new connection (``txid_status``). The old session may still
-        be finishing it for a moment; if the answer cannot be had, the commit counts as failed
-        (the error says its outcome is unknown)."""
-        self._drop()
-        deadline = time.monotonic() + LOCK_HOLD_LIMIT
-        while True:
-            try:
-                row = self.connect().execute("SELECT txid_status(%s)", (xid,)).fetchone()
-            except (psycopg.Error, StorageError):
-                log.error("store: PostgreSQL at %s: the connection broke during a commit and its outcome is unknown", self.where)
-                return False
-            status = None if row is None else row[0]
-            if status == "committed":
-                log.warning("store: PostgreSQL at %s: the connection broke during a commit that the server had made", self.where)
-                return True
-            if status != "in progress" or time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
+    def _start(self, conn: psycopg.Connection[Any], write: bool, prefetch: Prefetch | None, waiting: str | None) -> tuple[PgTxn, int | None]:
+        """Begin a transaction on ``conn``: for a write, take the lock (``_take_lock``); for a
+        read, a snapshot. Either reads the server's clock for ``on_clock``. Returns the
+        transaction and, for a write, its server transaction id."""
+        xid: int | None = None
+        txn = PgTxn(conn, write)
+        if write:
+            row, sent = self._take_lock(conn, txn, prefetch, waiting)
+            if row is not None:
+                xid = int(row[2])
+                if self.on_clock is not None:
+                    received = time.monotonic()
+                    # The reading was taken once the lock was held: the wait (row[3]) is
+                    # not network time, so it must not pull the midpoint back by half.
+                    self.on_clock(float(row[1]), min(sent + max(float(row[3]), 0.0), received), received)
+        else:  # the snapshot and a reading of the server's clock in one round trip
+            if self.outcomes.pending:  # nothing is read over a commit that may yet land
+                self.outcomes.settle(conn, self.where)
+            sent = time.monotonic()
+            with conn.pipeline():
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+            if self.on_clock is not None and row is not None:
+                self.on_clock(float(row[0]), sent, time.monotonic())
+        return txn, xid
 
     def _take_lock(self, conn: psycopg.Connection[Any], txn: PgTxn, prefetch: Prefetch | None, waiting: str | None = None) -> tuple[Any, float]:
         """Begin, take the store's write lock, read the server's clock and what ``prefetch``
