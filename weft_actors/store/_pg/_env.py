@@ -20,6 +20,7 @@ import psycopg
 
 from ...errors import StorageError
 from .._reads import Prefetch
+from ._lockwait import LockWait
 from ._outcome import Outcomes, resolve_commit
 from ._txn import PgTxn, ranges_params, tails_query
 
@@ -27,6 +28,9 @@ __all__ = ["PgEnvironment", "redact"]
 
 log = logging.getLogger("weft_actors.store")
 
+
+APPLICATION: Final = "weft_actors"
+"""Every connection's ``application_name`` outside a write (``_store.wait_label`` within one)."""
 
 LOCK_HOLD_LIMIT: Final = 2.0
 """Seconds a transaction of this store may keep the server waiting on it. The write lock is the
@@ -109,7 +113,7 @@ class PgEnvironment:
             return conn
         try:
             conn = psycopg.connect(
-                self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)), application_name="weft_actors"
+                self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)), application_name=APPLICATION
             )
         except psycopg.Error as exc:
             raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where) from exc
@@ -252,10 +256,11 @@ class PgEnvironment:
         least the row's wait, ``row[3]``).
 
         The wait is bounded by ``LOCK_HOLD_LIMIT``: past it, the holder is ended if the server
-        has been waiting on it, not working for it, for that long (``_end_stalled_holder``)
-        and the lock is asked for again. Its process may have stopped between two messages
+        has been waiting on it, not working for it, for that long, the holders are named in a
+        warning (``_lockwait``), and the lock is asked for again. Its process may have stopped between two messages
         of a pipeline, where the server's own idle timer does not run, or its host may be
         gone without a word. Ended, its transaction is rolled back: nothing it did commits."""
+        wait: LockWait | None = None
         while True:
             sent = time.monotonic()
             try:
@@ -263,6 +268,8 @@ class PgEnvironment:
                     conn.execute("BEGIN")
                     conn.execute(self._lock_timeout)
                     if waiting is not None:
+                        if wait is not None:  # its commit gives the session its plain name back
+                            conn.execute("SELECT set_config('application_name', %s, false)", (APPLICATION,))
                         conn.execute("SELECT set_config('application_name', %s, true)", (waiting,))
                     lock = conn.execute(self._lock_query)
                     reads = [] if prefetch is None else send_prefetch(conn, prefetch)
@@ -271,25 +278,13 @@ class PgEnvironment:
                         receive_prefetch(txn, prefetch, reads)
                 return row, sent
             except psycopg.errors.LockNotAvailable:
-                conn.execute("ROLLBACK")
-                self._end_stalled_holder(conn)
-
-    def _end_stalled_holder(self, conn: psycopg.Connection[Any]) -> None:
-        ended = conn.execute(
-            "SELECT pg_terminate_backend(a.pid), a.pid, a.client_addr::text, a.application_name, a.state "
-            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = 0 AND l.objid = %s::oid "
-            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-            "AND a.wait_event = 'ClientRead' AND a.state_change < clock_timestamp() - make_interval(secs => %s) "
-            "AND a.pid <> pg_backend_pid()",
-            (self.lock_key, LOCK_HOLD_LIMIT),
-        ).fetchall()
-        for _, pid, client, application, state in ended:
-            log.warning(
-                "store: ended PostgreSQL session %s (client %s, %s, %s): it held the write lock and "
-                "sent nothing for %.0f s (a stopped process or a lost host); its transaction is rolled back",
-                pid, client or "local", application, state, LOCK_HOLD_LIMIT,
-            )
+                with conn.pipeline():  # still named as waiting between two requests (``_waits``)
+                    conn.execute("ROLLBACK")
+                    if waiting is not None:
+                        conn.execute("SELECT set_config('application_name', %s, false)", (waiting,))
+                if wait is None:
+                    wait = LockWait(self.lock_key, LOCK_HOLD_LIMIT, self.where)
+                wait.timed_out(conn)
 
     def _rollback(self, conn: psycopg.Connection[Any]) -> None:
         try:

@@ -35,6 +35,7 @@ from ._env import PgEnvironment
 from ._writer import BatchWriter
 from ._hints import CHANNEL, Listener, notify_payload
 from ._liveness import relock_engine
+from ._waits import waiting_since
 from ._txn import MAX_KEY
 from ._schema import PgDatabases, check_version, migrate
 
@@ -121,19 +122,8 @@ class _PgOwnership(Ownership):
 
     def waiting_since(self, engine_id: str) -> float:
         """When ``engine_id``'s process began to wait for the write lock, as its waiting
-        transaction published it (``wait_label``); 0.0 if no session of it waits now."""
-        env = self._env
-        try:
-            rows = env.conn.execute(
-                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                "WHERE l.locktype = 'advisory' AND NOT l.granted AND l.classid = 0 AND l.objid = %s::oid AND l.objsubid = 1 "
-                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND a.application_name LIKE %s",
-                (env.lock_key, f"{_WAIT_LABEL}{engine_id}:%"),
-            ).fetchall()
-        except psycopg.Error:
-            return 0.0  # proves nothing either way: the lease alone judges
-        since = [float(name.rpartition(":")[2]) for (name,) in rows if name.rpartition(":")[2].replace(".", "", 1).isdigit()]
-        return min(since) if since else 0.0
+        transaction published it (``wait_label``, ``_waits``); 0.0 if it does not wait."""
+        return waiting_since(self._env.conn, self._env.lock_key, _WAIT_LABEL, engine_id)
 
     def remove_files(self, engine_id: str) -> None:
         pass
