@@ -83,6 +83,7 @@ class _PgOwnership(Ownership):
         self._locks[engine_id] = 0
 
     def _unlock(self, engine_id: str) -> None:
+        self._relock.discard(engine_id)  # released: not to be taken again
         if self._locks.pop(engine_id, None) is not None:
             conn = self._env.connection()
             if conn is not None:
