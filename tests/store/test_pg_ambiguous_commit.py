@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -135,3 +136,115 @@ def test_a_commit_the_server_never_got_is_reported_failed(schema_url: str, postg
         assert store.get_workflow("wf-never") is None
     finally:
         store.close()
+
+
+def slow_commits(url: str, wid: str) -> None:
+    """Make the commit of a transaction that inserts workflow ``wid`` stay in progress on the
+    server until a row with ``go`` is in ``hold_commit``: a deferred constraint trigger runs
+    inside ``COMMIT``, as a slow WAL flush or a synchronous standby would hold it there."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE hold_commit (go boolean)")
+        conn.execute(
+            "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "WHILE NOT EXISTS (SELECT 1 FROM hold_commit WHERE go) LOOP PERFORM pg_sleep(0.02); END LOOP; "
+            "RETURN NULL; END $$"
+        )
+        conn.execute(
+            "CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON weft_workflows DEFERRABLE INITIALLY DEFERRED "
+            f"FOR EACH ROW WHEN (NEW.k = '\\x{wid.encode().hex()}'::bytea) EXECUTE FUNCTION hold_commit()"
+        )
+
+
+def held_for(url: str) -> float:
+    """How long the server has been in the held commit (0.0 if it is in none)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT max(extract(epoch FROM clock_timestamp() - query_start)) FROM pg_stat_activity "
+            "WHERE wait_event = 'PgSleep' AND pid <> pg_backend_pid()"
+        ).fetchone()
+    return 0.0 if row is None or row[0] is None else float(row[0])
+
+
+def release_commit(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO hold_commit VALUES (true)")
+
+
+def release_once_held(url: str, seconds: float) -> threading.Thread:
+    """Release the held commit once the server has been in it for ``seconds``."""
+
+    def run() -> None:
+        deadline = time.monotonic() + 30.0
+        while held_for(url) < seconds and time.monotonic() < deadline:
+            time.sleep(0.02)
+        release_commit(url)
+
+    thread = threading.Thread(target=run, name="release-commit", daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_commit_still_in_progress_when_its_reply_was_lost_is_waited_out(schema_url: str) -> None:
+    """The server takes 3 s to finish the commit whose reply was lost: the batch's caller gets
+    the real result (the start exists), not a failure after the first seconds of waiting."""
+    cutter = CommitCutter(schema_url)
+    store = open_store(cutter.url(schema_url))
+    try:
+        engine = uuid.uuid4().hex
+        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
+        slow_commits(schema_url, "wf-slow")
+        releaser = release_once_held(schema_url, 3.0)
+        store.before_commit = cutter.armed.set
+        (result,) = store.apply(engine, [CreateWorkflow("wf-slow", "Order", encode_args((1,)), uuid.uuid4().hex)])
+        store.before_commit = None
+        releaser.join(10.0)
+        assert cutter.cut.is_set()
+        assert isinstance(result, Created) and result.created, result
+        assert store.get_workflow("wf-slow")["status"] == "running"
+    finally:
+        store.close()
+        cutter.close()
+
+
+def test_a_commit_in_progress_past_the_bound_is_outcome_unknown_and_nothing_reads_over_it(
+    schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the bound the batch gets ``OutcomeUnknown``, never a "commit failed"; until the
+    server ends that commit, reads of the store fail rather than show the state before it
+    (a replay from there would redo what it carried); then everything it carried is there."""
+    from weft_actors.errors import OutcomeUnknown
+    from weft_actors.store._pg import _outcome
+
+    monkeypatch.setattr(_outcome, "OUTCOME_WAIT", 1.0)
+    cutter = CommitCutter(schema_url)
+    store = open_store(cutter.url(schema_url))
+    try:
+        engine = uuid.uuid4().hex
+        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
+        slow_commits(schema_url, "wf-held")
+        store.before_commit = cutter.armed.set
+        (result,) = store.apply(engine, [CreateWorkflow("wf-held", "Order", encode_args((1,)), uuid.uuid4().hex)])
+        store.before_commit = None
+        assert isinstance(result, OutcomeUnknown), result
+        assert result.code == "outcome_unknown"
+        with pytest.raises(StorageError, match="still in progress"):
+            store.get_workflow("wf-held")
+        release_commit(schema_url)
+        deadline = time.monotonic() + 10.0
+        while True:
+            try:
+                record = store.get_workflow("wf-held")
+                break
+            except StorageError:
+                assert time.monotonic() < deadline, "the held commit never ended"
+                time.sleep(0.02)
+        assert record is not None and record["status"] == "running"
+        (again,) = store.apply(engine, [CreateWorkflow("wf-next", "Order", encode_args((2,)), uuid.uuid4().hex)])
+        assert isinstance(again, Created) and again.created, again
+    finally:
+        try:
+            release_commit(schema_url)
+        except psycopg.Error:
+            pass
+        store.close()
+        cutter.close()

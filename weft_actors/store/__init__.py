@@ -7,7 +7,7 @@ database. ``open_store`` picks by location; both pass the conformance suite (``t
 
 from ._check import Problem, check_store
 from ._disk import is_read_only, writes_refused
-from ._engines import LOCK_WAIT_GRACE, expiry_time
+from ._engines import LOCK_WAIT_GRACE, AttestedWait, expiry_time
 from ._env import SCHEMA_VERSION
 from ._intents import (
     AppendInbox,
@@ -37,6 +37,7 @@ __all__ = [
     "check_store",
     "SCHEMA_VERSION",
     "LOCK_WAIT_GRACE",
+    "AttestedWait",
     "expiry_time",
     "is_read_only",
     "writes_refused",

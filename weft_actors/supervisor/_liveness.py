@@ -21,7 +21,7 @@ import zmq
 
 from ..bus import encode_hint, publisher
 from ..errors import WeftError
-from ..store import LOCK_WAIT_GRACE
+from ..store import LOCK_WAIT_GRACE, AttestedWait
 
 __all__ = ["DeathRecorder", "Judgement", "hung_reason", "judge_shards", "LOCK_WAIT_GRACE"]
 
@@ -46,8 +46,8 @@ def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float
     silent = wall - max(record["expires_at"] - record["ttl"], ready_at)
     if silent <= ttl:
         return None
-    if waiting_since > 0 and wall - waiting_since < LOCK_WAIT_GRACE * ttl:
-        return None  # blocked behind another process's transaction, not hung itself
+    if waiting_since > 0 and (wall - waiting_since < LOCK_WAIT_GRACE * ttl or isinstance(waiting_since, AttestedWait)):
+        return None  # blocked behind another process's transaction (or a stalled server), not hung itself
     if waiting_since < 0 and wall + waiting_since < ttl:
         return None  # it got the lock a moment ago and commits what it could not meanwhile
     return f"it has not heartbeated for {silent:.1f} s (ttl {ttl:g} s)"
