@@ -153,7 +153,6 @@ def _lost(record: dict[str, Any]) -> dict[str, Any] | None:
         return None
     found = {
         "count": lost.get("count", 0),
-        "unconfirmed": lost.get("unseen", 0),
         "reason": describe_reason(lost.get("reason")),
         "op": lost.get("reason"),
         "at": lost.get("at"),
