@@ -1,7 +1,8 @@
-"""The "on the loop now" record: an engine publishes in its loop slot which workflow's code
-runs on its loop (a workflow turn, a query, a step of an ``async def`` activity), and nothing
-while its loop is idle or while a plain ``def`` activity runs in a thread; the watchdog's
-stall note is made from it, so it names the workflow, run, op and activity exactly."""
+"""The "on the loop now" record: an engine records in its loop slot which workflow's code runs
+on its loop (a workflow turn, a query, a step of an ``async def`` activity); its watchdog
+names that code in the slot's shared file while it holds the loop, and nothing while the loop
+turns or a plain ``def`` activity runs in a thread; the stall note is made from it, so it
+names the workflow, run, op and activity exactly."""
 
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ def test_a_stall_note_names_the_activity_step_on_the_loop_from_the_slot(tmp_path
             [note] = kept.written
             assert (note["wid"], note["run_id"], note["kind"], note["name"], note["seq"]) == ("stuck-a", handle.run_id, "activity", "blocks_the_loop", 1)
             assert note["held"] >= 0.2 and note["stalled"] >= 0.2
-            assert read_loop_slot(slot) is None  # the step returned: nobody's code is on the loop
+            await eventually(lambda: read_loop_slot(slot) is None, timeout=5)  # cleared once the loop turns
 
     run(main())
 
@@ -109,7 +110,8 @@ def test_workflow_code_and_a_query_handler_are_named_and_a_thread_activity_is_no
             assert [(n["wid"], n["kind"], n["seq"]) for n in kept.written] == [("stuck-w", "workflow code", 1)]
             RELEASE.clear()
             slow = await engine.start(slow_to_query, id="slow")
-            await asyncio.sleep(0.2)  # its plain activity runs in a thread: the loop is free
+            await eventually(lambda: read_loop_slot(slot) is None, timeout=5)
+            await asyncio.sleep(0.3)  # its plain activity runs in a thread: the loop stays free
             assert read_loop_slot(slot) is None
             assert await engine.query("slow", "state", 0.6) == "queried"
             await eventually(lambda: len(kept.written) == 2, timeout=5)

@@ -4,6 +4,8 @@ database, so a taker on another host (another local directory) charges the same 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from weft_actors.codec import encode_args
@@ -40,8 +42,9 @@ def _lost(store, wid: str):
 def test_a_death_is_charged_to_the_workflow_whose_code_held_the_loop_and_to_no_neighbour(store_factory, fake_clock, tmp_path):
     owner = store_factory()
     _owning(owner, "culprit", "neighbour")
-    slot = LoopSlot(loop_slot_path(owner.path, OWNER), threshold=0.0)
-    slot.enter("culprit", RUN, 3, "activity", "blocks")  # its process ends with this on the loop
+    slot = LoopSlot(loop_slot_path(owner.path, OWNER), threshold=1.0)
+    # Its process ends while this activity has held the loop for 2 s (its watchdog published it).
+    slot.publish("culprit", RUN, 3, "activity", "blocks", entered=time.monotonic() - 2.0)
     assert read_loop_slot(slot.path)["wid"] == "culprit"
     assert owner.mark_engine_dead(OWNER)
     slot.close()
@@ -58,11 +61,11 @@ def test_a_death_with_an_idle_loop_or_code_only_passing_through_is_charged_to_no
     only for a moment (shorter than the stall threshold): nobody's doing, nothing counts."""
     owner = store_factory()
     _owning(owner, "w", "v")
-    slot = LoopSlot(loop_slot_path(owner.path, OWNER), threshold=60.0)
-    slot.enter("v", RUN, 0, "workflow code")
-    slot.leave()
+    slot = LoopSlot(loop_slot_path(owner.path, OWNER), threshold=1.0)
+    slot.publish("v", RUN, 0, "workflow code", None, entered=time.monotonic() - 5.0)
+    slot.unpublish()  # the loop turned again
     assert read_loop_slot(slot.path) is None
-    slot.enter("w", RUN, 0, "activity", "long")  # just entered: held for far less than 60 s
+    slot.publish("w", RUN, 0, "activity", "long", entered=time.monotonic() - 0.3)  # under the threshold
     assert owner.mark_engine_dead(OWNER)
     slot.close()
     taker = _taker(store_factory, tmp_path)
@@ -88,8 +91,6 @@ def test_a_stall_note_reaches_a_taker_on_another_host_and_blames_only_what_it_na
 def test_a_cleared_stall_note_blames_nobody(store_factory, fake_clock, tmp_path):
     """The engine heartbeated after its stall (it kept its lease): the note goes, and a later
     loss of that owner names nobody."""
-    import time
-
     owner = store_factory()
     _owning(owner, "w")
     notes = stall_notes(owner, OWNER)

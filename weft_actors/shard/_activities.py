@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine, Generator, NamedTupl
 
 from ..codec import decode_args
 from ..workflow import ActivityDefinition, ActivityInfo, contained, current_activity
-from ._on_loop import ACTIVITY
 from ._permits import PermitGate
 
 if TYPE_CHECKING:
@@ -83,7 +82,7 @@ def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot
     out of the event loop, which would end the process instead of the attempt. Being closed
     (a Task collected unfinished) closes the activity and re-raises ``GeneratorExit``, never
     throws it in: the collector may have closed the activity's coroutine already. Each step
-    is published in the engine's loop slot (``slot``) while it runs: a stall is blamed on it."""
+    is recorded in the engine's loop slot (``slot``) while it runs: a stall is blamed on it."""
     yielded = first
     while True:
         try:
@@ -93,7 +92,7 @@ def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot
             raise
         except BaseException as exc:  # cancellation and throws go to the activity
             if slot is not None:
-                slot.enter(info.workflow_id, info.run_id, info.seq, ACTIVITY, info.activity)
+                slot.current = info
             try:
                 yielded = coro.throw(exc)
             except StopIteration as stop:
@@ -102,10 +101,10 @@ def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot
                 raise contained(exit, f"activity {info.activity!r}") from exit
             finally:
                 if slot is not None:
-                    slot.leave()
+                    slot.current = None
         else:
             if slot is not None:
-                slot.enter(info.workflow_id, info.run_id, info.seq, ACTIVITY, info.activity)
+                slot.current = info
             try:
                 yielded = coro.send(sent)
             except StopIteration as stop:
@@ -114,7 +113,7 @@ def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot
                 raise contained(exit, f"activity {info.activity!r}") from exit
             finally:
                 if slot is not None:
-                    slot.leave()
+                    slot.current = None
 
 
 async def _finish(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot: LoopSlot | None) -> Any:
@@ -174,7 +173,7 @@ class ActivityRunner:
         self.on_loop: LoopSlot | None = None
         """The engine's loop slot (set by the engine when it watches its loop): each piece of
         user code on the loop, activity steps here and workflow turns (``_on_loop``), is
-        published in it while it runs."""
+        recorded in it while it runs."""
 
     def use_permits(self, committer: GroupCommitter, timers: TimerService, clock: Clock) -> None:
         """Enforce activities' ``rate_limit`` and ``concurrency`` through the store."""
@@ -233,7 +232,7 @@ class ActivityRunner:
             token = current_activity.set(info)
             on_loop = self.on_loop
             if on_loop is not None:
-                on_loop.enter(info.workflow_id, info.run_id, info.seq, ACTIVITY, info.activity)
+                on_loop.current = info
             try:
                 coro = definition.fn(*values)
                 first = coro.send(None)
@@ -244,7 +243,7 @@ class ActivityRunner:
             finally:
                 current_activity.reset(token)
                 if on_loop is not None:
-                    on_loop.leave()
+                    on_loop.current = None
         # It runs on: it holds an in-flight slot until its outcome is reported or it is cancelled.
         self.inflight += 1
         slot = [True]

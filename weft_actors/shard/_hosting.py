@@ -117,7 +117,7 @@ class ActorHost:
         actors[wid] = actor
         if len(actors) > eviction.max_live:
             eviction.schedule()
-        actor.handle(start(self, wid, run_id, run))  # which polls: the inbox is taken from here on
+        actor.handle(start(self, run))  # which polls: the inbox is taken from here on
         return actor
 
     def drive(self, wid: str, epoch: int) -> bool:

@@ -93,7 +93,7 @@ class WorkflowReads:
             )
         run = WorkflowRun(self._definition(record["type"]), workflow_id, record["run_id"], decode_args(record["args"]), ops)
         try:
-            start(self, workflow_id, record["run_id"], run)
+            start(self, run)
             return running(self, run, QUERY, name, run.query, name, args)
         finally:
             run.close()

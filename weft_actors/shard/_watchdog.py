@@ -11,13 +11,15 @@ it has gone on four times as long. The same tick measures the loop's *lag*: how 
 which is how long any ready callback (a request, a commit's resume) waits for the loop right
 now; ``lag`` is the worst of the last second's ticks, the gauge ``stats()`` reports.
 
-Blame goes by evidence, not by the stack: the engine's *loop slot* (``store.LoopSlot``, written
-before and after every piece of user code on the loop) names the workflow, run, op and activity
-whose code holds the loop. A stall it names leaves a *stall note* (``notes``: a file on one
-machine, a row of the store on PostgreSQL): if the stall costs the engine its lease, the
-takeover charges that workflow alone, not every workflow the engine held
-(``store._quarantine``). A stall in engine code names nobody and leaves no note. The engine
-removes the note at its next heartbeat that succeeds (``clear_note``).
+Blame goes by evidence, not by the stack: the engine's *loop slot* (``store.LoopSlot``, set
+before and after every piece of user code on the loop: ``_on_loop``) names the workflow, run,
+op and activity whose code holds the loop. While the loop is late this thread copies it into
+the slot's shared file, which outlives the process (the supervisor reads it after a death),
+and a stall it names leaves a *stall note* (``notes``: a file on one machine, a row of the
+store on PostgreSQL): if the stall costs the engine its lease, the takeover charges that
+workflow alone, not every workflow the engine held (``store._quarantine``). A stall in
+engine code names nobody and leaves no note. The engine removes the note at its next
+heartbeat that succeeds (``clear_note``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 from ..store import LoopSlot, StallNotes, loop_slot_path
 from ..workflow import ActivityInfo, WorkflowRun
 from ._actor import Actor
+from ._on_loop import describe
 
 __all__ = ["LoopWatchdog", "open_slot", "find_culprit", "culprit"]
 
@@ -115,6 +118,8 @@ class LoopWatchdog:
         self._loop_thread = 0
         self._handle: asyncio.TimerHandle | None = None
         self._stop = threading.Event()
+        self._published: Any = None
+        self._published_at = 0.0
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -132,10 +137,10 @@ class LoopWatchdog:
             self.notes.clear()
 
     def released(self) -> None:
-        """The engine let go of its claims (a graceful stop): no note, and no slot, is needed."""
+        """The engine let go of its claims (a graceful stop): no note, and no slot file, is
+        needed (the mapping stays until the engine is gone: this thread may still write it)."""
         self.clear_note()
         if self.slot is not None:
-            self.slot.close()
             remove_file(self.slot.path)
 
     def stop(self) -> None:
@@ -163,6 +168,8 @@ class LoopWatchdog:
         while not self._stop.wait(self.interval):
             turn = self.last_turn
             late = time.monotonic() - turn - self.interval
+            if self.slot is not None:
+                self._publish(self.slot, turn, late)
             if late <= self.threshold:
                 continue
             if turn != reported_for:
@@ -174,6 +181,22 @@ class LoopWatchdog:
                 self._report(late, again=True)
             if late > self.longest:
                 self.longest = late
+
+    def _publish(self, slot: LoopSlot, turn: float, late: float) -> None:
+        """Copy the loop's record into the slot's shared file while the loop is late (the
+        code it names has held the loop since ``turn`` at least), clear it once it turns."""
+        current = slot.current if late > 0 else None
+        if current is self._published and turn == self._published_at:
+            return
+        self._published, self._published_at = current, turn
+        try:
+            found = None if current is None else describe(current)
+        except Exception:  # a record changing under us: name nobody rather than the wrong one
+            found = None
+        if found is None:
+            slot.unpublish()
+        else:
+            slot.publish(*found, entered=turn)
 
     def _report(self, late: float, again: bool) -> None:
         frame = sys._current_frames().get(self._loop_thread)

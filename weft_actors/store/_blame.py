@@ -1,8 +1,9 @@
 """Blame as evidence: what was on an engine's loop, kept where a taker can read it.
 
-Each engine keeps a *loop slot*: a small file in its data directory (``engines/<id>.loop``),
-mapped shared, that the engine rewrites before and after every piece of user code it runs on
-its loop (a workflow turn, a handler, a query, a step of an ``async def`` activity): which
+Each engine keeps a *loop slot*: the record it sets before and after every piece of user code
+it runs on its loop (a workflow turn, a handler, a query, a step of an ``async def``
+activity), and a small file in its data directory (``engines/<id>.loop``), mapped shared,
+where its watchdog thread names that piece once it has held the loop for a tick: which
 workflow, run, op and activity is on the loop now, since when. The file outlives the process,
 so the supervisor that reaps a dead shard reads it (``death_blame``) and keeps what it names
 in the engine's record (``blame``): a death is charged to a workflow only if its code held
@@ -53,14 +54,19 @@ def stall_note_key(engine_raw: bytes) -> bytes:
 
 
 class LoopSlot:
-    """The writing side of an engine's loop slot, used only from the loop's thread (the
-    watchdog thread reads it). ``enter`` and ``leave`` are on the hot path: one slice copy and
-    one ``pack_into``, then one byte."""
+    """An engine's loop slot. The loop sets ``current`` before each piece of user code and
+    clears it after (two attribute stores: the hot path); the watchdog thread copies it into
+    the shared file (``publish``) once that piece has kept the loop from turning for a tick,
+    and clears the file (``unpublish``) once the loop turns again. So the file names a
+    workflow only while its code holds the loop, which is all that a taker or the supervisor
+    needs, at no cost per step."""
 
-    __slots__ = ("path", "_map")
+    __slots__ = ("path", "current", "_map")
 
     def __init__(self, path: str, threshold: float) -> None:
         self.path = path
+        self.current: Any = None
+        """What runs on the loop now (the engine's own record: a run, an activity's info)."""
         fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)
         try:
             os.ftruncate(fd, SIZE)
@@ -69,20 +75,22 @@ class LoopSlot:
             os.close(fd)
         _THRESHOLD.pack_into(self._map, 0, threshold)
 
-    def enter(self, wid: str, run_id: str, seq: int | None, kind: str, name: str | None = None) -> None:
-        """User code of ``wid`` is about to run on the loop (``seq``: the op it is at)."""
+    def publish(self, wid: str, run_id: str, seq: int | None, kind: str, name: str | None, entered: float) -> None:
+        """Name in the file the user code of ``wid`` that holds the loop since ``entered``
+        (``time.monotonic``): the body first, then the header that makes it valid."""
         body = f"{wid}\0{run_id}\0{kind}\0{name or ''}".encode()[:_BODY_MAX]
         size = len(body)
         buf = self._map
+        buf[_HEAD_AT] = 0
         buf[_BODY_AT : _BODY_AT + size] = body
-        _HEAD.pack_into(buf, _HEAD_AT, 1, time.monotonic(), _NONE if seq is None else seq, size)
+        _HEAD.pack_into(buf, _HEAD_AT, 1, entered, _NONE if seq is None else seq, size)
 
-    def leave(self) -> None:
-        """The piece of user code returned (or raised): nobody's code is on the loop."""
+    def unpublish(self) -> None:
+        """Nobody's code holds the loop."""
         self._map[_HEAD_AT] = 0
 
     def read(self) -> dict[str, Any] | None:
-        """What is on the loop now (None: no user code), with ``held`` (seconds) so far."""
+        """What the file names (None: nobody), with ``held`` (seconds) so far."""
         return _parse(self._map[:SIZE])
 
     def close(self) -> None:
