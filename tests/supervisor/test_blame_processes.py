@@ -59,3 +59,42 @@ def test_a_blocking_activity_among_20_neighbours_is_quarantined_at_its_first_sta
         assert _status(client, "poison") == "quarantined"
         assert client.stats()["supervisor"]["restarts"] == 1  # the one shard killed as hung
         assert sup.process.poll() is None
+
+
+def _owner_pid(client: Client, wid: str) -> int | None:
+    """The pid of the shard that holds ``wid`` now (None while it has no live owner)."""
+    try:
+        owner = client.get_handle(wid).describe().get("owner")
+        shards = client.stats()["shards"]
+    except (ServerUnavailable, TimeoutError):
+        return None
+    for shard in shards:
+        if owner is not None and shard.get("engine_id") == owner and shard.get("alive"):
+            return shard["pid"]
+    return None
+
+
+@pytest.mark.timeout(120)
+def test_owners_killed_from_outside_during_a_long_activity_charge_the_workflow_nothing(tmp_path):
+    """Item 2's innocent workflow: its owner is SIGKILLed three times (an OOM killer, an
+    operator) while its activity waits: nothing of its code was on the loop, so no death is
+    charged to it; it is not quarantined, and it completes."""
+    import os
+    import signal
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with RunningSupervisor(tmp_path / "data", shards=2, app=APP, args=ARGS) as sup, Client(sup.endpoint, timeout=10) as client:
+        handle = client.start("long_running", str(runs / "innocent"), 3.0, id="innocent")
+        killed: list[int] = []
+        for kill in range(3):
+            wait_until(lambda: _runs(runs / "innocent") > kill, timeout=30, what=f"its activity running (run {kill + 1})")
+            pid = wait_until(lambda: _owner_pid(client, "innocent"), timeout=30, what="its owner's pid")
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+            wait_until(lambda: _owner_pid(client, "innocent") not in (None, *killed) or _status(client, "innocent") not in (None, "running"), timeout=30, what="a new owner", interval=0.1)
+            assert _status(client, "innocent") in (None, "running")  # never quarantined
+        assert handle.result(timeout=40) == "done"
+        described = client.get_handle("innocent").describe()
+        assert described["status"] == "completed" and described["lost_owners"] is None
+        assert sup.process.poll() is None
