@@ -76,7 +76,7 @@ class DecidedFailure(Exception):
 
 
 @types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot: LoopSlot | None) -> Generator[Any, Any, Any]:
+def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot: LoopSlot | None = None) -> Generator[Any, Any, Any]:
     """Continue a coroutine that already yielded ``first`` under a Task. ``SystemExit`` and
     ``KeyboardInterrupt`` from the activity become ``UserCodeExit``: a Task re-raises those two
     out of the event loop, which would end the process instead of the attempt. Being closed
@@ -116,7 +116,7 @@ def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot
                     slot.current = None
 
 
-async def _finish(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot: LoopSlot | None) -> Any:
+async def _finish(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot: LoopSlot | None = None) -> Any:
     # ``info`` is a local of these frames: the loop watchdog finds the activity by it.
     return await _resume(coro, first, info, slot)
 
