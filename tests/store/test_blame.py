@@ -114,3 +114,24 @@ def _note_gone(store) -> bool:
 
     with store.env.begin() as txn:
         return txn.get(stall_note_key(engine_key(OWNER)), db=store.dbs.meta) is None
+
+
+def test_pruning_an_engine_removes_its_stall_note_and_loop_slot(store_factory, fake_clock, tmp_path):
+    """What blamed a long-gone engine's workflows goes with its record: no note row of the
+    store, no file of this machine, grows for ever with the engines that came and went."""
+    import os
+
+    store = store_factory()
+    store.register_engine(OWNER, heartbeat=HEARTBEAT, ttl=TTL)
+    slot = LoopSlot(loop_slot_path(store.path, OWNER), threshold=1.0)
+    stall_notes(store, OWNER).write({"wid": "w", "run_id": RUN, "kind": "activity", "name": "x", "seq": 0})
+    store.release_engine(OWNER)
+    fake_clock.advance(60)
+    assert store.prune_engines(keep=10) == [OWNER]
+    assert not os.path.exists(slot.path)
+    if store_factory.name == "postgresql":
+        assert _note_gone(store)
+    else:
+        from weft_actors.store import stall_note_path
+
+        assert not os.path.exists(stall_note_path(store.path, OWNER))

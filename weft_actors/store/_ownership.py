@@ -27,7 +27,7 @@ from ._disk import storage_failure
 from ._env import check_ownership_mode
 from ._feed import feed_head
 from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value, prefixed
-from ._blame import blame_of, death_blame, remove_engine_notes, stall_note_key
+from ._blame import blame_of, death_blame, stall_note_key
 from ._quarantine import LOOK_BACK, note_lost_owner
 from ._reads import Prefetch, prefix_end
 from ._refusals import REFUSED_KEY
@@ -401,12 +401,11 @@ class Ownership:
             os.close(fd)
 
     def remove_files(self, engine_id: str) -> None:
-        """Delete the lock file, loop slot and stall note of an engine pruned from the registry."""
+        """Delete the lock file of an engine pruned from the registry (its notes: ``_upkeep``)."""
         try:
             os.unlink(self._lock_path(engine_id))
         except OSError:
             pass
-        remove_engine_notes(self.store.path, engine_id)
 
     def restore_lock_files(self) -> None:
         """Recreate the lock file of each engine this instance holds if it was deleted or
