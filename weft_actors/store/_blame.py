@@ -19,6 +19,7 @@ that the lost engine's death record or stall note names (``_quarantine.note_lost
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -69,11 +70,13 @@ class LoopSlot:
         """What runs on the loop now (the engine's own record: a run, an activity's info)."""
         fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)
         try:
-            os.ftruncate(fd, SIZE)
+            # Written, not truncated to size: a sparse page of a full disk would be allocated
+            # only when the mapping is first written, and that failing is a SIGBUS, not an error.
+            if os.pwrite(fd, _THRESHOLD.pack(threshold) + bytes(SIZE - _THRESHOLD.size), 0) != SIZE:
+                raise OSError(errno.ENOSPC, "could not write the engine's loop slot")
             self._map = mmap.mmap(fd, SIZE)
         finally:
             os.close(fd)
-        _THRESHOLD.pack_into(self._map, 0, threshold)
 
     def publish(self, wid: str, run_id: str, seq: int | None, kind: str, name: str | None, entered: float) -> None:
         """Name in the file the user code of ``wid`` that holds the loop since ``entered``
