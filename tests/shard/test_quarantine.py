@@ -319,9 +319,9 @@ def test_a_workflow_whose_owners_are_lost_during_its_long_activity_is_never_quar
 
 def test_a_workflow_parked_on_a_condition_or_signal_is_not_blamed_for_lost_owners(tmp_path):
     """A wait on a condition or a signal records nothing until it resolves, so the op log of a
-    parked workflow looks like one running its own code. Its takers note what it waits on
-    before anything else, so losing owner after owner does not quarantine it; nor do owners
-    lost one after the other before any could note it (no evidence against it)."""
+    parked workflow looks like one running its own code; but no lost owner's loop was held by
+    it, so losing owner after owner, one after the other or with time to replay it in
+    between, never quarantines it (no evidence against it)."""
 
     async def main():
         clock = FakeClock()
