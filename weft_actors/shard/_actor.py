@@ -30,6 +30,7 @@ from . import _events as events
 from ._activities import DecidedFailure, Finished, timed_out
 from ._ending import EndingMixin, finish_of as _finish_of
 from ._inbox import InboxMixin
+from ._on_loop import turn
 from ._writes import Writes
 
 if TYPE_CHECKING:
@@ -264,7 +265,7 @@ class Actor(InboxMixin, EndingMixin):
             else:
                 self.engine.actor_finished(self)
             return
-        self.handle(self.run.deliver())
+        self.handle(turn(self))
 
     # -- starting and stopping ops ----------------------------------------------------------
 
@@ -491,7 +492,7 @@ class Actor(InboxMixin, EndingMixin):
         before it. A run that ends right there ends in this same commit, one commit sooner.
         A failed commit drops the actor, and with it everything the run did ahead."""
         run = self.run
-        commands = run.deliver()
+        commands = turn(self)
         self.ahead = []
         outcome = run.outcome
         if outcome is not None and (outcome.kind == "complete" or outcome.kind == "fail") and len(commands) == 1 and not self.ops and not self.attempts:

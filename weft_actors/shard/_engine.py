@@ -28,7 +28,7 @@ from ..errors import (
     UnknownWorkflowType,
     WeftError,
 )
-from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, describe_type_mismatch, open_store, stall_note_path, type_mismatches
+from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, describe_type_mismatch, open_store, stall_notes, type_mismatches
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..workflow import SYSTEM_TYPES, Op, WorkflowDefinition, collect_workflows, with_system_workflows, workflow_definition
 from ._activities import ActivityRunner
@@ -47,7 +47,7 @@ from ._outcome import raise_for_outcome
 from ._reads import WorkflowReads
 from ._timers import TimerService
 from ._validate import OWNERSHIP_MODES, validate_id, validate_name, validate_timing
-from ._watchdog import LoopWatchdog
+from ._watchdog import LoopWatchdog, open_slot
 
 __all__ = ["Engine"]
 
@@ -104,9 +104,9 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     work keeps a bounded latency instead of every start queueing without end. The same
     starts as for ``max_active_workflows`` are never refused.
 
-    Poison workflows: a workflow whose last ``quarantine_after`` (default 3) owners were lost
-    while running it (they died or lost their lease) without committing any progress is not
-    driven again but parked as ``quarantined`` (``lift_quarantine`` puts it back). With
+    Poison workflows: a workflow charged with ``quarantine_after`` (default 1) lost owners
+    without progress (only the workflow whose code held a lost owner's loop is charged:
+    ``store._blame``) is parked as ``quarantined`` (``lift_quarantine`` puts it back). With
     ``background``, a watchdog thread logs a WARNING naming the workflow and activity that
     keeps the loop from turning for more than ``stall_threshold`` seconds (default the lesser
     of 1 s and ttl / 3: it must name the culprit, and leave its stall note, well before the
@@ -147,7 +147,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         max_inbox: int = 10_000,
         max_inflight_activities: int = 1000,
         max_running: int | None = None,
-        quarantine_after: int = 3,
+        quarantine_after: int = 1,
         stall_threshold: float | None = None,
         warn_type_mismatch: bool = True,
     ) -> None:
@@ -277,8 +277,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.maintenance.run_pass(heartbeat=False)
         if self._background:
             self.maintenance.start(loop)
-            note = stall_note_path(self.store.path, self.engine_id)
-            self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], note_path=note)
+            self.activities.on_loop = slot = open_slot(self.store.path, self.engine_id, self.stall_threshold)
+            self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], slot=slot, notes=stall_notes(self.store, self.engine_id))
             self.watchdog.start()
 
     @property
@@ -312,7 +312,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             return
         self._stop_actors()
         if self.watchdog is not None:
-            self.watchdog.clear_note()  # its claims are released: nobody is lost, nobody blamed
+            self.watchdog.released()  # its claims are released: nobody is lost, nobody blamed
         try:
             self.store.release_engine(self.engine_id)
         except WeftError as exc:

@@ -24,7 +24,8 @@ from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepRes
 from ._keys import STATUSES, TERMINAL, split_holder
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
 from ._offers import describe_type_mismatch, offered_types, type_mismatches
-from ._quarantine import QUARANTINED, UNSEEN_FACTOR, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, remove_stall_note, stall_note_path, write_stall_note
+from ._quarantine import QUARANTINED, LiftQuarantine, QuarantineWorkflow, describe_reason, remove_stall_note, stall_note_path, write_stall_note
+from ._blame import LoopSlot, StallNotes, loop_slot_path, read_loop_slot, stall_notes
 from ._store import LmdbStore
 from ._base import ReplayRows
 from ._open import open_store, is_store_url, describe_location
@@ -57,8 +58,11 @@ __all__ = [
     "LiftQuarantine",
     "QuarantineWorkflow",
     "describe_reason",
-    "pending_reason",
-    "UNSEEN_FACTOR",
+    "LoopSlot",
+    "StallNotes",
+    "loop_slot_path",
+    "read_loop_slot",
+    "stall_notes",
     "stall_note_path",
     "remove_stall_note",
     "write_stall_note",

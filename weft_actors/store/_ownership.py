@@ -26,10 +26,11 @@ from ._apply import TxnState, next_epoch, release_claims
 from ._disk import storage_failure
 from ._env import check_ownership_mode
 from ._feed import feed_head
-from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value, prefixed, split_holder
-from ._quarantine import LOOK_BACK, note_lost_owner, read_stall_note, remove_stall_note, stall_note_path
+from ._keys import NO_ENGINE, by_engine_key, engine_key, holder_value, prefixed
+from ._blame import blame_of, death_blame, stall_note_key
+from ._quarantine import LOOK_BACK, note_lost_owner
 from ._reads import Prefetch, prefix_end
-from ._refusals import REFUSED_KEY, last_refusal
+from ._refusals import REFUSED_KEY
 
 if TYPE_CHECKING:
     import lmdb
@@ -190,8 +191,8 @@ class Ownership:
             record = _engines.engine_record(txn, store.dbs, raw)
             if record is None or record["state"] == "dead":
                 return False
-            record["state"] = "dead"
-            record["ended"] = store.clock.lease_now()
+            # ``blame``: the workflow whose code held its loop as it died, if one did (``_blame``)
+            record["state"], record["ended"], record["blame"] = "dead", store.clock.lease_now(), death_blame(store.path, engine_id)
             _engines.put_engine(txn, store.dbs, raw, record)
             return True
 
@@ -247,10 +248,9 @@ class Ownership:
                 _engines.put_engine(txn, store.dbs, me, mine)
             state = TxnState(txn, store.dbs, me, now)
             won: dict[str, int | None] = {}
-            stalls: dict[bytes, dict[str, Any] | None] = {}  # lost engine -> its stall note
+            stalls: dict[bytes, dict[str, Any] | None] = {}  # lost engine -> whom its loss blames
             if refusals.pending:  # this process's own, written before it judges by it
                 written[0] = refusals.write(txn, store.dbs)
-            refused = last_refusal(txn, store.dbs)
             marked: set[bytes] = set()
             for wid, expected in candidates:
                 wid_raw = wid.encode()
@@ -262,9 +262,8 @@ class Ownership:
                     continue
                 if holder is not None:  # its owner was lost holding it (a release leaves no holder)
                     lost_engine = holder[:16]
-                    if lost_engine not in stalls:
-                        stalls[lost_engine] = read_stall_note(stall_note_path(store.path, lost_engine.hex()))
-                    note_lost_owner(state, wid, record, stalls[lost_engine], lease=lease, refused=refused, epoch=split_holder(holder)[1])
+                    blame = stalls[lost_engine] if lost_engine in stalls else blame_of(txn, store.dbs, store.path, lost_engine)
+                    note_lost_owner(state, wid, record, stalls.setdefault(lost_engine, blame), lease=lease)
                 old_engine = NO_ENGINE if holder is None else holder[:16]
                 if holder is not None and old_engine not in marked:
                     marked.add(old_engine)
@@ -402,12 +401,11 @@ class Ownership:
             os.close(fd)
 
     def remove_files(self, engine_id: str) -> None:
-        """Delete the lock file and stall note of an engine pruned from the registry."""
+        """Delete the lock file of an engine pruned from the registry (its notes: ``_upkeep``)."""
         try:
             os.unlink(self._lock_path(engine_id))
         except OSError:
             pass
-        remove_stall_note(stall_note_path(self.store.path, engine_id))
 
     def restore_lock_files(self) -> None:
         """Recreate the lock file of each engine this instance holds if it was deleted or
@@ -466,8 +464,9 @@ def engine_reads(dbs: Any, engines: list[bytes]) -> Prefetch:
 
 def takeover_reads(dbs: Any, me: bytes, candidates: list[tuple[str, bytes | None]]) -> Prefetch:
     """What ``takeover`` reads of each candidate: its holder, record and epoch, its lost
-    engine's record and the tail of its op log (``note_lost_owner``)."""
-    reads = engine_reads(dbs, list({me} | {holder[:16] for _, holder in candidates if holder is not None}))
+    engine's record and stall note, and the tail of its op log (``note_lost_owner``)."""
+    reads = engine_reads(dbs, list({me} | (lost := {holder[:16] for _, holder in candidates if holder is not None})))
+    reads.keys[dbs.meta] += [stall_note_key(engine) for engine in lost]
     wids = list({wid.encode() for wid, _ in candidates})
     for db in (dbs.claim_holder, dbs.workflows, dbs.claim_epoch):
         reads.keys[db] = wids

@@ -107,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-intake-mb", type=int, default=512, metavar="MB", help="MiB that clients' unfinished multi-part messages may grow the supervisor by before the connection sending the most is cut (0: never; default 512)")
     limits.add_argument("--max-queued-requests", type=int, default=20_000, metavar="N", help="requests a shard holds unanswered; more for it are refused at once with Overloaded (default 20000)")
     poison = parser.add_argument_group("poison workflows")
-    poison.add_argument("--quarantine-after", type=int, default=3, metavar="N", help="park a workflow after N owners in a row were lost running it without progress (default 3)")
+    poison.add_argument("--quarantine-after", type=int, default=1, metavar="N", help="park a workflow after N of its owners were lost without progress to a stall or death its own code caused (default 1: at the first)")
     poison.add_argument("--stall-threshold", type=float, default=None, metavar="S", help="log a loop stall (with the workflow and activity blocking it) after S seconds (default: the lesser of 1 and ttl/3)")
     return parser
 

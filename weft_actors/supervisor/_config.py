@@ -58,7 +58,7 @@ class SupervisorConfig:
     max_active_workflows: int | None = None
     max_inbox: int = 10_000
     max_inflight_activities: int = 1000
-    quarantine_after: int = 3
+    quarantine_after: int = 1
     stall_threshold: float | None = None
     max_running: int = 10_000
     max_queued_requests: int = 20_000
@@ -90,7 +90,7 @@ class ShardConfig:
     max_active_workflows: int | None = None
     max_inbox: int = 10_000
     max_inflight_activities: int = 1000
-    quarantine_after: int = 3
+    quarantine_after: int = 1
     stall_threshold: float | None = None
     max_running: int = 10_000
     max_queued_requests: int = 20_000
