@@ -1,7 +1,8 @@
 """A quarantined workflow of a type under flow control gives its slot up: the next workflow
 waiting in its queue runs at once, with no operator action; once lifted, the quarantined one
 takes the next free slot, ahead of starts that queued meanwhile. Owners are "lost" here by
-letting their leases expire on a fake clock, as in test_quarantine.py."""
+letting their leases expire on a fake clock after their watchdog's stall note named the
+poison (the evidence a quarantine needs), as in test_quarantine.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from _support import eventually, run
 from weft_actors import Engine, activity, workflow
-from weft_actors.store import check_store
+from weft_actors.store import check_store, stall_note_path, write_stall_note
 from weft_actors.testing import FakeClock
 
 GATE: dict[str, asyncio.Event] = {}
@@ -33,6 +34,12 @@ async def one_at_a_time(ctx, key: str) -> str:
     return await ctx.run(gated, key)
 
 
+def _stalled_on(engine: Engine, wid: str) -> None:
+    """Leave the stall note ``engine``'s watchdog leaves when ``wid``'s activity blocks its loop."""
+    run_id = engine.store.get_workflow(wid)["run_id"]
+    write_stall_note(stall_note_path(engine.store.path, engine.engine_id), {"wid": wid, "run_id": run_id, "kind": "activity", "name": "gated", "seq": 0})
+
+
 def _engine(path, clock: FakeClock) -> Engine:
     return Engine(str(path), app=[one_at_a_time], clock=clock, heartbeat=HEARTBEAT, ttl=TTL, background=False, quarantine_after=2)
 
@@ -51,7 +58,8 @@ def test_a_quarantined_workflow_frees_its_concurrency_slot_and_goes_first_once_l
         waiting = await engines[0].start(one_at_a_time, "next", id="next")
         await asyncio.sleep(0.05)
         assert (await waiting.describe())["status"] == "pending"
-        for _ in range(2):  # its owners are lost while it runs, twice: quarantined
+        for _ in range(2):  # its owners are lost while it blocks them, twice: quarantined
+            _stalled_on(engines[-1], "poison")
             clock.advance(TTL + 3 * HEARTBEAT)
             for old in engines:
                 old.tick()
