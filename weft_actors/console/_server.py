@@ -87,6 +87,7 @@ class ConsoleServer:
     ) -> None:
         self.client, self.store, self.token = client, store, token
         self._stats, self._metrics = stats, metrics
+        self.reads = _data.ReadPacer()
         console = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -154,7 +155,7 @@ class ConsoleServer:
             data = _data.overview(self.client)
             self._answer(handler, api, data, _pages.overview_page)
         elif path.rstrip("/") == "/workflows":
-            data = _data.workflows(self.store, _data.list_query(params))
+            data = _data.workflows(self.store, _data.list_query(params), self.reads)
             self._answer(handler, api, data, _pages.workflows_page)
         elif path.rstrip("/") == "/schedules":
             self._answer(handler, api, _data.schedules(self.client), _pages.schedules_page)
