@@ -13,6 +13,7 @@ import base64
 import binascii
 import contextlib
 import datetime
+import time
 from typing import Any, Mapping
 
 from .._isotime import iso_utc
@@ -100,8 +101,11 @@ def workflows(store: LmdbStore, query: ListQuery, pacer: ReadPacer | None = None
     index entries as it shows), its cursor encoded for a URL, and the filter it answers. The
     read waits for its turn from ``pacer`` (``_pacing``), which keeps the console's reads to a
     bounded share of the supervisor's time."""
-    with pacer.turn() if pacer is not None else contextlib.nullcontext(), store.read() as txn:
-        page = newest_first(txn, store.dbs, query)
+    with pacer.turn() if pacer is not None else contextlib.nullcontext():
+        began = time.perf_counter()
+        with store.read() as txn:
+            page = newest_first(txn, store.dbs, query)
+        page["read_ms"] = round((time.perf_counter() - began) * 1000, 3)
     for item in page["items"]:
         item["updated_iso"] = iso_utc(item["updated"])
     page["cursor"] = encode_cursor(page["cursor"])
