@@ -30,7 +30,7 @@ class _Clock:
 
 def test_reads_take_turns_one_at_a_time_and_hold_at_most_their_share():
     clock = _Clock()
-    pacer = ReadPacer(share=0.2, max_wait=1000.0, monotonic=clock.monotonic, sleep=clock.sleep)
+    pacer = ReadPacer(share=0.2, max_wait=1000.0, overhead=0.002, monotonic=clock.monotonic, sleep=clock.sleep)
     turns: list[tuple[float, float]] = []
     inside = []
 
@@ -50,14 +50,14 @@ def test_reads_take_turns_one_at_a_time_and_hold_at_most_their_share():
     turns.sort()
     assert len(turns) == 30 and pacer.reads == 30
     for (start, end), (next_start, _) in zip(turns, turns[1:]):
-        assert next_start >= start + (end - start) / 0.2 - 1e-9
+        assert next_start >= start + (end - start + 0.002) / 0.2 - 1e-9
     elapsed = turns[-1][1] - turns[0][0]
-    assert pacer.busy == pytest.approx(0.3) and pacer.busy <= 0.2 * elapsed + 0.010 + 1e-9
+    assert pacer.busy == pytest.approx(0.3) and pacer.busy + 0.002 * 30 <= 0.2 * elapsed + 0.012 + 1e-9
 
 
 def test_a_read_that_would_wait_too_long_is_refused_and_the_next_one_is_served():
     clock = _Clock()
-    pacer = ReadPacer(share=0.01, max_wait=0.5, monotonic=clock.monotonic, sleep=clock.sleep)
+    pacer = ReadPacer(share=0.01, max_wait=0.5, overhead=0.0, monotonic=clock.monotonic, sleep=clock.sleep)
     with pacer.turn():
         clock.sleep(0.1)  # the next turn comes 10 s after this one began
 

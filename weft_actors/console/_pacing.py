@@ -5,8 +5,8 @@ and, on a small machine, a core or two shared with the shards. A page is cheap (
 about as many index entries as it shows, ``_listing``), but clients requesting pages back to
 back, a few at a time, would still keep a core and the GIL busy with the console. So the
 reads take turns: one at a time, and after a read that took ``t`` seconds the next one starts
-no sooner than ``t / share`` after it began, so the reads hold at most ``share`` of the
-process's time however many clients ask. A request waits for its turn blocked (holding no
+no sooner than ``(t + overhead) / share`` after it began, so the reads (and the work around
+each, ``overhead``) hold at most ``share`` of the process's time however many clients ask. A request waits for its turn blocked (holding no
 GIL); one that would wait longer than ``max_wait`` is refused with ``Overloaded`` (503),
 failing only itself. One operator's browsing never notices: a page of a few milliseconds
 lets the next one start a few tens of milliseconds later at most.
@@ -21,10 +21,13 @@ from typing import Callable, Iterator
 
 from ..errors import Overloaded
 
-__all__ = ["ReadPacer", "READ_SHARE", "MAX_WAIT"]
+__all__ = ["ReadPacer", "READ_SHARE", "PAGE_OVERHEAD", "MAX_WAIT"]
 
 READ_SHARE = 0.1
 """The share of wall-clock time the console's store reads may take at most."""
+PAGE_OVERHEAD = 0.002
+"""Seconds charged to each read on top of its own time: what the supervisor spends on the
+request around it (parsing it, rendering and sending the page), outside the turn."""
 MAX_WAIT = 10.0
 """Seconds a read waits for its turn before it is refused."""
 
@@ -38,12 +41,13 @@ class ReadPacer:
         share: float = READ_SHARE,
         max_wait: float = MAX_WAIT,
         *,
+        overhead: float = PAGE_OVERHEAD,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not 0 < share <= 1:
             raise ValueError("share must be in (0, 1]")
-        self.share, self.max_wait = share, max_wait
+        self.share, self.max_wait, self.overhead = share, max_wait, overhead
         self._monotonic, self._sleep = monotonic, sleep
         self._lock = threading.Lock()
         self._next = float("-inf")
@@ -75,7 +79,7 @@ class ReadPacer:
                 yield
             finally:
                 took = self._monotonic() - started
-                self._next = started + took / self.share
+                self._next = started + (took + self.overhead) / self.share
                 self.reads += 1
                 self.busy += took
         finally:
