@@ -37,8 +37,12 @@ def recent_start(status: str, updated_ms: int) -> bytes:
     return bytes((STATUS_CODES[status],)) + _U64.pack(_MAX - min(max(updated_ms, 0), _MAX))
 
 
+_STATUS_BYTE: Final = {name: bytes((code,)) for name, code in STATUS_CODES.items()}
+
+
 def recent_key(status: str, updated: float, wid: str) -> bytes:
-    return recent_start(status, ms(updated)) + wid.encode()
+    """Written with every status change (``_apply.set_visibility``): kept to a few operations."""
+    return _STATUS_BYTE[status] + _U64.pack(_MAX - ms(updated)) + wid.encode()
 
 
 def split_recent_key(key: bytes) -> tuple[str, int, bytes]:
