@@ -17,14 +17,14 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any, Final, Iterator
 
-from ._keys import STATUS_CODES, STATUS_NAMES, group_length, ms
+from ._keys import STATUS_CODES, group_length, ms
 
 if TYPE_CHECKING:
     import lmdb
 
     from ._env import Databases
 
-__all__ = ["recent_key", "recent_start", "split_recent_key", "put_recent", "delete_recent", "rebuild_recent", "fill_recent", "recent_rows", "NEWEST"]
+__all__ = ["recent_key", "recent_start", "put_recent", "delete_recent", "rebuild_recent", "fill_recent", "recent_rows", "NEWEST"]
 
 _U64: Final = struct.Struct(">Q")
 _MAX: Final = (1 << 64) - 1
@@ -43,13 +43,6 @@ _STATUS_BYTE: Final = {name: bytes((code,)) for name, code in STATUS_CODES.items
 def recent_key(status: str, updated: float, wid: str) -> bytes:
     """Written with every status change (``_apply.set_visibility``): kept to a few operations."""
     return _STATUS_BYTE[status] + _U64.pack(_MAX - ms(updated)) + wid.encode()
-
-
-def split_recent_key(key: bytes) -> tuple[str, int, bytes]:
-    """``(status, updated ms, id bytes)``; raises on a key that is not a ``recent`` key."""
-    if len(key) < 10:
-        raise ValueError("truncated recent key")
-    return STATUS_NAMES[key[0]], _MAX - _U64.unpack_from(key, 1)[0], bytes(key[9:])
 
 
 def put_recent(txn: Any, dbs: Databases, record: dict[str, Any], wid: str) -> None:
