@@ -8,8 +8,8 @@ spread over a week: the records and their index entries, written straight into t
 setup phase), starts a real supervisor with ``--http`` on it, and measures:
 
 - GET latency of the list, newest first: the HTML page and the JSON API, unfiltered and
-  filtered by status, type and id prefix, first and second page (p50 and p99, ms), and the
-  index entries a page read (``scanned``);
+  filtered by status, type and id prefix, first and second page (p50 and p99, ms, requests
+  100 ms apart), the index entries a page read (``scanned``) and its read time (``read_ms``);
 - serial starts through the front door (starts/s) and ping latency (p50, p99), in interleaved
   rounds without and with ``--clients`` processes each requesting list pages back to back;
 - the supervisor's resident memory at the end.
@@ -78,16 +78,16 @@ def _get(url: str) -> bytes:
         return bytes(reply.read())
 
 
-def _time(url: str, repeat: int) -> tuple[list[float], bytes]:
-    """``repeat`` GETs, 50 ms apart as a person clicks (back to back, the console paces its
+def _time(url: str, repeat: int) -> tuple[list[float], list[bytes]]:
+    """``repeat`` GETs, 100 ms apart as a person clicks (back to back, the console paces its
     reads: the wait for a turn would be timed, not the page)."""
-    took, body = [], b""
+    took, bodies = [], []
     for _ in range(repeat):
-        time.sleep(0.05)
+        time.sleep(0.1)
         started = time.perf_counter()
-        body = _get(url)
+        bodies.append(_get(url))
         took.append((time.perf_counter() - started) * 1000)
-    return took, body
+    return took, bodies
 
 
 def hammer(base: str) -> None:
@@ -168,11 +168,14 @@ def main() -> None:
             "overview_html": f"{base}/",
         }
         for name, url in cases.items():
-            took, body = _time(url, args.repeat)
+            took, bodies = _time(url, args.repeat)
             results[f"{name}_ms_p50"] = round(statistics.median(took), 1)
             results[f"{name}_ms_p99"] = round(percentile(took, 0.99), 1)
             if name.startswith("api_"):
-                results[f"{name}_scanned"] = json.loads(body).get("scanned")
+                pages = [json.loads(body) for body in bodies]
+                results[f"{name}_scanned"] = pages[-1].get("scanned")
+                reads = [page["read_ms"] for page in pages if "read_ms" in page]
+                results[f"{name}_read_ms_p50"] = round(statistics.median(reads), 2) if reads else None
         rates: dict[str, list[float]] = {"alone": [], "hammered": []}
         pings: dict[str, list[float]] = {"alone": [], "hammered": []}
         with Client(service.endpoint, timeout=30) as client:

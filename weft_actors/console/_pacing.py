@@ -23,8 +23,12 @@ from ..errors import Overloaded
 
 __all__ = ["ReadPacer", "READ_SHARE", "PAGE_OVERHEAD", "MAX_WAIT"]
 
-READ_SHARE = 0.1
-"""The share of wall-clock time the console's store reads may take at most."""
+READ_SHARE = 0.05
+"""The share of wall-clock time the console's store reads (with ``PAGE_OVERHEAD`` each) may
+take at most. A tenth still cost the front door a third of its serial starts with six clients
+requesting pages back to back on two cores (the requests cost more around the read than the
+charge says); a twentieth kept it within noise (``bench/console_list.py``). That is still
+about twenty pages a second for scripts, and a wait no person sees."""
 PAGE_OVERHEAD = 0.002
 """Seconds charged to each read on top of its own time: what the supervisor spends on the
 request around it (parsing it, rendering and sending the page), outside the turn."""
