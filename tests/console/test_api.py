@@ -225,9 +225,11 @@ def test_a_non_loopback_console_needs_tls_or_insecure_http(tmp_path):
 
 def test_bench_console_list_prints_its_json_line():
     bench = Path(__file__).resolve().parents[2] / "bench" / "console_list.py"
-    done = subprocess.run([sys.executable, str(bench), "--workflows", "2000", "--repeat", "1"], capture_output=True, text=True, timeout=120, check=True)
+    command = [sys.executable, str(bench), "--workflows", "2000", "--repeat", "1", "--rounds", "1", "--seconds", "0.5", "--clients", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     result = json.loads(done.stdout.strip())
     assert result["workflows"] == 2000 and result["page_html_ms_p50"] > 0
+    assert result["api_all_scanned"] <= 51 and result["starts_per_s_alone"] > 0 and result["starts_per_s_hammered"] > 0
 
 
 def test_the_schedules_page_lists_each_schedule_as_it_describes_itself(served):

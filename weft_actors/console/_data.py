@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import datetime
+import time
 from typing import Any, Mapping
 
 from .._isotime import iso_utc
@@ -20,8 +22,9 @@ from ..bus import Client
 from ..errors import InvalidRequest, WeftError
 from ..store import LmdbStore
 from ._listing import STATUSES, ListQuery, newest_first
+from ._pacing import ReadPacer
 
-__all__ = ["overview", "workflows", "workflow", "schedules", "list_query", "encode_cursor", "MAX_LIMIT"]
+__all__ = ["overview", "workflows", "workflow", "schedules", "list_query", "encode_cursor", "MAX_LIMIT", "ReadPacer"]
 
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
@@ -100,11 +103,16 @@ def overview(client: Client) -> dict[str, Any]:
     return {"ready": stats["ready"], "supervisor": stats["supervisor"], "shards": stats["shards"], "counts": counts, "workflows": by_type}
 
 
-def workflows(store: LmdbStore, query: ListQuery) -> dict[str, Any]:
-    """One page of the newest-first list (``_listing.newest_first``), its cursor encoded for
-    a URL, and the filter it answers."""
-    with store.read() as txn:
-        page = newest_first(txn, store.dbs, query)
+def workflows(store: LmdbStore, query: ListQuery, pacer: ReadPacer | None = None) -> dict[str, Any]:
+    """One page of the newest-first list (``_listing.newest_first``: it reads about as many
+    index entries as it shows), its cursor encoded for a URL, and the filter it answers. The
+    read waits for its turn from ``pacer`` (``_pacing``), which keeps the console's reads to a
+    bounded share of the supervisor's time."""
+    with pacer.turn() if pacer is not None else contextlib.nullcontext():
+        began = time.perf_counter()
+        with store.read() as txn:
+            page = newest_first(txn, store.dbs, query)
+        page["read_ms"] = round((time.perf_counter() - began) * 1000, 3)
     for item in page["items"]:
         item["updated_iso"] = iso_utc(item["updated"])
     page["cursor"] = encode_cursor(page["cursor"])

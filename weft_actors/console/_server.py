@@ -99,6 +99,7 @@ class ConsoleServer:
     ) -> None:
         self.client, self.store, self.access = client, store, access
         self._stats, self._metrics = stats, metrics
+        self.reads = _data.ReadPacer()
         self.http = HttpServer(host, port, self.handle, self.quick, limits=limits, tls=tls)
         self.host = host
         self.port = self.http.port
@@ -185,7 +186,7 @@ class ConsoleServer:
         if path in ("/", "/overview"):
             return self._answer(api, _data.overview(self.client), _pages.overview_page)
         if path.rstrip("/") == "/workflows":
-            return self._answer(api, _data.workflows(self.store, _data.list_query(params)), _pages.workflows_page)
+            return self._answer(api, _data.workflows(self.store, _data.list_query(params), self.reads), _pages.workflows_page)
         if path.rstrip("/") == "/schedules":
             return self._answer(api, _data.schedules(self.client), _pages.schedules_page)
         if path.startswith("/workflows/") and "/" not in path[len("/workflows/"):]:

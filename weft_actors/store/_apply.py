@@ -16,6 +16,7 @@ from ._env import Databases
 from ._intents import AppendInbox, Created, CreateWorkflow, StepCommit
 from ._feed import feed_entry
 from ._flow import admit, record_flow, release
+from ._recent import delete_recent, put_recent
 from ._keys import (
     DEADLINE_SEQ,
     NO_ENGINE,
@@ -122,7 +123,7 @@ def next_epoch(state: TxnState, wid_raw: bytes) -> int:
 
 def set_visibility(state: TxnState, record: dict[str, Any], wid: str, old: dict[str, Any] | None) -> None:
     """Move ``wid``'s index entries from ``old`` (its previous record, if any) to ``record``:
-    its visibility entry, and, for a finished workflow whose history is kept, its ``expiring``
+    its visibility and ``recent`` entries, and, for a finished workflow whose history is kept, its ``expiring``
     entry (what the retention prune scans, oldest first). Called by every transaction that
     changes a status, in that transaction; the workflow counts by (status, type) follow
     (``TxnState.count``, written at ``flush``)."""
@@ -135,11 +136,13 @@ def set_visibility(state: TxnState, record: dict[str, Any], wid: str, old: dict[
         group = visibility_group(old["status"], old["type"])
         txn.delete(group + wid_raw, db=dbs.visibility)  # its visibility_key
         counts[group] = counts.get(group, 0) - 1
+        delete_recent(txn, dbs, old, wid)
         if old["status"] in TERMINAL and not old.get("history_pruned"):
             txn.delete(expiring_key(old["updated"], wid), db=dbs.expiring)
     group = visibility_group(record["status"], record["type"])
     counts[group] = counts.get(group, 0) + 1
     txn.put(group + wid_raw, visibility_value(record["updated"]), db=dbs.visibility)
+    put_recent(txn, dbs, record, wid)
     if record["status"] in TERMINAL:
         txn.put(expiring_key(record["updated"], wid), b"", db=dbs.expiring)
         if "flow" in record and old is not None and old["status"] not in TERMINAL:

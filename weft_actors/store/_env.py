@@ -17,7 +17,7 @@ __all__ = ["SCHEMA_VERSION", "DATABASES", "open_environment", "Databases", "lock
 
 log = logging.getLogger("weft_actors.store")
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 DEFAULT_MAP_SIZE: Final = 1 << 40  # sparse: LMDB only takes what it writes
 
 DATABASES: Final = (
@@ -31,6 +31,7 @@ DATABASES: Final = (
     "engines",
     "by_engine",
     "visibility",
+    "recent",
     "expiring",
     "requests",
     "meta",
@@ -52,6 +53,7 @@ class Databases:
     engines: lmdb._Database
     by_engine: lmdb._Database
     visibility: lmdb._Database
+    recent: lmdb._Database
     expiring: lmdb._Database
     requests: lmdb._Database
     meta: lmdb._Database

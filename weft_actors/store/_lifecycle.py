@@ -14,6 +14,7 @@ from typing import Any
 from ..codec import pack_record, unpack_record
 from ..errors import InvalidRequest, WorkflowClosed, WorkflowNotFound
 from ._apply import TxnState, next_epoch, set_visibility
+from ._recent import delete_recent
 from ._children import on_terminal
 from ._feed import feed_entry
 from ._flow import admit
@@ -119,6 +120,7 @@ def purge_workflow(state: TxnState, intent: PurgeWorkflow) -> int:
                 if not cursor.delete() or not cursor.key():
                     break
     txn.delete(visibility_key(record["status"], record["type"], wid), db=dbs.visibility)
+    delete_recent(txn, dbs, record, wid)
     state.count(record["status"], record["type"], -1)
     txn.delete(expiring_key(record["updated"], wid), db=dbs.expiring)
     txn.delete(wid.encode(), db=dbs.workflows)

@@ -14,6 +14,7 @@ import psycopg
 
 from ...errors import SchemaVersionError, StorageError
 from .._env import DATABASES, SCHEMA_VERSION as STORE_SCHEMA_VERSION
+from .._recent import fill_recent
 
 __all__ = ["SCHEMA_VERSION", "PgDatabases", "table_of", "migrate", "check_version", "require_store"]
 
@@ -46,7 +47,14 @@ def _create(conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"CREATE TABLE IF NOT EXISTS {table_of(name)} (k bytea PRIMARY KEY, v bytea NOT NULL)")
 
 
-_MIGRATIONS: Final = {FIRST_VERSION: _create}
+def _add_recent(conn: psycopg.Connection[Any]) -> None:
+    """Version 5: the ``recent`` table, filled from the visibility table (``_recent``)."""
+    _create(conn)
+    conn.execute(f"DELETE FROM {table_of('recent')}")
+    fill_recent(conn, table_of("visibility"), table_of("recent"))
+
+
+_MIGRATIONS: Final = {FIRST_VERSION: _create, 5: _add_recent}
 """version -> what brings a database of the version before it up to it."""
 
 
