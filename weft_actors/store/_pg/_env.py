@@ -19,7 +19,9 @@ from typing import Any, Callable, Final, Iterator
 import psycopg
 
 from ...errors import StorageError
+from .._disk import READ_ONLY
 from .._reads import Prefetch
+from ._connect import READ_LIMIT, UNREACHABLE, classify, open_connection
 from ._txn import PgTxn, ranges_params, tails_query
 
 __all__ = ["PgEnvironment", "redact"]
@@ -79,7 +81,7 @@ class PgEnvironment:
     (``on_reconnect`` re-takes them on its new connection). ``on_clock(server_now, sent,
     received)`` gets the server's clock as each transaction read it."""
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0, connect_now: bool = True, readonly: bool = False) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = READ_LIMIT, connect_now: bool = True, readonly: bool = False) -> None:
         self.url = url
         self.where = redact(url)
         self.readonly = readonly
@@ -105,11 +107,9 @@ class PgEnvironment:
         if conn is not None and not conn.closed:
             return conn
         try:
-            conn = psycopg.connect(
-                self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)), application_name="weft_actors"
-            )
+            conn = open_connection(self.url, self._connect_timeout, autocommit=True, application_name="weft_actors")
         except psycopg.Error as exc:
-            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where) from exc
+            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where, reason=UNREACHABLE) from exc
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
         # A generic plan made while a keyspace was empty (a new database) scans it whole for
         # ever after: ``k = ANY(...)`` of a batch then costs O(table). Plan each execution.
@@ -119,6 +119,10 @@ class PgEnvironment:
         self.lock_key = int(row[0]) if row else 0  # >= 0: pg_locks shows it as (classid 0, objid key)
         self._lock_timeout = f"SET LOCAL lock_timeout = {int(LOCK_HOLD_LIMIT * 1000)}"
         self._lock_query = f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8, txid_current()"
+        self._held_query = self._lock_query + (  # the same, and "held" published (``_take_lock``)
+            ", set_config('application_name', %s || round((%s::float8 + "
+            "extract(epoch FROM clock_timestamp() - statement_timestamp())::float8)::numeric, 3)::text, true)"
+        )
         self._local.conn = conn
         with self._all_lock:
             self._all = [kept for kept in self._all if not kept.closed] + [conn]
@@ -246,15 +250,23 @@ class PgEnvironment:
         has been waiting on it, not working for it, for that long (``_end_stalled_holder``)
         and the lock is asked for again. Its process may have stopped between two messages
         of a pipeline, where the server's own idle timer does not run, or its host may be
-        gone without a word. Ended, its transaction is rolled back: nothing it did commits."""
+        gone without a word. Ended, its transaction is rolled back: nothing it did commits.
+
+        ``waiting`` (``label:started``) is published before the wait; the statement that gets
+        the lock publishes ``label:-held`` (``started`` plus the server's wait, negated), as
+        LMDB's wait slot is negated: a peer or the supervisor then sees a process committing
+        what it waited for, not a silent one."""
         while True:
             try:
                 with conn.pipeline():
                     conn.execute("BEGIN")
                     conn.execute(self._lock_timeout)
-                    if waiting is not None:
+                    if waiting is None:
+                        lock = conn.execute(self._lock_query)
+                    else:
                         conn.execute("SELECT set_config('application_name', %s, true)", (waiting,))
-                    lock = conn.execute(self._lock_query)
+                        label, _, started = waiting.rpartition(":")
+                        lock = conn.execute(self._held_query, (label + ":-", float(started)))
                     reads = [] if prefetch is None else send_prefetch(conn, prefetch)
                     row = lock.fetchone()
                     if prefetch is not None:
@@ -293,4 +305,9 @@ class PgEnvironment:
         conn = self.connection()
         if isinstance(exc, psycopg.OperationalError) or conn is None or conn.broken:
             self._drop()
-        return StorageError(f"PostgreSQL at {self.where}: {what}: {type(exc).__name__}: {exc}".strip(), path=self.where)
+        reason = classify(exc)
+        if reason == READ_ONLY:
+            what += ": the server refuses writes (a standby, or default_transaction_read_only); retried until it takes them"
+        elif reason == UNREACHABLE:
+            what += ": the server cannot be reached; retried until it can"
+        return StorageError(f"PostgreSQL at {self.where}: {what}: {type(exc).__name__}: {exc}".strip(), path=self.where, reason=reason)

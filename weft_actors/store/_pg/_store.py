@@ -97,19 +97,23 @@ class _PgOwnership(Ownership):
 
     def waiting_since(self, engine_id: str) -> float:
         """When ``engine_id``'s process began to wait for the write lock, as its waiting
-        transaction published it (``wait_label``); 0.0 if no session of it waits now."""
+        transaction published it (``wait_label``); negated, when it got the lock, while its
+        transaction holds it (``PgEnvironment._take_lock``), as LMDB's wait slot says; 0.0 if
+        no session of it waits or holds now. A wait outranks a hold (the earliest wait)."""
         env = self._env
         try:
             rows = env.conn.execute(
                 "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                "WHERE l.locktype = 'advisory' AND NOT l.granted AND l.classid = 0 AND l.objid = %s::oid AND l.objsubid = 1 "
+                "WHERE l.locktype = 'advisory' AND l.classid = 0 AND l.objid = %s::oid AND l.objsubid = 1 "
                 "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND a.application_name LIKE %s",
                 (env.lock_key, f"{_WAIT_LABEL}{engine_id}:%"),
             ).fetchall()
         except psycopg.Error:
             return 0.0  # proves nothing either way: the lease alone judges
-        since = [float(name.rpartition(":")[2]) for (name,) in rows if name.rpartition(":")[2].replace(".", "", 1).isdigit()]
-        return min(since) if since else 0.0
+        published = [_label_time(name) for (name,) in rows]
+        waits = [since for since in published if since > 0.0]
+        holds = [since for since in published if since < 0.0]
+        return min(waits) if waits else max(holds) if holds else 0.0
 
     def remove_files(self, engine_id: str) -> None:
         pass
@@ -139,6 +143,14 @@ def wait_label(engine_id: str, started: float) -> str:
     """The ``application_name`` of a write transaction of ``engine_id`` that read the lease
     time ``started`` before it waited for the write lock (at most 63 bytes, the server's limit)."""
     return f"{_WAIT_LABEL}{engine_id}:{started:.3f}"
+
+
+def _label_time(name: str) -> float:
+    """The time a label of ``wait_label``'s form ends with (negative once the lock is held)."""
+    try:
+        return float(name.rpartition(":")[2])
+    except ValueError:
+        return 0.0
 
 
 def _int4(engine_id: str) -> int:

@@ -1,0 +1,84 @@
+"""Connections that notice a lost server within seconds, and what a failure means.
+
+A host cut off from the database must not block its shard's loop on a read for the quarter
+of an hour TCP takes to give up on a peer that stopped answering. So every connection asks
+the kernel for keepalives and a user timeout (``KEEPALIVE``: a silent peer is noticed
+within about ``READ_LIMIT`` seconds), and every round trip is bounded in the client itself
+(``BoundedConnection``): a server that acknowledges our bytes yet never answers -- a hung
+proxy or load balancer, a frozen server -- fails the read as surely as a lost route. The
+failed connection is closed; the next transaction makes a new one.
+
+A failure is also named (``classify``): ``read_only`` when the server refuses writes (a
+demoted primary, ``default_transaction_read_only``), ``unreachable`` when it cannot be
+reached. Neither says anything about the engine that met it: it waits, and is not hung.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+import psycopg
+from psycopg import errors
+
+from .._disk import READ_ONLY
+
+__all__ = ["READ_LIMIT", "KEEPALIVE", "UNREACHABLE", "BoundedConnection", "classify", "is_unreachable", "open_connection"]
+
+log = logging.getLogger("weft_actors.store")
+
+READ_LIMIT: Final = 5.0
+"""Seconds one round trip may take before its connection counts as lost. Every statement of
+the store is a keyed read or write, and a write waits for the store's lock at most
+``_env.LOCK_HOLD_LIMIT`` (2 s), so a healthy server answers well within it."""
+
+KEEPALIVE: Final[dict[str, int]] = {"keepalives": 1, "keepalives_idle": 2, "keepalives_interval": 1, "keepalives_count": 3, "tcp_user_timeout": int(READ_LIMIT * 1000)}
+"""libpq's TCP settings: probe an idle connection after 2 s, give up after 3 missed probes,
+and drop one whose sent bytes stay unacknowledged for ``READ_LIMIT`` (ignored on a Unix
+socket, where a lost peer is seen at once)."""
+
+UNREACHABLE: Final = "unreachable"
+"""The ``reason`` of a ``StorageError`` for a database that cannot be reached now."""
+
+_READ_ONLY_STATES: Final = ("25006",)  # read_only_sql_transaction
+_UNREACHABLE_STATES: Final = ("57P01", "57P02", "57P03", "08000", "08001", "08003", "08004", "08006")
+"""admin/crash shutdown, cannot connect now (starting or recovering), connection exceptions."""
+
+
+class BoundedConnection(psycopg.Connection[Any]):
+    """A psycopg connection whose every round trip gives up after ``read_limit`` seconds
+    (``psycopg`` funnels each one through ``wait``): the connection is then closed, as its
+    protocol state is unknown, and the caller gets an ``OperationalError``."""
+
+    read_limit: float = READ_LIMIT
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        bounded = timeout is None
+        try:
+            return super().wait(gen, interval, self.read_limit if bounded else timeout)
+        except errors._WaitTimeout:
+            if not bounded:
+                raise  # the caller's own timeout (``notifies``): not a lost server
+            self.pgconn.finish()
+            raise psycopg.OperationalError(f"no answer from the server in {self.read_limit:g} s (connection dropped)") from None
+
+
+def open_connection(url: str, connect_timeout: float, **kwargs: Any) -> BoundedConnection:
+    """A bounded connection to ``url`` with ``KEEPALIVE`` (settings in ``url`` win)."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    options: dict[str, Any] = {name: value for name, value in KEEPALIVE.items() if name not in given}
+    return BoundedConnection.connect(url, connect_timeout=max(1, int(connect_timeout)), **options, **kwargs)
+
+
+def classify(exc: BaseException) -> str | None:
+    """``read_only``, ``unreachable``, or None for a failure of ``exc``'s own statement."""
+    state = getattr(exc, "sqlstate", None)
+    if isinstance(exc, errors.ReadOnlySqlTransaction) or state in _READ_ONLY_STATES:
+        return READ_ONLY
+    if state in _UNREACHABLE_STATES or (isinstance(exc, psycopg.OperationalError) and state is None):
+        return UNREACHABLE
+    return None
+
+
+def is_unreachable(error: BaseException) -> bool:
+    return getattr(error, "reason", None) == UNREACHABLE
