@@ -21,9 +21,9 @@ from typing import Any, Final
 import psycopg
 from psycopg import errors
 
-from .._disk import READ_ONLY
+from .._disk import READ_ONLY, UNREACHABLE
 
-__all__ = ["READ_LIMIT", "KEEPALIVE", "UNREACHABLE", "BoundedConnection", "classify", "is_unreachable", "open_connection"]
+__all__ = ["READ_LIMIT", "KEEPALIVE", "UNREACHABLE", "BoundedConnection", "classify", "open_connection"]
 
 log = logging.getLogger("weft_actors.store")
 
@@ -36,9 +36,6 @@ KEEPALIVE: Final[dict[str, int]] = {"keepalives": 1, "keepalives_idle": 2, "keep
 """libpq's TCP settings: probe an idle connection after 2 s, give up after 3 missed probes,
 and drop one whose sent bytes stay unacknowledged for ``READ_LIMIT`` (ignored on a Unix
 socket, where a lost peer is seen at once)."""
-
-UNREACHABLE: Final = "unreachable"
-"""The ``reason`` of a ``StorageError`` for a database that cannot be reached now."""
 
 _READ_ONLY_STATES: Final = ("25006",)  # read_only_sql_transaction
 _UNREACHABLE_STATES: Final = ("57P01", "57P02", "57P03", "08000", "08001", "08003", "08004", "08006")
@@ -78,7 +75,3 @@ def classify(exc: BaseException) -> str | None:
     if state in _UNREACHABLE_STATES or (isinstance(exc, psycopg.OperationalError) and state is None):
         return UNREACHABLE
     return None
-
-
-def is_unreachable(error: BaseException) -> bool:
-    return getattr(error, "reason", None) == UNREACHABLE

@@ -30,6 +30,7 @@ from .._migrate import adopt_lease_clock
 from .._ownership import Ownership
 from .._refusals import Refusals
 from ._clock import ServerClock
+from ._connect import classify
 from ._env import PgEnvironment
 from ._writer import BatchWriter
 from ._hints import CHANNEL, Listener, notify_payload
@@ -197,7 +198,7 @@ class PgStore(KeyspaceStore):
                 clock = server_clock
         except psycopg.Error as exc:
             self.env.close()
-            raise StorageError(f"cannot open the store in PostgreSQL at {self.env.where}: {exc}", path=self.env.where) from exc
+            raise StorageError(f"cannot open the store in PostgreSQL at {self.env.where}: {exc}", path=self.env.where, reason=classify(exc)) from exc
         except BaseException:
             self.env.close()
             raise
@@ -281,6 +282,17 @@ class PgStore(KeyspaceStore):
 
     def within_reserve(self) -> bool:
         return False
+
+    def writes_refused(self) -> bool:
+        """Whether the server refuses writes now (a standby, ``default_transaction_read_only``)
+        or cannot be reached: then no engine can renew its lease, and none is hung for it."""
+        try:
+            row = self.env.conn.execute("SELECT current_setting('transaction_read_only') = 'on' OR pg_is_in_recovery()").fetchone()
+        except (psycopg.Error, StorageError) as exc:
+            if isinstance(exc, psycopg.Error):
+                self.env.failed(exc, "read failed")  # drops a broken connection
+            return True
+        return bool(row and row[0])
 
     def read(self) -> Any:
         return self.env.begin()
