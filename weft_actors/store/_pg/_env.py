@@ -119,9 +119,12 @@ class PgEnvironment:
         self.lock_key = int(row[0]) if row else 0  # >= 0: pg_locks shows it as (classid 0, objid key)
         self._lock_timeout = f"SET LOCAL lock_timeout = {int(LOCK_HOLD_LIMIT * 1000)}"
         self._lock_query = f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8, txid_current()"
-        self._held_query = self._lock_query + (  # the same, and "held" published (``_take_lock``)
-            ", set_config('application_name', %s || round((%s::float8 + "
-            "extract(epoch FROM clock_timestamp() - statement_timestamp())::float8)::numeric, 3)::text, true)"
+        # The same, publishing the wait before it and the hold after it (``_take_lock``): a
+        # target list is evaluated in order, so the row is (label, lock, clock, xid, label).
+        self._held_query = (
+            f"SELECT set_config('application_name', %s, true), pg_advisory_xact_lock({self.lock_key}), "
+            "extract(epoch FROM clock_timestamp())::float8, txid_current(), set_config('application_name', %s || "
+            "round((%s::float8 + extract(epoch FROM clock_timestamp() - statement_timestamp())::float8)::numeric, 3)::text, true)"
         )
         self._local.conn = conn
         with self._all_lock:
@@ -264,14 +267,13 @@ class PgEnvironment:
                     if waiting is None:
                         lock = conn.execute(self._lock_query)
                     else:
-                        conn.execute("SELECT set_config('application_name', %s, true)", (waiting,))
                         label, _, started = waiting.rpartition(":")
-                        lock = conn.execute(self._held_query, (label + ":-", float(started)))
+                        lock = conn.execute(self._held_query, (waiting, label + ":-", float(started)))
                     reads = [] if prefetch is None else send_prefetch(conn, prefetch)
                     row = lock.fetchone()
                     if prefetch is not None:
                         receive_prefetch(txn, prefetch, reads)
-                return row
+                return row if waiting is None or row is None else row[1:]
             except psycopg.errors.LockNotAvailable:
                 conn.execute("ROLLBACK")
                 self._end_stalled_holder(conn)
