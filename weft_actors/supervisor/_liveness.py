@@ -89,12 +89,13 @@ def store_refuses_writes(store: Any) -> bool:
 
 
 def judge_sparing_refusals(store: Any, watched: Sequence[tuple[str, float]], ttl: float, refused_at: float) -> tuple[Judgement | None, float]:
-    """``judge_shards``, first noting when the store last refused writes or could not be
-    read (returned, for the next call): nobody could heartbeat then, so every shard has a
+    """``judge_shards``, unless the store refuses writes or cannot be read now, and when it
+    last did (returned, for the next call): nobody could heartbeat then, so every shard has a
     whole ttl from that moment, and a shard is never killed for an outage of the store.
-    ``None`` for a judgment that could not be made (the records were unreadable)."""
-    if store_refuses_writes(store):
-        refused_at = store.clock.lease_now()
+    ``None`` for no judgment: meanwhile nothing can be judged (and a lost server's reads
+    would each wait out their bound on the supervisor's loop)."""
+    if store_refuses_writes(store):  # the shards may find it again only after a hold-off
+        return None, store.clock.lease_now() + getattr(store, "rejoin_delay", 0.0)
     try:
         return judge_shards(store, watched, ttl, refused_at), refused_at
     except Exception as exc:  # a read; the store may be briefly unreadable

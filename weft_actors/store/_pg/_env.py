@@ -21,7 +21,7 @@ import psycopg
 from ...errors import StorageError
 from .._disk import READ_ONLY
 from .._reads import Prefetch
-from ._connect import READ_LIMIT, UNREACHABLE, classify, open_connection
+from ._connect import CONNECT_LIMIT, SILENT_AFTER, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
 from ._txn import PgTxn, ranges_params, tails_query
 
 __all__ = ["PgEnvironment", "redact"]
@@ -81,12 +81,13 @@ class PgEnvironment:
     (``on_reconnect`` re-takes them on its new connection). ``on_clock(server_now, sent,
     received)`` gets the server's clock as each transaction read it."""
 
-    def __init__(self, url: str, *, connect_timeout: float = READ_LIMIT, connect_now: bool = True, readonly: bool = False) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = CONNECT_LIMIT, connect_now: bool = True, readonly: bool = False) -> None:
         self.url = url
         self.where = redact(url)
         self.readonly = readonly
         """Refuse every write transaction (a store opened read-only, as LMDB's can be)."""
         self._connect_timeout = connect_timeout
+        self._reachability = Reachability()
         self._local = threading.local()
         self._owner = threading.get_ident()
         self._all: list[psycopg.Connection[Any]] = []
@@ -106,10 +107,16 @@ class PgEnvironment:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         if conn is not None and not conn.closed:
             return conn
+        wait = self._reachability.held_off()
+        if wait > 0.0:  # lost a moment ago: fail at once rather than wait out another attempt
+            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: it was lost; trying again in {wait:.1f} s", path=self.where, reason=UNREACHABLE)
+        began = time.monotonic()
         try:
             conn = open_connection(self.url, self._connect_timeout, autocommit=True, application_name="weft_actors")
         except psycopg.Error as exc:
+            self._reachability.lost(silent=time.monotonic() - began >= SILENT_AFTER)
             raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where, reason=UNREACHABLE) from exc
+        self._reachability.reached()
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
         # A generic plan made while a keyspace was empty (a new database) scans it whole for
         # ever after: ``k = ANY(...)`` of a batch then costs O(table). Plan each execution.
@@ -311,5 +318,6 @@ class PgEnvironment:
         if reason == READ_ONLY:
             what += ": the server refuses writes (a standby, or default_transaction_read_only); retried until it takes them"
         elif reason == UNREACHABLE:
+            self._reachability.lost(silent=isinstance(exc, NoAnswer))
             what += ": the server cannot be reached; retried until it can"
         return StorageError(f"PostgreSQL at {self.where}: {what}: {type(exc).__name__}: {exc}".strip(), path=self.where, reason=reason)

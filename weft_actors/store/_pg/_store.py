@@ -30,7 +30,7 @@ from .._migrate import adopt_lease_clock
 from .._ownership import Ownership
 from .._refusals import Refusals
 from ._clock import ServerClock
-from ._connect import classify
+from ._connect import HOLD_OFF_MAX, classify
 from ._env import PgEnvironment
 from ._writer import BatchWriter
 from ._hints import CHANNEL, Listener, notify_payload
@@ -172,6 +172,9 @@ class PgStore(KeyspaceStore):
     dbs: Any
     reads_cost_round_trips = True
     """Callers that can read in bulk should (``load_many_for_replay``, ``_reads``)."""
+    rejoin_delay = HOLD_OFF_MAX
+    """Seconds an engine may take to find the server again after an outage (it is not asked
+    within a hold-off, ``_connect.Reachability``): silence that long after one is no hang."""
 
     def __init__(
         self, url: str, *, clock: Clock | None = None, max_inbox: int = DEFAULT_MAX_INBOX, readonly: bool = False, **_ignored: Any
