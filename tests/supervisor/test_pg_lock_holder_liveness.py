@@ -49,3 +49,33 @@ def test_a_shard_holding_the_write_lock_after_a_stall_is_spared_and_then_judged_
     finally:
         shard.close()
         supervisor.close()
+
+
+def test_a_wait_for_the_write_lock_is_published_while_it_waits(schema_url):
+    import threading
+
+    import psycopg
+
+    from _processes import wait_until
+
+    clock = FakeClock()
+    shard, supervisor = PgStore(schema_url, clock=clock), PgStore(schema_url, clock=clock)
+    engine_id = uuid.uuid4().hex
+    holder = psycopg.connect(schema_url, autocommit=True)
+    try:
+        shard.register_engine(engine_id, heartbeat=HEARTBEAT, ttl=TTL)
+        holder.execute("BEGIN")
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (shard.env.lock_key,))  # another writer holds it
+        done: list[Any] = []
+        writer = threading.Thread(target=lambda: done.append(shard.apply(engine_id, [CreateWorkflow("w", "Order", encode_args((1,)), uuid.uuid4().hex)])))
+        writer.start()
+        since = wait_until(lambda: max(supervisor.waiting_since(engine_id), 0.0), 1.5, "the wait published")
+        assert since == pytest.approx(clock.lease_now(), abs=1e-3)
+        holder.execute("COMMIT")
+        writer.join(10)
+        assert done and isinstance(done[0][0], Created), done
+        assert supervisor.waiting_since(engine_id) == 0.0
+    finally:
+        holder.close()
+        shard.close()
+        supervisor.close()
