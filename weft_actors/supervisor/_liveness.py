@@ -94,13 +94,15 @@ def judge_sparing_refusals(store: Any, watched: Sequence[tuple[str, float]], ttl
     whole ttl from that moment, and a shard is never killed for an outage of the store.
     ``None`` for no judgment: meanwhile nothing can be judged (and a lost server's reads
     would each wait out their bound on the supervisor's loop)."""
-    if store_refuses_writes(store):  # the shards may find it again only after a hold-off
-        return None, store.clock.lease_now() + getattr(store, "rejoin_delay", 0.0)
+    # Once it is back, the shards may find it only after a hold-off (``rejoin_delay``).
+    refusing = store.clock.lease_now() + getattr(store, "rejoin_delay", 0.0)
+    if store_refuses_writes(store):
+        return None, refusing
     try:
         return judge_shards(store, watched, ttl, refused_at), refused_at
     except Exception as exc:  # a read; the store may be briefly unreadable
         log.warning("cannot read the engine records: %s", exc)
-        return None, store.clock.lease_now()
+        return None, refusing
 
 
 class DeathRecorder:
