@@ -5,11 +5,14 @@ only a wait was visible: the winner, still renewing, was judged silent and kille
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any
 
+import psycopg
 import pytest
 
+from _processes import wait_until
 from weft_actors.codec import encode_args
 from weft_actors.store import Created, CreateWorkflow
 from weft_actors.store._pg import PgStore
@@ -52,12 +55,6 @@ def test_a_shard_holding_the_write_lock_after_a_stall_is_spared_and_then_judged_
 
 
 def test_a_wait_for_the_write_lock_is_published_while_it_waits(schema_url):
-    import threading
-
-    import psycopg
-
-    from _processes import wait_until
-
     clock = FakeClock()
     shard, supervisor = PgStore(schema_url, clock=clock), PgStore(schema_url, clock=clock)
     engine_id = uuid.uuid4().hex
