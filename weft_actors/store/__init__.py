@@ -6,7 +6,7 @@ database. ``open_store`` picks by location; both pass the conformance suite (``t
 """
 
 from ._check import Problem, check_store
-from ._disk import is_read_only, writes_refused
+from ._disk import is_read_only, is_unreachable, writes_refused
 from ._engines import LOCK_WAIT_GRACE, AttestedWait, expiry_time
 from ._env import SCHEMA_VERSION
 from ._intents import (
@@ -41,6 +41,7 @@ __all__ = [
     "AttestedWait",
     "expiry_time",
     "is_read_only",
+    "is_unreachable",
     "writes_refused",
     "STATUSES",
     "TERMINAL",

@@ -19,9 +19,11 @@ from typing import Any, Callable, Final, Iterator
 import psycopg
 
 from ...errors import StorageError
+from .._disk import READ_ONLY
 from .._reads import Prefetch
 from ._lockwait import LockWait
 from ._outcome import Outcomes, resolve_commit
+from ._connect import CONNECT_LIMIT, SILENT_AFTER, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
 from ._txn import PgTxn, ranges_params, tails_query
 
 __all__ = ["PgEnvironment", "redact"]
@@ -84,12 +86,13 @@ class PgEnvironment:
     (``on_reconnect`` re-takes them on its new connection). ``on_clock(server_now, sent,
     received)`` gets the server's clock as each transaction read it."""
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0, connect_now: bool = True, readonly: bool = False) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = CONNECT_LIMIT, connect_now: bool = True, readonly: bool = False) -> None:
         self.url = url
         self.where = redact(url)
         self.readonly = readonly
         """Refuse every write transaction (a store opened read-only, as LMDB's can be)."""
         self._connect_timeout = connect_timeout
+        self._reachability = Reachability()
         self._local = threading.local()
         self._owner = threading.get_ident()
         self._all: list[psycopg.Connection[Any]] = []
@@ -111,12 +114,16 @@ class PgEnvironment:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         if conn is not None and not conn.closed:
             return conn
+        wait = self._reachability.held_off()
+        if wait > 0.0:  # lost a moment ago: fail at once rather than wait out another attempt
+            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: it was lost; trying again in {wait:.1f} s", path=self.where, reason=UNREACHABLE)
+        began = time.monotonic()
         try:
-            conn = psycopg.connect(
-                self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)), application_name=APPLICATION
-            )
+            conn = open_connection(self.url, self._connect_timeout, autocommit=True, application_name=APPLICATION)
         except psycopg.Error as exc:
-            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where) from exc
+            self._reachability.lost(silent=time.monotonic() - began >= SILENT_AFTER)
+            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where, reason=UNREACHABLE) from exc
+        self._reachability.reached()
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
         # A generic plan made while a keyspace was empty (a new database) scans it whole for
         # ever after: ``k = ANY(...)`` of a batch then costs O(table). Plan each execution.
@@ -128,6 +135,14 @@ class PgEnvironment:
         self._lock_query = (
             f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8, txid_current(), "
             "extract(epoch FROM clock_timestamp() - statement_timestamp())::float8"
+        )
+        # The same, publishing the wait before it and the hold after it (``_take_lock``): a
+        # target list is evaluated in order, so the row is (label, lock, clock, xid, wait, label).
+        self._held_query = (
+            f"SELECT set_config('application_name', %s, true), pg_advisory_xact_lock({self.lock_key}), "
+            "extract(epoch FROM clock_timestamp())::float8, txid_current(), "
+            "extract(epoch FROM clock_timestamp() - statement_timestamp())::float8, set_config('application_name', %s || "
+            "round((%s::float8 + extract(epoch FROM clock_timestamp() - statement_timestamp())::float8)::numeric, 3)::text, true)"
         )
         self._local.conn = conn
         with self._all_lock:
@@ -259,7 +274,12 @@ class PgEnvironment:
         has been waiting on it, not working for it, for that long, the holders are named in a
         warning (``_lockwait``), and the lock is asked for again. Its process may have stopped between two messages
         of a pipeline, where the server's own idle timer does not run, or its host may be
-        gone without a word. Ended, its transaction is rolled back: nothing it did commits."""
+        gone without a word. Ended, its transaction is rolled back: nothing it did commits.
+
+        ``waiting`` (``label:started``) is published before the wait; the statement that gets
+        the lock publishes ``label:-held`` (``started`` plus the server's wait, negated), as
+        LMDB's wait slot is negated: a peer or the supervisor then sees a process committing
+        what it waited for, not a silent one."""
         wait: LockWait | None = None
         while True:
             sent = time.monotonic()
@@ -267,16 +287,18 @@ class PgEnvironment:
                 with conn.pipeline():
                     conn.execute("BEGIN")
                     conn.execute(self._lock_timeout)
-                    if waiting is not None:
+                    if waiting is None:
+                        lock = conn.execute(self._lock_query)
+                    else:
                         if wait is not None:  # its commit gives the session its plain name back
                             conn.execute("SELECT set_config('application_name', %s, false)", (APPLICATION,))
-                        conn.execute("SELECT set_config('application_name', %s, true)", (waiting,))
-                    lock = conn.execute(self._lock_query)
+                        label, _, started = waiting.rpartition(":")
+                        lock = conn.execute(self._held_query, (waiting, label + ":-", float(started)))
                     reads = [] if prefetch is None else send_prefetch(conn, prefetch)
                     row = lock.fetchone()
                     if prefetch is not None:
                         receive_prefetch(txn, prefetch, reads)
-                return row, sent
+                return (row if waiting is None or row is None else row[1:]), sent
             except psycopg.errors.LockNotAvailable:
                 with conn.pipeline():  # still named as waiting between two requests (``_waits``)
                     conn.execute("ROLLBACK")
@@ -298,4 +320,10 @@ class PgEnvironment:
         conn = self.connection()
         if isinstance(exc, psycopg.OperationalError) or conn is None or conn.broken:
             self._drop()
-        return StorageError(f"PostgreSQL at {self.where}: {what}: {type(exc).__name__}: {exc}".strip(), path=self.where)
+        reason = classify(exc)
+        if reason == READ_ONLY:
+            what += ": the server refuses writes (a standby, or default_transaction_read_only); retried until it takes them"
+        elif reason == UNREACHABLE:
+            self._reachability.lost(silent=isinstance(exc, NoAnswer))
+            what += ": the server cannot be reached; retried until it can"
+        return StorageError(f"PostgreSQL at {self.where}: {what}: {type(exc).__name__}: {exc}".strip(), path=self.where, reason=reason)

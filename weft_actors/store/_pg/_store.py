@@ -31,6 +31,7 @@ from .._migrate import adopt_lease_clock
 from .._ownership import Ownership
 from .._refusals import Refusals
 from ._clock import ServerClock
+from ._connect import HOLD_OFF_MAX, classify
 from ._env import PgEnvironment
 from ._writer import BatchWriter
 from ._hints import CHANNEL, Listener, notify_payload
@@ -123,7 +124,10 @@ class _PgOwnership(Ownership):
 
     def waiting_since(self, engine_id: str) -> float:
         """When ``engine_id``'s process began to wait for the write lock, as its waiting
-        transaction published it (``wait_label``, ``_waits``); 0.0 if it does not wait."""
+        transaction published it (``wait_label``, ``_waits``: an ``AttestedWait``); negated,
+        when it got the lock, while its transaction holds it (``PgEnvironment._take_lock``), as
+        LMDB's wait slot says; 0.0 if no session of it waits or holds now. A wait outranks a
+        hold."""
         return waiting_since(self._env.conn, self._env.lock_key, _WAIT_LABEL, engine_id)
 
     def remove_files(self, engine_id: str) -> None:
@@ -159,6 +163,14 @@ def wait_label(engine_id: str, started: float) -> str:
     return f"{_WAIT_LABEL}{engine_id}:{started:.3f}"
 
 
+def _label_time(name: str) -> float:
+    """The time a label of ``wait_label``'s form ends with (negative once the lock is held)."""
+    try:
+        return float(name.rpartition(":")[2])
+    except ValueError:
+        return 0.0
+
+
 def _int4(engine_id: str) -> int:
     """A signed 32-bit number for ``engine_id`` (a collision only keeps a dead engine looking
     alive until its lease expires: the safe way to be wrong)."""
@@ -177,6 +189,9 @@ class PgStore(KeyspaceStore):
     dbs: Any
     reads_cost_round_trips = True
     """Callers that can read in bulk should (``load_many_for_replay``, ``_reads``)."""
+    rejoin_delay = HOLD_OFF_MAX
+    """Seconds an engine may take to find the server again after an outage (it is not asked
+    within a hold-off, ``_connect.Reachability``): silence that long after one is no hang."""
 
     def __init__(
         self,
@@ -212,7 +227,7 @@ class PgStore(KeyspaceStore):
                 clock = server_clock
         except psycopg.Error as exc:
             self.env.close()
-            raise StorageError(f"cannot open the store in PostgreSQL at {self.env.where}: {exc}", path=self.env.where) from exc
+            raise StorageError(f"cannot open the store in PostgreSQL at {self.env.where}: {exc}", path=self.env.where, reason=classify(exc)) from exc
         except BaseException:
             self.env.close()
             raise
@@ -296,6 +311,17 @@ class PgStore(KeyspaceStore):
 
     def within_reserve(self) -> bool:
         return False
+
+    def writes_refused(self) -> bool:
+        """Whether the server refuses writes now (a standby, ``default_transaction_read_only``)
+        or cannot be reached: then no engine can renew its lease, and none is hung for it."""
+        try:
+            row = self.env.conn.execute("SELECT current_setting('transaction_read_only') = 'on' OR pg_is_in_recovery()").fetchone()
+        except (psycopg.Error, StorageError) as exc:
+            if isinstance(exc, psycopg.Error):
+                self.env.failed(exc, "read failed")  # drops a broken connection
+            return True
+        return bool(row and row[0])
 
     def read(self) -> Any:
         return self.env.begin()

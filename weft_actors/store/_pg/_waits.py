@@ -35,17 +35,30 @@ _QUERY: Final = (
     "AND l.locktype = 'advisory' AND l.classid = 0 AND l.objid = %s::oid AND l.objsubid = 1 "
     "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
     "WHERE a.datname = current_database() AND a.application_name LIKE %s AND ("
-    "(l.pid IS NOT NULL AND (NOT l.granted OR a.state = 'active')) "
+    "(l.pid IS NOT NULL AND (NOT l.granted OR a.state = 'active' OR a.application_name LIKE '%%:-%%')) "
     "OR (l.pid IS NULL AND a.state_change > clock_timestamp() - make_interval(secs => %s)))"
 )
 
 
 def waiting_since(conn: psycopg.Connection[Any], lock_key: int, prefix: str, engine_id: str) -> float:
-    """When ``engine_id``'s process began to wait for the write lock (an ``AttestedWait``),
-    or 0.0 if no session of it waits now."""
+    """When ``engine_id``'s process began to wait for the write lock (an ``AttestedWait``);
+    else, negated, when a transaction of it that holds the lock got it (its label's time is
+    negative then: ``PgEnvironment._take_lock``); else 0.0."""
     try:
         rows = conn.execute(_QUERY, (lock_key, f"{prefix}{engine_id}:%", REQUEUE_GRACE)).fetchall()
     except psycopg.Error:
         return 0.0  # proves nothing either way: the lease alone judges
-    since = [float(name.rpartition(":")[2]) for (name,) in rows if name.rpartition(":")[2].replace(".", "", 1).isdigit()]
-    return AttestedWait(min(since)) if since else 0.0
+    published = [_label_time(name) for (name,) in rows]
+    waits = [since for since in published if since > 0.0]
+    if waits:
+        return AttestedWait(min(waits))
+    holds = [since for since in published if since < 0.0]
+    return max(holds) if holds else 0.0
+
+
+def _label_time(name: str) -> float:
+    """The time a wait label ends with (negative once the lock is held), or 0.0."""
+    try:
+        return float(name.rpartition(":")[2])
+    except ValueError:
+        return 0.0
