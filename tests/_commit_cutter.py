@@ -103,13 +103,15 @@ class CommitCutter:
 
 def slow_commits(url: str, wid: str) -> None:
     """Make the commit of a transaction that inserts workflow ``wid`` stay in progress on the
-    server until a row with ``go`` is in ``hold_commit``: a deferred constraint trigger runs
-    inside ``COMMIT``, as a slow WAL flush or a synchronous standby would hold it there."""
+    server until a row is in ``hold_commit``: a deferred constraint trigger runs inside
+    ``COMMIT``, as a slow WAL flush or a synchronous standby would hold it there. A row with
+    ``go`` lets the commit be made; one without makes it fail (``release_commit``)."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE TABLE hold_commit (go boolean)")
         conn.execute(
             "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            "WHILE NOT EXISTS (SELECT 1 FROM hold_commit WHERE go) LOOP PERFORM pg_sleep(0.02); END LOOP; "
+            "WHILE NOT EXISTS (SELECT 1 FROM hold_commit) LOOP PERFORM pg_sleep(0.02); END LOOP; "
+            "IF NOT EXISTS (SELECT 1 FROM hold_commit WHERE go) THEN RAISE EXCEPTION 'the held commit is refused'; END IF; "
             "RETURN NULL; END $$"
         )
         conn.execute(
@@ -128,19 +130,20 @@ def held_for(url: str) -> float:
     return 0.0 if row is None or row[0] is None else float(row[0])
 
 
-def release_commit(url: str) -> None:
+def release_commit(url: str, go: bool = True) -> None:
+    """Let the held commit end: made (``go``), or failed, aborting its transaction."""
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO hold_commit VALUES (true)")
+        conn.execute("INSERT INTO hold_commit VALUES (%s)", (go,))
 
 
-def release_once_held(url: str, seconds: float) -> threading.Thread:
-    """Release the held commit once the server has been in it for ``seconds``."""
+def release_once_held(url: str, seconds: float, go: bool = True) -> threading.Thread:
+    """Release the held commit (``release_commit``) once the server has been in it for ``seconds``."""
 
     def run() -> None:
         deadline = time.monotonic() + 30.0
         while held_for(url) < seconds and time.monotonic() < deadline:
             time.sleep(0.02)
-        release_commit(url)
+        release_commit(url, go)
 
     thread = threading.Thread(target=run, name="release-commit", daemon=True)
     thread.start()

@@ -11,13 +11,13 @@ engine drives it again once the outcome is known, nothing ever does while it liv
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import psycopg
 import pytest
 
 from _commit_cutter import CommitCutter, release_commit, release_once_held, slow_commits
-from _support import run
+from _support import eventually, run
 from weft_actors import Engine, examples
 from weft_actors.errors import OutcomeUnknown
 from weft_actors.store._pg import _outcome
@@ -31,6 +31,38 @@ HELD = 2.0
 
 @pytest.mark.timeout(60)
 def test_a_start_answered_outcome_unknown_whose_commit_lands_is_driven_to_completion(schema_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def then(engine: Engine) -> None:
+        landed = time.monotonic()
+        result = await engine.get_handle(WID).result(timeout=10.0)
+        assert result == 4
+        assert time.monotonic() - landed < 5.0
+        record: Any = engine.store.get_workflow(WID)
+        assert record["status"] == "completed"
+
+    held_start(schema_url, monkeypatch, True, then)
+
+
+@pytest.mark.timeout(60)
+def test_a_start_answered_outcome_unknown_whose_commit_failed_leaves_nothing(schema_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commit did not land: the drive finds no workflow and does nothing; a retried start
+    creates it, here, and it runs."""
+
+    async def then(engine: Engine) -> None:
+        assert engine.commit_retry.waiting == 1  # to be driven again, if it is there
+        await eventually(lambda: not engine.orphans and not engine.commit_retry.waiting, timeout=5.0)  # looked at
+        assert engine.store.get_workflow(WID) is None
+        assert WID not in engine.actors
+        release_commit(schema_url)  # the next commit of it is made
+        handle = await engine.start("three_steps", 1, id=WID, if_exists="return")
+        assert await handle.result(timeout=10.0) == 4
+
+    held_start(schema_url, monkeypatch, False, then)
+
+
+def held_start(schema_url: str, monkeypatch: pytest.MonkeyPatch, lands: bool, then: Callable[[Engine], Awaitable[None]]) -> None:
+    """Start ``WID`` on an engine whose commit of it the server holds past the store's wait,
+    its reply lost: the start is answered ``OutcomeUnknown``; the commit is then made
+    (``lands``) or fails; then ``then(engine)``, and nothing of it is left claimed."""
     monkeypatch.setattr(_outcome, "OUTCOME_WAIT", OUTCOME_WAIT)
     cutter = CommitCutter(schema_url)
 
@@ -40,19 +72,14 @@ def test_a_start_answered_outcome_unknown_whose_commit_lands_is_driven_to_comple
             cutter.cut_commit_of(WID.encode())
             # Released from a thread: the engine's own heartbeat waits for the write lock that
             # the held commit keeps, so its loop cannot be counted on until then.
-            releaser = release_once_held(schema_url, HELD)
+            releaser = release_once_held(schema_url, HELD, lands)
             with pytest.raises(OutcomeUnknown) as caught:
                 await engine.start("three_steps", 1, id=WID)
             assert caught.value.code == "outcome_unknown"
             assert cutter.cut.is_set()  # the start's commit reply was lost
             releaser.join(10.0)
-            landed = time.monotonic()
-            result = await engine.get_handle(WID).result(timeout=10.0)
-            assert result == 4
-            assert time.monotonic() - landed < 5.0
-            record: Any = engine.store.get_workflow(WID)
-            assert record["status"] == "completed"
-            assert engine.stats()["claims_active"] == 0  # nothing of it left claimed here
+            await then(engine)
+            await eventually(lambda: engine.stats()["claims_active"] == 0, timeout=5.0)  # nothing of it left claimed
             assert engine.state == "running"
 
     try:
