@@ -23,10 +23,10 @@ class CommitCutter:
     on to the server and then closes the client's side at once: the server makes the commit,
     its reply is never read. Every other byte is passed both ways untouched.
 
-    ``cut_commit_of(marker)`` arms it instead for the pipeline that carries both ``marker``
-    (a workflow id's bytes, which the insert of its row sends) and ``COMMIT``, on whichever
-    connection sends it: for a store whose other connections (an engine's reads, another
-    process's) keep talking meanwhile."""
+    ``cut_held_commit(url)`` cuts instead the client's side of the connection whose commit the
+    server holds in ``slow_commits``' trigger, once it is held: for a store whose other
+    connections (an engine's reads, other processes) keep talking meanwhile, whatever the
+    statements look like on the wire (prepared ones do not show their text)."""
 
     def __init__(self, server_url: str) -> None:
         info = psycopg.conninfo.conninfo_to_dict(server_url)
@@ -35,11 +35,11 @@ class CommitCutter:
         self.port = self.listener.getsockname()[1]
         self.armed = threading.Event()
         self.cut = threading.Event()
-        self.marker: bytes | None = None
+        self._closed = threading.Event()
+        self._links: dict[int, tuple[socket.socket, threading.Event]] = {}
+        """The server side's local port (the server's ``client_port``) -> the client's socket
+        and the connection's cut flag."""
         threading.Thread(target=self._accept, daemon=True).start()
-
-    def cut_commit_of(self, marker: bytes) -> None:
-        self.marker = marker
 
     def url(self, url: str) -> str:
         """``url`` through this proxy, in the same form (a ``postgresql://`` URL stays one)."""
@@ -52,6 +52,29 @@ class CommitCutter:
         info.update(host="127.0.0.1", port=str(self.port))
         return psycopg.conninfo.make_conninfo(**info)
 
+    def cut_held_commit(self, url: str) -> threading.Thread:
+        """From a thread: once the server holds a commit in ``slow_commits``' trigger, cut the
+        client's side of that commit's connection (its reply is lost; the server goes on)."""
+
+        def run() -> None:
+            with psycopg.connect(url, autocommit=True) as conn:
+                while not self._closed.is_set():
+                    row = conn.execute(
+                        "SELECT client_port FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND pid <> pg_backend_pid()"
+                    ).fetchone()
+                    link = None if row is None else self._links.get(int(row[0]))
+                    if link is not None:
+                        client, cut = link
+                        cut.set()
+                        self.cut.set()
+                        client.shutdown(socket.SHUT_RDWR)
+                        return
+                    time.sleep(0.01)
+
+        thread = threading.Thread(target=run, name="cut-held-commit", daemon=True)
+        thread.start()
+        return thread
+
     def _accept(self) -> None:
         while True:
             try:
@@ -60,11 +83,11 @@ class CommitCutter:
                 return
             server = socket.create_connection(self.target)
             cut = threading.Event()  # this connection's
+            self._links[server.getsockname()[1]] = (client, cut)
             threading.Thread(target=self._pump, args=(client, server, cut, True), daemon=True).start()
             threading.Thread(target=self._pump, args=(server, client, cut, False), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, cut: threading.Event, upstream: bool) -> None:
-        sent = bytearray()  # upstream: since the last Sync
         try:
             while data := source.recv(65536):
                 if not upstream and cut.is_set():
@@ -72,32 +95,23 @@ class CommitCutter:
                         break
                     continue  # read, never passed on
                 sink.sendall(data)
-                if not upstream:
-                    continue
-                sent += data
-                if SYNC not in data:
-                    continue
-                marker, pipeline = self.marker, bytes(sent)
-                sent.clear()
-                if marker is not None and marker in pipeline and b"COMMIT\x00" in pipeline:
-                    self.marker = None
-                    self.armed.set()
-                if self.armed.is_set():
+                if upstream and self.armed.is_set() and SYNC in data:
                     self.armed.clear()
                     cut.set()
                     self.cut.set()
                     source.shutdown(socket.SHUT_RDWR)  # the client's side: its reply is lost
-                    source.close()
-                    return  # the server's side is closed once its answer is read (no reset)
+                    break
         except OSError:
             pass
-        for end in (source, sink):
+        ends = (source,) if upstream and cut.is_set() else (source, sink)
+        for end in ends:  # once cut, the server's side is closed once its answer is read (no reset)
             try:
                 end.close()
             except OSError:
                 pass
 
     def close(self) -> None:
+        self._closed.set()
         self.listener.close()
 
 

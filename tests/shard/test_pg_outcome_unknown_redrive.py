@@ -18,7 +18,7 @@ import pytest
 
 from _commit_cutter import CommitCutter, release_commit, release_once_held, slow_commits
 from _support import eventually, run
-from weft_actors import Engine, examples
+from weft_actors import Engine, examples, workflow
 from weft_actors.errors import OutcomeUnknown
 from weft_actors.store._pg import _outcome
 
@@ -27,6 +27,12 @@ OUTCOME_WAIT = 1.0
 """The store's wait for an in-progress commit here (5 s by default): the server holds the
 commit for ``HELD`` seconds, past it."""
 HELD = 2.0
+CHILD = "wf-outcome-unknown-child"
+
+
+@workflow
+async def parent_of_one(ctx: Any) -> int:
+    return await ctx.child("three_steps", 1, id=CHILD)
 
 
 @pytest.mark.timeout(60)
@@ -59,6 +65,37 @@ def test_a_start_answered_outcome_unknown_whose_commit_failed_leaves_nothing(sch
     held_start(schema_url, monkeypatch, False, then)
 
 
+@pytest.mark.timeout(60)
+def test_a_child_started_by_a_step_answered_outcome_unknown_that_landed_runs(schema_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step of a running workflow that starts a child (claimed here in that commit) is
+    answered ``OutcomeUnknown`` and lands: the parent is driven again as any refused step,
+    and so is the child, so the parent gets the child's result."""
+    monkeypatch.setattr(_outcome, "OUTCOME_WAIT", OUTCOME_WAIT)
+    cutter = CommitCutter(schema_url)
+
+    async def main() -> None:
+        async with Engine(store=cutter.url(schema_url), app=[parent_of_one, examples.three_steps], heartbeat=0.2, ttl=5.0) as engine:
+            slow_commits(schema_url, CHILD)
+            cutter.cut_held_commit(schema_url)
+            releaser = release_once_held(schema_url, HELD)
+            handle = await engine.start(parent_of_one, id="wf-parent")
+            await eventually(cutter.cut.is_set, timeout=10.0)  # the step's commit reply was lost
+            releaser.join(10.0)
+            assert await handle.result(timeout=15.0) == 4
+            child: Any = engine.store.get_workflow(CHILD)
+            assert child["status"] == "completed"
+            await eventually(lambda: engine.stats()["claims_active"] == 0, timeout=5.0)
+
+    try:
+        run(main())
+    finally:
+        try:
+            release_commit(schema_url)
+        except psycopg.Error:
+            pass
+        cutter.close()
+
+
 def held_start(schema_url: str, monkeypatch: pytest.MonkeyPatch, lands: bool, then: Callable[[Engine], Awaitable[None]]) -> None:
     """Start ``WID`` on an engine whose commit of it the server holds past the store's wait,
     its reply lost: the start is answered ``OutcomeUnknown``; the commit is then made
@@ -69,7 +106,7 @@ def held_start(schema_url: str, monkeypatch: pytest.MonkeyPatch, lands: bool, th
     async def main() -> None:
         async with Engine(store=cutter.url(schema_url), app=examples, heartbeat=0.2, ttl=5.0) as engine:
             slow_commits(schema_url, WID)  # its tables exist once the engine has opened the store
-            cutter.cut_commit_of(WID.encode())
+            cutter.cut_held_commit(schema_url)
             # Released from a thread: the engine's own heartbeat waits for the write lock that
             # the held commit keeps, so its loop cannot be counted on until then.
             releaser = release_once_held(schema_url, HELD, lands)

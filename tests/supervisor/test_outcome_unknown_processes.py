@@ -26,7 +26,7 @@ def test_a_client_start_answered_outcome_unknown_that_landed_is_found_and_run(sc
     try:
         with RunningSupervisor(cutter.url(schema_url), args=ARGS) as sup, Client(sup.endpoint, timeout=OUTCOME_WAIT + 15) as client:
             slow_commits(schema_url, WID)  # once the shards have made the store's tables
-            cutter.cut_commit_of(WID.encode())
+            cutter.cut_held_commit(schema_url)
             releaser = release_once_held(schema_url, OUTCOME_WAIT + 1.5)  # past the shard's wait
             with pytest.raises(OutcomeUnknown) as caught:
                 client.start("three_steps", 1, id=WID)
