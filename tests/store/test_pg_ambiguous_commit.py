@@ -11,8 +11,6 @@ server ends the session before the commit reaches it.
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 import uuid
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from _commit_cutter import CommitCutter, release_commit, release_once_held, slow_commits
 from weft_actors.codec import encode_args
 from weft_actors.errors import StorageError
 from weft_actors.store import Created, CreateWorkflow
@@ -32,70 +31,6 @@ def open_store(url: str) -> Any:
     from weft_actors.store._pg import PgStore
 
     return PgStore(url, clock=FakeClock())
-
-
-SYNC = b"S\x00\x00\x00\x04"
-"""The protocol's Sync message, which ends each pipeline the client sends (a Flush may follow)."""
-READY = b"Z\x00\x00\x00\x05I"
-"""ReadyForQuery (idle): the server's last message once it has answered a pipeline."""
-
-
-class CommitCutter:
-    """A TCP proxy in front of the server that, once armed (just before a commit is sent),
-    passes the client's next pipeline (its writes and ``COMMIT``, up to the Sync that ends it)
-    on to the server and then closes the client's side at once: the server makes the commit,
-    its reply is never read. Every other byte is passed both ways untouched."""
-
-    def __init__(self, server_url: str) -> None:
-        info = psycopg.conninfo.conninfo_to_dict(server_url)
-        self.target = (str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.armed = threading.Event()
-        self.cut = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def url(self, url: str) -> str:
-        info = psycopg.conninfo.conninfo_to_dict(url)
-        info.update(host="127.0.0.1", port=str(self.port))
-        return psycopg.conninfo.make_conninfo(**info)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            cut = threading.Event()  # this connection's
-            threading.Thread(target=self._pump, args=(client, server, cut, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, cut, False), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, cut: threading.Event, upstream: bool) -> None:
-        try:
-            while data := source.recv(65536):
-                if not upstream and cut.is_set():
-                    if data.endswith(READY):  # the server's answer to the commit: it is done
-                        break
-                    continue  # read, never passed on
-                sink.sendall(data)
-                if upstream and self.armed.is_set() and SYNC in data:
-                    self.armed.clear()
-                    cut.set()
-                    self.cut.set()
-                    source.shutdown(socket.SHUT_RDWR)  # the client's side: its reply is lost
-                    source.close()
-                    return  # the server's side is closed once its answer is read (no reset)
-        except OSError:
-            pass
-        for end in (source, sink):
-            try:
-                end.close()
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 def test_a_commit_whose_reply_was_lost_reports_what_the_server_committed(schema_url: str) -> None:
@@ -136,52 +71,6 @@ def test_a_commit_the_server_never_got_is_reported_failed(schema_url: str, postg
         assert store.get_workflow("wf-never") is None
     finally:
         store.close()
-
-
-def slow_commits(url: str, wid: str) -> None:
-    """Make the commit of a transaction that inserts workflow ``wid`` stay in progress on the
-    server until a row with ``go`` is in ``hold_commit``: a deferred constraint trigger runs
-    inside ``COMMIT``, as a slow WAL flush or a synchronous standby would hold it there."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE hold_commit (go boolean)")
-        conn.execute(
-            "CREATE FUNCTION hold_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            "WHILE NOT EXISTS (SELECT 1 FROM hold_commit WHERE go) LOOP PERFORM pg_sleep(0.02); END LOOP; "
-            "RETURN NULL; END $$"
-        )
-        conn.execute(
-            "CREATE CONSTRAINT TRIGGER hold_commit AFTER INSERT ON weft_workflows DEFERRABLE INITIALLY DEFERRED "
-            f"FOR EACH ROW WHEN (NEW.k = '\\x{wid.encode().hex()}'::bytea) EXECUTE FUNCTION hold_commit()"
-        )
-
-
-def held_for(url: str) -> float:
-    """How long the server has been in the held commit (0.0 if it is in none)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT max(extract(epoch FROM clock_timestamp() - query_start)) FROM pg_stat_activity "
-            "WHERE wait_event = 'PgSleep' AND pid <> pg_backend_pid()"
-        ).fetchone()
-    return 0.0 if row is None or row[0] is None else float(row[0])
-
-
-def release_commit(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO hold_commit VALUES (true)")
-
-
-def release_once_held(url: str, seconds: float) -> threading.Thread:
-    """Release the held commit once the server has been in it for ``seconds``."""
-
-    def run() -> None:
-        deadline = time.monotonic() + 30.0
-        while held_for(url) < seconds and time.monotonic() < deadline:
-            time.sleep(0.02)
-        release_commit(url)
-
-    thread = threading.Thread(target=run, name="release-commit", daemon=True)
-    thread.start()
-    return thread
 
 
 def test_a_commit_still_in_progress_when_its_reply_was_lost_is_waited_out(schema_url: str) -> None:

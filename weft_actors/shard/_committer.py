@@ -22,7 +22,7 @@ import asyncio
 import logging
 from typing import Any, Callable
 
-from ..errors import EngineDeposed, WeftError
+from ..errors import EngineDeposed, OutcomeUnknown, WeftError
 from ..store import LmdbStore
 from ._failpoints import failpoint_from_env
 
@@ -65,10 +65,13 @@ class GroupCommitter:
     __slots__ = (
         "_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "on_promoted",
         "batches", "intents", "failpoint", "_apply_async", "_in_flight", "_drained", "_submitted", "_answered",
-        "_answers", "_wakes", "before_wake",
+        "_answers", "_wakes", "before_wake", "on_unknown",
     )
 
-    def __init__(self, store: LmdbStore, engine_id: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, store: LmdbStore, engine_id: str, loop: asyncio.AbstractEventLoop,
+        on_unknown: Callable[[list[Any], WeftError], None] | None = None,
+    ) -> None:
         self._store = store
         self._engine_id = engine_id
         self.loop = loop
@@ -79,6 +82,9 @@ class GroupCommitter:
         self.on_deposed: Callable[[EngineDeposed], None] | None = None
         self.on_promoted: Callable[[list[tuple[str, str, str]]], None] | None = None
         """Called after a commit that gave queued workflows a slot (``store.promoted``)."""
+        self.on_unknown = on_unknown
+        """Called with a batch's intents after it was answered ``OutcomeUnknown`` (its commit
+        may yet land): what it would have started is driven again if it did (``_commit_retry``)."""
         self.batches = 0
         self.intents = 0
         self._apply_async: Callable[..., None] | None = getattr(store, "apply_async", None)
@@ -203,6 +209,8 @@ class GroupCommitter:
         first = results[0]
         if first.__class__ is EngineDeposed and self.on_deposed is not None and self._closed is None:
             self.on_deposed(first)
+        elif first.__class__ is OutcomeUnknown and self.on_unknown is not None:
+            self.on_unknown(intents, first)  # the failure path only: one class test per batch
 
     def _answer(self, callbacks: list[Callback], results: list[Any]) -> None:
         """Give this batch's answers now; queue every other callback, in order, for ``_wake``,

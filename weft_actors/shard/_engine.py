@@ -256,7 +256,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             listen(self.hint_many)
         if self.warn_type_mismatch:
             self._warn_on_type_mismatch()
-        self.committer = GroupCommitter(self.store, self.engine_id, loop)
+        self.committer = GroupCommitter(self.store, self.engine_id, loop, on_unknown=self.commit_retry.may_have_landed)
         self.committer.on_deposed = lambda error: self.depose(str(error))
         self.timers = TimerService(loop, self.clock)
         self.activities = ActivityRunner(loop, self._max_threads, self.max_inflight_activities)
