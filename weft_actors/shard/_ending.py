@@ -55,6 +55,7 @@ class EndingMixin:
     stuck: bool
     finish: Finish | None
     next_run: tuple[str, bytes] | None
+    held: list[Command] | None
 
     # provided by Actor
     def _commit(self, ops: Any = (), consume: Any = (), timers_put: Any = (), timers_del: Any = (), finish: Any = None, fields: Any = None, effects: Any = ()) -> None:
@@ -91,6 +92,19 @@ class EndingMixin:
             self._commit(finish=finish)
         else:
             self._commit_writes(writes, finish)
+
+    def _ended_here(self, result: Any) -> bool:
+        """Whether the run ended (not continued as new) in the commit just made, whose result
+        is ``result``: then its result waiters are answered now, in the commit's pass, and
+        what the commit did elsewhere (children started, a parent's inbox) is acted on once
+        their replies have left (``after_replies``: it may run user code)."""
+        if self.held is not None or self.next_run is not None or self.stuck or self.run.outcome is None:
+            return False
+        engine = self.engine
+        engine.actor_finished(self)  # type: ignore[arg-type]
+        if result is not None:
+            engine.committer.after_replies(engine.after_step, self, result)
+        return True
 
     def _stop_work(self, writes: Writes | None) -> None:
         """Cancel attempts in flight and drop timers (deleting the durable ones if ``writes``)."""
