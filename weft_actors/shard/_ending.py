@@ -40,6 +40,13 @@ def finish_of(cmd: Command, limit: int) -> Finish:
     return Finish("cancelled" if error.get("kind") == "cancelled" else "failed", None, error)
 
 
+def _after_step(engine: Engine, actor: Any, result: Any) -> None:
+    """What a run's last commit did elsewhere, acted on unless the engine stopped meanwhile
+    (its claims are released then, and whoever takes them over acts)."""
+    if engine.state in ("running", "stopping"):
+        engine.after_step(actor, result)
+
+
 class EndingMixin:
     if not TYPE_CHECKING:  # slots for the runtime; type checkers would flag every attribute
         __slots__ = ()  # the concrete class declares them
@@ -103,7 +110,7 @@ class EndingMixin:
         engine = self.engine
         engine.actor_finished(self)  # type: ignore[arg-type]
         if result is not None:
-            engine.committer.after_replies(engine.after_step, self, result)
+            engine.committer.after_replies(_after_step, engine, self, result)
         return True
 
     def _stop_work(self, writes: Writes | None) -> None:
