@@ -17,7 +17,7 @@ WAIT = 2.0  # the client's wait for a reply (a result's budget is twice that: it
 STALL = 3 * WAIT  # the blocking turn holds the loop past the whole budget
 HEARTBEAT, TTL = 0.5, 4 * STALL  # never judged hung meanwhile: a restarted shard would answer a result
 ENDS_AFTER = 1.0  # the workflow whose ending answers the caller sleeps this long first
-HOLD = 0.6  # how long another workflow holds the loop around then
+HOLD = 1.0  # how long another workflow holds the loop around then (both timers fall inside)
 ARGS = ("--heartbeat", str(HEARTBEAT), "--ttl", str(TTL))
 
 
