@@ -18,14 +18,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 import psycopg
 
 from ...errors import OutcomeUnknown, StorageError
-
-if TYPE_CHECKING:
-    from ._env import PgEnvironment
 
 __all__ = ["OUTCOME_WAIT", "Outcomes", "resolve_commit"]
 
@@ -73,7 +70,18 @@ class Outcomes:
         log.warning("store: PostgreSQL at %s: the earlier commits of unknown outcome have ended (%s)", where, pending)
 
 
-def resolve_commit(env: PgEnvironment, xid: int) -> bool:
+class _Environment(Protocol):
+    """What ``resolve_commit`` needs of the environment whose commit broke."""
+
+    where: str
+    outcomes: Outcomes
+
+    def connect(self) -> psycopg.Connection[Any]: ...
+
+    def _drop(self) -> None: ...
+
+
+def resolve_commit(env: _Environment, xid: int) -> bool:
     """Whether transaction ``xid``, whose connection broke during its commit, committed (its
     connection is dropped first). Waits out ``in progress`` and a server that cannot be
     reached for ``OUTCOME_WAIT`` seconds, then raises ``OutcomeUnknown`` and leaves ``xid``
