@@ -13,9 +13,7 @@ from typing import Any
 
 from ..codec import pack_record, unpack_record
 from ..errors import InvalidRequest, WorkflowClosed, WorkflowNotFound
-from ._apply import TxnState, next_epoch, set_visibility
 from ._recent import delete_recent
-from ._children import on_terminal
 from ._feed import feed_entry
 from ._flow import admit
 from ._intents import CloseWorkflow, FireStart, PurgeWorkflow
@@ -33,6 +31,10 @@ from ._keys import (
     visibility_key,
 )
 from ._queries import load_ops
+from ._relays import OnTerminal
+from ._state import TxnState
+from ._table import apply_intent
+from ._writes import next_epoch, set_visibility
 
 __all__ = ["close_workflow", "purge_workflow", "fire_start"]
 
@@ -96,7 +98,7 @@ def close_workflow(state: TxnState, intent: CloseWorkflow) -> dict[str, Any]:
     # instead of keeping it parked until some wake finds the fence moved.
     seq = state.next_feed_seq()
     state.txn.put(pack_u64(seq), feed_entry(state.now, wid), db=state.dbs.feed)
-    touched = on_terminal(state, wid, record) if record.get("parent") is not None or record.get("children") else []
+    touched = apply_intent(state, OnTerminal(wid, record)) if record.get("parent") is not None or record.get("children") else []
     return {"status": intent.status, "error": intent.error, "epoch": epoch, "previous_owner": previous, "feed_seq": seq, "touched": touched}
 
 
