@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import lmdb
 
-from ._env import Databases
+from ._databases import Databases
 from ._keys import count_key, pack_u64, unpack_u64, visibility_group
 
 __all__ = ["TxnState", "DEFAULT_MAX_INBOX", "add_counts"]
