@@ -11,9 +11,8 @@ from typing import Any
 from ._apply import APPLIERS
 from ._children import cancel_other, on_terminal_intent, parent_close_intent
 from ._effects import effectful_step
-from ._flow import release_slot
 from ._intents import AppendInbox, CancelOther, CloseWorkflow, FireStart, PurgeWorkflow
-from ._lifecycle import close_workflow, fire_start, purge_workflow
+from ._lifecycle import close_workflow, fire_start, purge_workflow, release_slot
 from ._quarantine import LiftQuarantine, QuarantineWorkflow, lift_quarantine, quarantine_workflow
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart, append_and_consume, append_message, request_cancel_intent, signal_with_start
 from ._permits import HoldPermits, TakePermits, hold_permits, take_permits

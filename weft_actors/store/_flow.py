@@ -28,7 +28,6 @@ from .._checks import MAX_PRIORITY
 from ..codec import pack_record, unpack_record
 from ._intents import Flow
 from ._keys import START_SEQ, pack_u64, timer_key, unpack_u64
-from ._relays import ReleaseSlot
 from ._state import TxnState
 from ._writes import set_visibility
 
@@ -41,7 +40,6 @@ __all__ = [
     "split_group",
     "admit",
     "release",
-    "release_slot",
     "vacate",
     "queue_first",
     "fill_free_slots",
@@ -149,11 +147,6 @@ def _next_seq(state: TxnState) -> int:
 def _put_entry(state: TxnState, group: bytes, key: bytes, wid: str) -> None:
     state.txn.put(key, wid.encode(), db=state.dbs.meta)
     _add_waiting(state, group, 1)
-
-
-def release_slot(state: TxnState, intent: ReleaseSlot) -> None:
-    """The applier of ``ReleaseSlot``: a workflow's end, seen by ``set_visibility``."""
-    release(state, intent.record)
 
 
 def release(state: TxnState, record: dict[str, Any]) -> None:

@@ -38,6 +38,6 @@ class ParentClose(NamedTuple):
 
 class ReleaseSlot(NamedTuple):
     """A workflow holding a flow slot ended: its slot goes to the head of its group's queue
-    (``_flow.release``)."""
+    (``_lifecycle.release_slot``)."""
 
     record: dict[str, Any]
