@@ -41,10 +41,10 @@ from typing import Any, Callable, cast
 import lmdb
 
 from .._clock import Clock, SystemClock
+from ..codec import unpack_record
 from ._databases import Databases
 from ._check_read import (
-    ENGINE,
-    PLAIN,
+    ENGINE_FIELDS,
     Problem,
     Reader,
     decode_holder,
@@ -55,13 +55,25 @@ from ._check_read import (
     split_inbox_key,
     split_op_key,
     split_request_key,
+    record_of,
     u64,
-    valid_workflow,
+    workflow_decoder,
 )
 from ._check_totals import check_counts, check_flow
 from ._keys import NO_ENGINE, TERMINAL, expiring_key, split_timer_key, visibility_key, visibility_value
 
 __all__ = ["Problem", "check_environment", "check_counts", "check_flow", "check_store"]
+
+
+def _unpack(value: bytes) -> Any:
+    # ``unpack_record`` is looked up in this module at each call: the decoder stays this
+    # module's to replace (the simulator's incremental check substitutes a cached one).
+    return unpack_record(value)
+
+
+_valid_workflow = workflow_decoder(_unpack)
+_ENGINE = record_of(ENGINE_FIELDS, _unpack)
+_PLAIN = record_of({}, _unpack)
 
 
 def check_environment(
@@ -76,7 +88,7 @@ def check_environment(
     read transaction. ``lease_clock``: the store's, whose reading judges the engine records
     kept on it (a ``PgStore``'s is the server's); ``None``: this host's real one."""
     reader = Reader(txn, dbs)
-    records = dict(reader.entries("workflows", decode_wid, valid_workflow, wid=readable_key))
+    records = dict(reader.entries("workflows", decode_wid, _valid_workflow, wid=readable_key))
     problems: list[Problem] = []
     checks: list[tuple[Callable[..., list[Problem]], tuple[Any, ...]]] = [
         (_check_ops_and_inbox, (reader,)),
@@ -97,7 +109,7 @@ def _check_ops_and_inbox(reader: Reader) -> list[Problem]:
     problems: list[Problem] = []
     ordinals: dict[tuple[str, str], Counter[int]] = defaultdict(Counter)
     consumed: dict[str, Counter[int]] = defaultdict(Counter)
-    for (wid, run, seq), record in reader.entries("ops", split_op_key, PLAIN):
+    for (wid, run, seq), record in reader.entries("ops", split_op_key, _PLAIN):
         if "t" in record:
             ordinals[(wid, run)][record["t"]] += 1
             if "ok" not in record and "err" not in record:
@@ -208,7 +220,7 @@ def _pending_inbox(reader: Reader) -> dict[str, set[int]]:
 
 def _check_timers_and_requests(reader: Reader, records: dict[str, dict[str, Any]]) -> list[Problem]:
     problems: list[Problem] = []
-    for (fire_at, seq, wid), timer in reader.entries("timers", split_timer_key, PLAIN, wid=_timer_wid):
+    for (fire_at, seq, wid), timer in reader.entries("timers", split_timer_key, _PLAIN, wid=_timer_wid):
         record = records.get(wid)
         if record is None or record["status"] in TERMINAL:
             status = "missing" if record is None else record["status"]
@@ -216,7 +228,7 @@ def _check_timers_and_requests(reader: Reader, records: dict[str, dict[str, Any]
         elif timer.get("run_id") not in (None, record["run_id"]):
             problems.append(Problem("timer_stale", wid, f"{timer.get('kind')} timer #{seq} of run {timer.get('run_id')}, not the current run"))
     pending = _pending_inbox(reader)
-    for (wid, request_id), entry in reader.entries("requests", split_request_key, PLAIN):
+    for (wid, request_id), entry in reader.entries("requests", split_request_key, _PLAIN):
         record = records.get(wid)
         if record is None or record["status"] in TERMINAL or entry.get("state") != "pending":
             continue
@@ -231,7 +243,7 @@ def _check_feed(reader: Reader, now: float, feed_retention: float, lease_now: fl
     ``lease_clock``), ``now`` for others (a fake clock's)."""
     live = False
     real = lease_clock or SystemClock()
-    for _, record in reader.entries("engines", value=ENGINE, wid=lambda key: None):
+    for _, record in reader.entries("engines", value=_ENGINE, wid=lambda key: None):
         if lease_now is not None:
             judged = lease_now
         else:

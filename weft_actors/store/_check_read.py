@@ -15,7 +15,7 @@ from ..codec import unpack_record
 from ._databases import Databases
 from ._keys import STATUS_CODES, split_holder, unpack_u64
 
-__all__ = ["Problem", "split_op_key", "split_inbox_key", "split_request_key", "split_by_engine_key", "u64", "feed_stamp", "decode_holder", "ENGINE", "PLAIN", "Reader", "decode_wid", "readable_key", "valid_workflow"]
+__all__ = ["Problem", "split_op_key", "split_inbox_key", "split_request_key", "split_by_engine_key", "u64", "feed_stamp", "decode_holder", "record_of", "workflow_decoder", "ENGINE_FIELDS", "Reader", "decode_wid", "readable_key", "valid_workflow"]
 
 
 class Problem(NamedTuple):
@@ -83,11 +83,11 @@ def _guess_wid(key: bytes) -> str | None:
         return None
 
 
-def _record_of(fields: dict[str, type | tuple[type, ...]]) -> Callable[[bytes], dict[str, Any]]:
+def record_of(fields: dict[str, type | tuple[type, ...]], unpack: Callable[[bytes], Any] = unpack_record) -> Callable[[bytes], dict[str, Any]]:
     """A decoder that also insists on the fields (and their types) the checks rely on."""
 
     def decode(value: bytes) -> dict[str, Any]:
-        record = unpack_record(value)
+        record = unpack(value)
         if type(record) is not dict:
             raise ValueError(f"a {type(record).__name__}, not a record")
         for name, kind in fields.items():
@@ -101,9 +101,21 @@ def _record_of(fields: dict[str, type | tuple[type, ...]]) -> Callable[[bytes], 
 
 
 _NUMBER = (int, float)
-_WORKFLOW = _record_of({"status": str, "type": str, "run_id": (str, bytes), "updated": _NUMBER})
-ENGINE = _record_of({"state": str, "expires_at": _NUMBER, "heartbeat": _NUMBER})
-PLAIN = _record_of({})
+WORKFLOW_FIELDS: dict[str, type | tuple[type, ...]] = {"status": str, "type": str, "run_id": (str, bytes), "updated": _NUMBER}
+ENGINE_FIELDS: dict[str, type | tuple[type, ...]] = {"state": str, "expires_at": _NUMBER, "heartbeat": _NUMBER}
+
+
+def workflow_decoder(unpack: Callable[[bytes], Any] = unpack_record) -> Callable[[bytes], dict[str, Any]]:
+    """A decoder of workflow records that also insists on a known status."""
+    decode = record_of(WORKFLOW_FIELDS, unpack)
+
+    def valid(value: bytes) -> dict[str, Any]:
+        record = decode(value)
+        if record["status"] not in STATUS_CODES:
+            raise ValueError(f"unknown status {record['status']!r}")
+        return record
+
+    return valid
 
 
 def _read_errors(txn: Any) -> tuple[type[Exception], ...]:
@@ -186,8 +198,4 @@ def readable_key(key: bytes) -> str | None:
         return None
 
 
-def valid_workflow(value: bytes) -> dict[str, Any]:
-    record = _WORKFLOW(value)
-    if record["status"] not in STATUS_CODES:
-        raise ValueError(f"unknown status {record['status']!r}")
-    return record
+valid_workflow = workflow_decoder()
