@@ -101,10 +101,12 @@ def request_cancel(state: TxnState, wid: str) -> dict[str, Any] | None:
 
 
 def on_terminal_intent(state: TxnState, intent: OnTerminal) -> list[str]:
+    """The applier of ``OnTerminal``: the end of a step or of a close reaching relatives."""
     return on_terminal(state, intent.wid, intent.record)
 
 
 def parent_close_intent(state: TxnState, intent: ParentClose) -> list[str]:
+    """The applier of ``ParentClose``: a run continued as new closes its children."""
     return apply_parent_close(state, intent.wid, intent.record, intent.run_id)
 
 

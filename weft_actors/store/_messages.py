@@ -120,7 +120,7 @@ def request_cancel_intent(state: TxnState, intent: RequestCancel) -> dict[str, A
     status = unpack_record(raw)["status"]
     if status in TERMINAL:
         raise WorkflowClosed(f"workflow {intent.wid!r} has already finished (status {status})", workflow_id=intent.wid, status=status)
-    return apply_intent(state, CancelOther(intent.wid))  # type: ignore[no-any-return]
+    return apply_intent(state, CancelOther(intent.wid))
 
 
 def signal_with_start(state: TxnState, intent: SignalWithStart) -> tuple[Created, int]:
