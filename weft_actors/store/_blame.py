@@ -24,13 +24,13 @@ import mmap
 import os
 import struct
 import time
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from ..codec import unpack_record
 from . import _engines
-from ._quarantine import read_stall_note, remove_stall_note, stall_note_path, write_stall_note
+from ._quarantine import read_stall_note, remove_stall_note, stall_note_path
 
-__all__ = ["LoopSlot", "StallNotes", "stall_notes", "loop_slot_path", "read_loop_slot", "death_blame", "remove_engine_notes", "stall_note_key", "blame_of"]
+__all__ = ["LoopSlot", "loop_slot_path", "read_loop_slot", "death_blame", "remove_engine_notes", "stall_note_key", "blame_of"]
 
 _THRESHOLD: Final = struct.Struct("<d")
 _HEAD: Final = struct.Struct("<Bdqh")
@@ -169,36 +169,3 @@ def blame_of(txn: Any, dbs: Any, store_path: str, engine_raw: bytes) -> dict[str
         note: dict[str, Any] = unpack_record(raw)
         return note
     return read_stall_note(stall_note_path(store_path, engine_raw.hex()))
-
-
-class StallNotes(Protocol):
-    """Where an engine's watchdog leaves its stall note: ``write`` raises ``OSError`` if
-    refused; ``clear`` once the engine has heartbeated again (the stall blames nobody)."""
-
-    def write(self, note: dict[str, Any]) -> None: ...
-
-    def clear(self) -> None: ...
-
-
-class FileStallNotes:
-    """A stall note as a file of the data directory (one machine: LMDB)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def write(self, note: dict[str, Any]) -> None:
-        write_stall_note(self.path, note)
-
-    def clear(self) -> None:
-        remove_stall_note(self.path)
-
-
-def stall_notes(store: Any, engine_id: str) -> StallNotes:
-    """Where ``engine_id``'s stall note goes: the database for a store on PostgreSQL (takers
-    on every host read it), else a file beside the engine's lock file."""
-    url = getattr(store, "url", None)
-    if isinstance(url, str):
-        from ._pg._notes import PgStallNotes
-
-        return PgStallNotes(url, engine_id)
-    return FileStallNotes(stall_note_path(store.path, engine_id))

@@ -22,14 +22,14 @@ every start waiting in its group (``queue_first``), and a free slot goes to it a
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final
 
 from .._checks import MAX_PRIORITY
 from ..codec import pack_record, unpack_record
+from ._intents import Flow
 from ._keys import START_SEQ, pack_u64, timer_key, unpack_u64
-
-if TYPE_CHECKING:
-    from ._apply import TxnState
+from ._state import TxnState
+from ._writes import set_visibility
 
 __all__ = [
     "Flow",
@@ -64,14 +64,6 @@ _HEAD: Final = bytes((0,)) + pack_u64(0)
 own ``2**64 - 1 - seq``: it sorts before every start's entry (whose seq is at least 1) at any
 priority, and before the workflows lifted earlier."""
 _U64_MAX: Final = (1 << 64) - 1
-
-
-class Flow(NamedTuple):
-    """A start's flow control, as the starting engine computed it from the definition."""
-
-    group: bytes
-    concurrency: int
-    priority: int = 0
 
 
 def flow_group(wf_type: str, key: str | None) -> bytes:
@@ -207,8 +199,6 @@ def fill_free_slots(state: TxnState, flow: dict[str, Any]) -> None:
 
 def _promote(state: TxnState, group: bytes, room: int) -> int:
     """Give up to ``room`` free slots to the head of ``group``'s queue; how many were given."""
-    from ._apply import set_visibility  # a cycle at import time: _apply calls release
-
     if room <= 0:
         return 0
     txn, dbs = state.txn, state.dbs

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import lmdb
 
     from .._clock import Clock
-    from ._env import Databases
+    from ._databases import Databases
 
 __all__ = ["upgrade", "adopt_lease_clock", "rebuild_counts", "count_groups"]
 

@@ -31,11 +31,12 @@ from typing import Any, Final, NamedTuple
 
 from ..codec import pack_record, unpack_record
 from ..errors import FencedOut, InvalidRequest, WorkflowClosed, WorkflowNotFound
-from ._apply import TxnState, set_visibility
 from ._feed import feed_entry
 from ._flow import fill_free_slots, queue_first, vacate
 from ._keys import NO_ENGINE, TERMINAL, by_engine_key, fence, op_seq, pack_u64, run_prefix
 from ._reads import last_rows, prefix_end
+from ._state import TxnState
+from ._writes import set_visibility
 
 __all__ = ["QuarantineWorkflow", "LiftQuarantine", "LOOK_BACK", "note_lost_owner", "quarantine_workflow", "lift_quarantine", "describe_reason"]
 

@@ -22,7 +22,7 @@ from ._keys import STATUS_CODES, group_length, ms
 if TYPE_CHECKING:
     import lmdb
 
-    from ._env import Databases
+    from ._databases import Databases
 
 __all__ = ["recent_key", "recent_start", "put_recent", "delete_recent", "rebuild_recent", "fill_recent", "recent_rows", "NEWEST"]
 
