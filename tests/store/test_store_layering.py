@@ -22,10 +22,9 @@ PACKAGE = Path(weft_actors.store.__file__).parent
 ROOT = PACKAGE.parent.parent
 MAX_LINES = 450
 
-# The PostgreSQL backend's connection and environment modules are not part of this layering
-# (they are checked where they live); its transaction modules are.
-OUTSIDE = ("weft_actors.store._pg.",)
-INSIDE_PG = ("weft_actors.store._pg._txn", "weft_actors.store._pg._cursor", "weft_actors.store._pg._overlay")
+# The whole store, the PostgreSQL backend included.
+OUTSIDE: tuple[str, ...] = ()
+INSIDE_PG: tuple[str, ...] = ()
 
 
 def _module(path: Path) -> str:
