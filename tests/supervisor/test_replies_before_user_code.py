@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from _processes import RunningSupervisor, wait_until
-from _two_hosts import new_schema
 from weft_actors import Client
 from weft_actors.errors import WeftError
 
@@ -19,20 +18,11 @@ WAIT = 2.0  # the client's wait for an answer
 STALL = 2 * TTL + WAIT  # the first attempt holds the loop past both
 
 
-@pytest.fixture(params=["lmdb", "postgresql"])
-def data(request: pytest.FixtureRequest, tmp_path) -> str:
-    """The store: LMDB in a temporary directory, or a fresh schema on the throwaway PostgreSQL
-    server (whose commits complete off the loop)."""
-    if request.param == "postgresql":
-        return new_schema(request.getfixturevalue("postgres_url"))
-    return str(tmp_path / "data")
-
-
 @pytest.mark.timeout(60)
-def test_a_start_whose_first_turn_blocks_the_loop_is_answered_with_its_handle(data, tmp_path):
+def test_a_start_whose_first_turn_blocks_the_loop_is_answered_with_its_handle(either_store, tmp_path):
     flag = tmp_path / "fixed"
     args = ("--heartbeat", str(HEARTBEAT), "--ttl", str(TTL))
-    with RunningSupervisor(data, app=APP, args=args) as sup, Client(sup.endpoint, timeout=WAIT) as client:
+    with RunningSupervisor(either_store, app=APP, args=args) as sup, Client(sup.endpoint, timeout=WAIT) as client:
         handle = client.start("poisoned", str(flag), STALL)  # no id: never re-sent, so it must be answered
         assert handle.id and handle.run_id
         flag.touch()  # the fix is deployed: the next owner's attempt returns at once
@@ -42,9 +32,9 @@ def test_a_start_whose_first_turn_blocks_the_loop_is_answered_with_its_handle(da
 
 
 @pytest.mark.timeout(60)
-def test_a_signal_whose_workflow_then_blocks_the_loop_is_acknowledged(data):
+def test_a_signal_whose_workflow_then_blocks_the_loop_is_acknowledged(either_store):
     args = ("--heartbeat", str(HEARTBEAT), "--ttl", str(TTL))
-    with RunningSupervisor(data, app="replies_app", args=args) as sup, Client(sup.endpoint, timeout=10) as patient:
+    with RunningSupervisor(either_store, app="replies_app", args=args) as sup, Client(sup.endpoint, timeout=10) as patient:
         handle = patient.start("blocks_after_signal", STALL)
         wait_until(lambda: _waits_for_signal(patient), timeout=10, what="parked on its signal")
         with Client(sup.endpoint, timeout=WAIT) as client:

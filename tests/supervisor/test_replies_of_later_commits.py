@@ -9,7 +9,6 @@ from __future__ import annotations
 import pytest
 
 from _processes import RunningSupervisor, wait_until
-from _two_hosts import new_schema
 from weft_actors import Client
 
 APP = "replies_app"
@@ -21,18 +20,9 @@ HOLD = 1.0  # how long another workflow holds the loop around then (both timers 
 ARGS = ("--heartbeat", str(HEARTBEAT), "--ttl", str(TTL))
 
 
-@pytest.fixture(params=["lmdb", "postgresql"])
-def data(request: pytest.FixtureRequest, tmp_path) -> str:
-    """The store: LMDB in a temporary directory, or a fresh schema on the throwaway PostgreSQL
-    server (whose commits complete off the loop)."""
-    if request.param == "postgresql":
-        return new_schema(request.getfixturevalue("postgres_url"))
-    return str(tmp_path / "data")
-
-
 @pytest.mark.timeout(60)
-def test_a_result_is_answered_before_a_step_of_the_same_batch_blocks_the_loop(data):
-    with RunningSupervisor(data, shards=1, app=APP, args=ARGS) as sup, Client(sup.endpoint, timeout=10) as patient:
+def test_a_result_is_answered_before_a_step_of_the_same_batch_blocks_the_loop(either_store):
+    with RunningSupervisor(either_store, shards=1, app=APP, args=ARGS) as sup, Client(sup.endpoint, timeout=10) as patient:
         handle = patient.start("ends_beside_a_blocker", ENDS_AFTER, HOLD, STALL)
         with Client(sup.endpoint, timeout=WAIT) as client:
             assert client.get_handle(handle.id).result(timeout=WAIT) == "quick"
@@ -40,15 +30,15 @@ def test_a_result_is_answered_before_a_step_of_the_same_batch_blocks_the_loop(da
 
 
 @pytest.mark.timeout(60)
-def test_execute_is_answered_before_a_step_of_the_same_batch_blocks_the_loop(data):
-    with RunningSupervisor(data, shards=1, app=APP, args=ARGS) as sup, Client(sup.endpoint, timeout=WAIT) as client:
+def test_execute_is_answered_before_a_step_of_the_same_batch_blocks_the_loop(either_store):
+    with RunningSupervisor(either_store, shards=1, app=APP, args=ARGS) as sup, Client(sup.endpoint, timeout=WAIT) as client:
         assert client.execute("ends_beside_a_blocker", ENDS_AFTER, HOLD, STALL, timeout=WAIT) == "quick"
         assert sup.process is not None and sup.process.poll() is None
 
 
 @pytest.mark.timeout(60)
-def test_an_update_is_answered_before_the_code_its_commit_wakes_blocks_the_loop(data):
-    with RunningSupervisor(data, shards=1, app=APP, args=ARGS) as sup, Client(sup.endpoint, timeout=10) as patient:
+def test_an_update_is_answered_before_the_code_its_commit_wakes_blocks_the_loop(either_store):
+    with RunningSupervisor(either_store, shards=1, app=APP, args=ARGS) as sup, Client(sup.endpoint, timeout=10) as patient:
         handle = patient.start("slow_condition_after_update", STALL)
         wait_until(lambda: _parked(patient), timeout=10, what="parked on its condition")
         with Client(sup.endpoint, timeout=WAIT) as client:
