@@ -189,7 +189,7 @@ class ActivityRunner:
         self.peak_inflight = 0
         self._queue: collections.deque[_Queued] = collections.deque()
         self._draining = False
-        self.permits: PermitGate | None = None
+        self.permits: PermitGate[_Queued] | None = None
         self.on_loop: LoopSlot | None = None
         """The engine's loop slot (set by the engine when it watches its loop): each piece of
         user code on the loop, activity steps here and workflow turns (``_on_loop``), is
@@ -197,7 +197,7 @@ class ActivityRunner:
 
     def use_permits(self, committer: GroupCommitter, timers: TimerService, clock: Clock) -> None:
         """Enforce activities' ``rate_limit`` and ``concurrency`` through the store."""
-        self.permits = PermitGate(self, committer, timers, clock)
+        self.permits = PermitGate(self.start_granted, committer, timers, clock)
 
     @property
     def queued(self) -> int:

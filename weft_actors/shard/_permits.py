@@ -4,13 +4,13 @@ A permit comes from the store (``store/_permits``), which every engine of the st
 a ``TakePermits`` intent in the normal group commit: no thread, no transaction of its own. Per
 activity name the gate keeps a FIFO of waiting attempts and at most one ``TakePermits`` in
 flight, asking for as many permits as it has waiters (capped by what it could be granted);
-granted attempts start through the runner (its ``max_inflight`` FIFO still holds), and their
-``start_to_close`` starts then. An attempt waits, never fails: denied by the rate, the gate
-asks again when the store says the next permit is due (``retry_at``, on the engine's timer
-service, so a virtual clock skips to it); denied because other engines hold the concurrency,
-it polls with a short backoff, and asks at once when an attempt of its own ends. A cancelled
-waiter is just dropped (``_Queued.stop``); a permit granted for one is used by the next waiter
-or given back.
+granted attempts start through the ``start`` function the runner hands the gate (its
+``max_inflight`` FIFO still holds), and their ``start_to_close`` starts then. An attempt waits,
+never fails: denied by the rate, the gate asks again when the store says the next permit is due
+(``retry_at``, on the engine's timer service, so a virtual clock skips to it); denied because
+other engines hold the concurrency, it polls with a short backoff, and asks at once when an
+attempt of its own ends. A cancelled waiter is just dropped (its ``cancelled`` is set); a
+permit granted for one is used by the next waiter or given back.
 
 The engine is the authority on its own count of concurrency permits (``held``): every intent
 carries it and the store writes it as is, so a lost or failed write is mended by the next one
@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from .._clock import Clock
 from ..errors import EngineDeposed, EngineStopped, WeftError
@@ -32,10 +32,7 @@ from ..workflow import ActivityDefinition
 from ._committer import GroupCommitter
 from ._timers import TimerService
 
-if TYPE_CHECKING:
-    from ._activities import ActivityRunner, _Queued
-
-__all__ = ["PermitGate"]
+__all__ = ["PermitGate", "Waiter"]
 
 log = logging.getLogger("weft_actors.shard")
 
@@ -48,7 +45,21 @@ that jumped back would hold the timer service's entry back by the jump (the stor
 side to one burst)."""
 
 
-class _Limit:
+class Waiter(Protocol):
+    """What the gate needs of a waiting attempt: its activity, whether it was cancelled while
+    it waited, and its report and release hooks, which the gate wraps so that a concurrency
+    permit is given back once. Declared here so the gate never imports the runner above it."""
+
+    definition: ActivityDefinition
+    cancelled: bool
+    done: Callable[[Any, BaseException | None], None]
+    release: Callable[[], None] | None
+
+
+W = TypeVar("W", bound=Waiter)
+
+
+class _Limit(Generic[W]):
     """One activity name's waiters and permits on this engine."""
 
     __slots__ = ("name", "definition", "waiting", "held", "stored", "asking", "again", "timer", "handle", "backoff")
@@ -56,7 +67,7 @@ class _Limit:
     def __init__(self, definition: ActivityDefinition) -> None:
         self.name = definition.name
         self.definition = definition
-        self.waiting: collections.deque[_Queued] = collections.deque()
+        self.waiting: collections.deque[W] = collections.deque()
         self.held = 0
         """Concurrency permits held by this engine's attempts (started, queued for a slot, or granted)."""
         self.stored: int | None = 0
@@ -72,16 +83,17 @@ class _Limit:
         self.backoff = BACKOFF_MIN
 
 
-class PermitGate:
-    """Holds limited attempts until the store grants them a permit, then starts them."""
+class PermitGate(Generic[W]):
+    """Holds limited attempts until the store grants them a permit, then starts them with
+    ``start`` (the runner's: it never calls it from within an actor's step)."""
 
-    def __init__(self, runner: ActivityRunner, committer: GroupCommitter, timers: TimerService, clock: Clock) -> None:
-        self._runner = runner
+    def __init__(self, start: Callable[[W], None], committer: GroupCommitter, timers: TimerService, clock: Clock) -> None:
+        self._start_granted = start
         self._committer = committer
         self._timers = timers
         self._clock = clock
         self._loop = committer.loop
-        self._limits: dict[str, _Limit] = {}
+        self._limits: dict[str, _Limit[W]] = {}
         self.closed = False
 
     @property
@@ -101,7 +113,7 @@ class PermitGate:
         """Waiting attempts by activity name (the names that have any)."""
         return {name: len(limit.waiting) for name, limit in self._limits.items() if limit.waiting}
 
-    def admit(self, entry: _Queued) -> None:
+    def admit(self, entry: W) -> None:
         """Queue ``entry`` (never started from here: see ``ActivityRunner.run``)."""
         definition = entry.definition
         limit = self._limits.get(definition.name)
@@ -123,7 +135,7 @@ class PermitGate:
 
     # -- asking -------------------------------------------------------------------------------
 
-    def _ask(self, limit: _Limit) -> bool:
+    def _ask(self, limit: _Limit[W]) -> bool:
         """Send one ``TakePermits`` for ``limit``'s waiters, unless one is in flight, a wait is
         armed, or nothing could be granted. True if it was sent."""
         if self.closed or limit.asking or limit.timer is not None or limit.handle is not None:
@@ -147,7 +159,7 @@ class PermitGate:
         self._committer.submit(intent, lambda result: self._answered(limit, held, wanted, result))
         return True
 
-    def _answered(self, limit: _Limit, held: int, wanted: int, result: Any) -> None:
+    def _answered(self, limit: _Limit[W], held: int, wanted: int, result: Any) -> None:
         """``TakePermits`` committed (or failed): start the granted waiters, then decide when
         to ask next. ``asking`` stays set while they start: an attempt that ends at once gives
         its permit back by setting ``again``, not by asking from inside this loop."""
@@ -188,13 +200,13 @@ class PermitGate:
         if not self._ask(limit):
             self._sync(limit)
 
-    def _failed(self, limit: _Limit, error: WeftError) -> None:
+    def _failed(self, limit: _Limit[W], error: WeftError) -> None:
         if isinstance(error, (EngineDeposed, EngineStopped)):
             return  # the engine stops: nothing more to ask or write
         log.warning("permits of activity %r: commit failed, retrying: %s", limit.name, error)
         self._poll(limit)
 
-    def _sync(self, limit: _Limit) -> None:
+    def _sync(self, limit: _Limit[W]) -> None:
         """Tell the store this engine's count if it differs from what it was last told."""
         if self.closed or limit.asking or limit.definition.concurrency is None or limit.stored == limit.held:
             return
@@ -215,32 +227,32 @@ class PermitGate:
 
     # -- waiting ------------------------------------------------------------------------------
 
-    def _wait_until(self, limit: _Limit, at: float) -> None:
+    def _wait_until(self, limit: _Limit[W], at: float) -> None:
         """Ask again at ``at`` (wall time of the engine's clock), or ``BACKSTOP`` real seconds
         after it is due by the clock now, whichever comes first."""
         limit.timer = self._timers.add(at, self._wake, limit)
         limit.handle = self._loop.call_later(max(0.0, at - self._clock.now()) + BACKSTOP, self._wake, limit)
 
-    def _poll(self, limit: _Limit) -> None:
+    def _poll(self, limit: _Limit[W]) -> None:
         delay = limit.backoff
         limit.backoff = min(2 * delay, BACKOFF_MAX)
         limit.handle = self._loop.call_later(delay, self._wake, limit)
 
-    def _unwait(self, limit: _Limit) -> None:
+    def _unwait(self, limit: _Limit[W]) -> None:
         self._timers.cancel(limit.timer)
         limit.timer = None
         if limit.handle is not None:
             limit.handle.cancel()
             limit.handle = None
 
-    def _wake(self, limit: _Limit) -> None:
+    def _wake(self, limit: _Limit[W]) -> None:
         self._unwait(limit)
         if not self._ask(limit):
             self._sync(limit)
 
     # -- running ------------------------------------------------------------------------------
 
-    def _start(self, limit: _Limit, entry: _Queued) -> None:
+    def _start(self, limit: _Limit[W], entry: W) -> None:
         """Start a waiter that was granted a permit. A concurrency permit is given back once,
         when the attempt reports or is cancelled, wherever it is by then."""
         if limit.definition.concurrency is not None:
@@ -257,9 +269,9 @@ class PermitGate:
                         release()
 
             entry.done = done
-        self._runner.start_granted(entry)
+        self._start_granted(entry)
 
-    def _releaser(self, limit: _Limit) -> Callable[[], None]:
+    def _releaser(self, limit: _Limit[W]) -> Callable[[], None]:
         def release() -> None:
             limit.held -= 1
             if self.closed:

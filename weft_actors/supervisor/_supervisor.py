@@ -3,6 +3,9 @@
 It owns the client front door and the hint proxy, and opens the store itself to mark a reaped
 shard's engine dead at once (its process has exited, so it can never write again) and to see
 which shards stopped heartbeating: a hung shard is killed and restarted (``_liveness``).
+This module is the process lifecycle; its other concerns are parts it holds or calls: each
+shard slot's record (``_slot``), the live engines the routing asks (``_live``), the private
+socket directory (``_ipc``) and the store's counts that ``stats()`` reports (``_counts``).
 """
 
 from __future__ import annotations
@@ -11,10 +14,8 @@ import collections
 import logging
 import multiprocessing
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from multiprocessing.connection import Connection, wait
 from typing import Any, cast
@@ -28,9 +29,14 @@ from ._config import ShardConfig, SupervisorConfig
 from ._console import check_http_bind, start_console
 from ._curve import check_bind, server_keys, start_authenticator
 from ._app_types import TypeMismatchWatch
+from ._counts import flow_counts, workflow_counts
+from ._ipc import make_ipc_dir, remove_ipc_dir
+from ._ipc import remove_stale_ipc_dirs as _remove_stale_ipc_dirs  # noqa: F401 - its old name, kept importable
+from ._live import LiveEngines, live_ids
 from ._liveness import DeathRecorder, judge_sparing_refusals
 from ._metrics import MetricsServer, render
 from ._shard_process import EXIT_UNWRITABLE, shard_main
+from ._slot import ShardSlot
 
 __all__ = ["Supervisor", "EXIT_OK", "EXIT_STARTUP", "EXIT_RESTART_INTENSITY"]
 
@@ -45,76 +51,16 @@ EXIT_STARTUP = 1
 EXIT_RESTART_INTENSITY = 3
 
 
-class _Slot:
-    __slots__ = ("index", "process", "control", "engine_id", "pid", "restarts", "next_start", "stats", "ready", "started_at", "killed", "ready_at", "unwritable")
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-        self.process: Any = None
-        self.control: Connection | None = None
-        self.engine_id: str | None = None
-        self.pid: int | None = None
-        self.restarts = 0
-        self.next_start = 0.0
-        self.stats: dict[str, Any] = {}
-        self.ready = False
-        self.started_at = 0.0
-        """Shared with the process: when it began to wait for the store's write lock."""
-        self.killed = False
-        """Killed as hung, not reaped yet."""
-        self.ready_at = 0.0
-        self.unwritable = False
-        """Its last start failed because the store was not writable."""
-
-
-_IPC_PREFIX = "weft-ipc-"
-
-
-def _remove_stale_ipc_dirs() -> None:
-    """Remove the socket directories of supervisors that died without cleaning up (kill -9):
-    ``weft-ipc-<pid>-*`` in the temporary directory, ours, whose process is gone."""
-    root = tempfile.gettempdir()
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(_IPC_PREFIX):
-            continue
-        pid_text = name[len(_IPC_PREFIX):].partition("-")[0]
-        path = os.path.join(root, name)
-        if not pid_text.isdigit() or int(pid_text) == os.getpid():
-            continue
-        try:
-            if os.stat(path).st_uid != os.getuid():
-                continue
-            os.kill(int(pid_text), 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except OSError:  # alive (or not ours to signal), or already gone
-            continue
-
-
-def _live_ids(records: dict[str, dict[str, Any]], wall: float) -> frozenset[str]:
-    """The engines of ``records`` that are live at lease time ``wall``."""
-    return frozenset(
-        engine_id
-        for engine_id, record in records.items()
-        if record["state"] == "live" and record["expires_at"] + 2 * record["heartbeat"] >= wall
-    )
-
-
 class Supervisor:
     def __init__(self, config: SupervisorConfig) -> None:
         self.config = config
-        self.slots = [_Slot(i) for i in range(config.shards)]
+        self.slots = [ShardSlot(i) for i in range(config.shards)]
         self.started = time.time()
         self.restarts = 0
         self.hung_kills = 0
         self._restart_times: collections.deque[float] = collections.deque()
         self._mp = multiprocessing.get_context("spawn")
         self._stop_reason: str | None = None
-        self._live_cache: tuple[float, frozenset[str]] | None = None
         self._next_hung_check = 0.0
         self._refused_at = 0.0
         """When the store last refused writes or could not be read (lease clock; ``_kill_hung``)."""
@@ -139,20 +85,14 @@ class Supervisor:
             self.authenticator, self.keys = start_authenticator(
                 self.context, config.curve_authorized_keys, config.curve_readonly_keys
             )
-        # The front door's shard side and the hint bus stay on this machine: unix sockets in a
-        # private directory cost the kernel less per message than loopback TCP.
-        _remove_stale_ipc_dirs()
-        try:
-            self._ipc_dir: str | None = tempfile.mkdtemp(prefix=f"{_IPC_PREFIX}{os.getpid()}-")
-        except OSError as exc:
-            log.warning("no private directory for unix sockets (%s); using loopback TCP", exc)
-            self._ipc_dir = None
+        self._ipc_dir = make_ipc_dir()  # the front door's shard side and the hint bus
         ipc = None if self._ipc_dir is None else f"ipc://{self._ipc_dir}"
         self.hints = HintProxy(self.context, None if ipc is None else (f"{ipc}/hints-in", f"{ipc}/hints-out"))
         self.hints.start()
         self.deaths = DeathRecorder(self.store, self.context, self.hints.publish_endpoint)
         self.deaths.start()
-        self.routing = RoutingTable(self._owner_of, live=self._live_engines, by_owner=config.routing == "owner")
+        self.live_engines = LiveEngines(self.store, config.heartbeat)
+        self.routing = RoutingTable(self.live_engines.owner_of, live=self.live_engines, by_owner=config.routing == "owner")
         self.frontdoor = FrontDoor(
             self.context,
             config.bind,
@@ -213,7 +153,7 @@ class Supervisor:
         if keys is not None:  # revoking a key takes effect now (the front door also polls)
             signal.signal(signal.SIGHUP, lambda signum, frame: keys.reload())
 
-    def _spawn(self, slot: _Slot) -> None:
+    def _spawn(self, slot: ShardSlot) -> None:
         config = self.config
         parent, child = self._mp.Pipe()
         shard = ShardConfig(
@@ -282,7 +222,7 @@ class Supervisor:
                 sys.stdout.write(f"weft_actors supervisor ready endpoint={self.config.bind} shards={len(self.slots)} pids={pids}\n")
                 sys.stdout.flush()
 
-    def _read_control(self, slot: _Slot) -> None:
+    def _read_control(self, slot: ShardSlot) -> None:
         control = slot.control
         try:
             while control is not None and control.poll():
@@ -294,21 +234,9 @@ class Supervisor:
                     self.routing.set_live(slot.index, message[1])
                     log.info("shard %d ready (engine %s, pid %d)", slot.index, message[1], message[2])
                 elif message[0] == "stats":
-                    self._take_stats(slot, message[1])
+                    slot.take_stats(message[1])
         except (EOFError, OSError):
             pass
-
-    @staticmethod
-    def _take_stats(slot: _Slot, stats: dict[str, Any]) -> None:
-        now = time.monotonic()
-        previous = slot.stats
-        if "_at" in previous and previous.get("engine_id") == stats.get("engine_id"):
-            elapsed = max(1e-6, now - previous["_at"])
-            stats["commits_per_s"] = round((stats.get("commits_total", 0) - previous.get("commits_total", 0)) / elapsed, 1)
-        else:
-            stats["commits_per_s"] = 0.0
-        stats["_at"] = now
-        slot.stats = stats
 
     def _kill_hung(self) -> None:
         """Kill (SIGKILL) each ready shard that stopped heartbeating (``hung_reason``), a few
@@ -325,7 +253,7 @@ class Supervisor:
         judged, self._refused_at = judge_sparing_refusals(self.store, watch, self.config.ttl, self._refused_at)
         if judged is None:
             return
-        self.type_watch.check(judged.records, _live_ids(judged.records, judged.wall), (slot.engine_id for slot in self.slots))
+        self.type_watch.check(judged.records, live_ids(judged.records, judged.wall), (slot.engine_id for slot in self.slots))
         for slot, reason in zip(watched, judged.reasons):
             if reason is None:
                 continue
@@ -339,7 +267,7 @@ class Supervisor:
             except OSError as exc:
                 log.warning("could not kill shard %d: %s", slot.index, exc)
 
-    def _reap(self, slot: _Slot) -> bool:
+    def _reap(self, slot: ShardSlot) -> bool:
         """Confirmed death: mark the engine dead, hint, restart with backoff. False when the
         restart intensity is exceeded."""
         process = slot.process
@@ -428,62 +356,16 @@ class Supervisor:
         if self.authenticator is not None:
             self.authenticator.stop()
         self.context.destroy(linger=0)
-        if self._ipc_dir is not None:
-            shutil.rmtree(self._ipc_dir, ignore_errors=True)
+        remove_ipc_dir(self._ipc_dir)
         self.store.close()
 
     # -- queries --------------------------------------------------------------------------
 
-    def _owner_of(self, wid: str) -> str | None:
-        """The holder's engine, if that engine is still live (a stalled owner is routed around)."""
-        holder = self.store.get_holder(wid)
-        if holder is None:
-            return None
-        return holder[0] if holder[0] in self._live_engines() else None
-
-    def _live_engines(self) -> frozenset[str]:
-        now = time.monotonic()
-        cached = self._live_cache
-        if cached is not None and now - cached[0] < self.config.heartbeat / 2:
-            return cached[1]
-        live = _live_ids(self.store.engines(), self.store.clock.lease_now())
-        self._live_cache = (now, live)
-        return live
-
-    def _workflow_counts(self) -> list[dict[str, Any]]:
-        """``[{"type", "status", "count"}]``: the store's workflows per type and status, read
-        from the counts every status change keeps (one entry per group, no scan of the
-        workflows, so every scrape may read them fresh); empty if the store cannot be read."""
-        try:
-            counts = self.store.workflow_counts()
-        except Exception as exc:  # a read; the store may be briefly unreadable
-            log.warning("cannot read the workflow counts: %s", exc)
-            return []
-        return [{"type": wf_type, "status": status, "count": count} for (status, wf_type), count in sorted(counts.items(), key=lambda item: (item[0][1], item[0][0]))]
-
-    def _flow_counts(self) -> list[dict[str, Any]]:
-        """``[{"type", "running", "queued"}]`` of the types under flow control (a count per
-        group, as ``_workflow_counts``); empty if the store cannot be read."""
-        try:
-            counts = self.store.flow_counts()
-        except Exception as exc:
-            log.warning("cannot read the flow-control counts: %s", exc)
-            return []
-        return [{"type": wf_type, **counts[wf_type]} for wf_type in sorted(counts)]
-
     def stats(self) -> dict[str, Any]:
-        shards = []
-        for slot in self.slots:
-            entry: dict[str, Any] = {"slot": slot.index, "pid": slot.pid, "alive": slot.process is not None and slot.ready, "restarts": slot.restarts}
-            entry.update((key, value) for key, value in slot.stats.items() if not key.startswith("_"))
-            entry["engine_id"] = slot.engine_id
-            if slot.unwritable:
-                entry["waiting_for"] = "a writable store"
-            shards.append(entry)
         return {
             "ready": bool(self.routing.live_slots),
-            "workflows": self._workflow_counts(),
-            "flow": self._flow_counts(),
+            "workflows": workflow_counts(self.store),
+            "flow": flow_counts(self.store),
             "supervisor": {
                 "pid": os.getpid(),
                 "uptime_s": round(time.time() - self.started, 3),
@@ -495,5 +377,5 @@ class Supervisor:
                 "frontdoor_errors": self.frontdoor.errors,
                 **self.frontdoor.bounds(),
             },
-            "shards": shards,
+            "shards": [slot.report() for slot in self.slots],
         }

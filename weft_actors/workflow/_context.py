@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Protocol
 
 from .._checks import check_seconds, validate_id, validate_name
 from ..codec import encode_args
@@ -26,14 +26,26 @@ from ._ops import (
     ValueOp,
 )
 
-if TYPE_CHECKING:
-    from ._driver import WorkflowRun
+__all__ = ["Context", "RunView"]
 
-__all__ = ["Context"]
+
+class RunView(Protocol):
+    """What a ``Context`` needs of the run it serves: its names, whether it replays, its
+    definition, and its handler tables to fill. Declared here so the context never imports the
+    driver that builds it (the driver imports the context, one direction)."""
+
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    replaying: bool
+    definition: WorkflowDefinition
+    query_handlers: Mapping[str, Any]
+    signal_handlers: Mapping[str, Any]
+    update_handlers: Mapping[str, tuple[Any, Any]]
 
 
 class _ReplaySilentLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
-    def __init__(self, run: WorkflowRun) -> None:
+    def __init__(self, run: RunView) -> None:
         super().__init__(logging.getLogger("weft_actors.workflow.user"), {})
         self._run = run
 
@@ -54,7 +66,7 @@ class Context:
 
     __slots__ = ("_run", "_logger")
 
-    def __init__(self, run: WorkflowRun) -> None:
+    def __init__(self, run: RunView) -> None:
         self._run = run
         self._logger: _ReplaySilentLogger | None = None
 
@@ -205,7 +217,7 @@ class Context:
         """End this run with status ``continued`` and start a fresh one (new run id, empty
         history, same inbox) with ``args``: return it or raise it. ``InvalidRequest`` at once
         if ``args`` do not fit the workflow's signature (the next run would fail on them)."""
-        _check_arguments(self._run._definition, args)
+        _check_arguments(self._run.definition, args)
         return ContinueAsNew(encode_args(args, "workflow argument"))
 
     def patched(self, change_id: str) -> PatchOp:

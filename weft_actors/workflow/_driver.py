@@ -67,7 +67,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         "outcome",
         "cancel_requested",
         "ctx",
-        "_definition",
+        "definition",
         "_args",
         "_coro",
         "_slots",
@@ -111,7 +111,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
         self.outcome: Command | None = None
         self.cancel_requested = False
         self.ctx = Context(self)
-        self._definition = definition
+        self.definition = definition
         self._args = args
         self._coro: Any = None
         self._slots = None
@@ -129,7 +129,7 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
     def start(self) -> list[Command]:
         """Run the body to its first blocking op, replaying whatever is recorded."""
         try:
-            self._coro = self._definition.fn(self.ctx, *self._args)
+            self._coro = self.definition.fn(self.ctx, *self._args)
         except BaseException as exc:  # e.g. arguments that do not fit the signature
             self._fail(contained(exc, f"workflow {self.workflow_type!r}"))
             return [self.outcome]  # type: ignore[list-item]
