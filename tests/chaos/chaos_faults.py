@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from _processes import RunningSupervisor
-from chaos_faults_store import STORE_KINDS, STORE_WEIGHTS, open_reader
+from chaos_faults_store import open_reader
+from chaos_postgres import claim_epochs, psycopg_errors
 from weft_actors.errors import WeftError
+from weft_actors.store import is_store_url
 
 __all__ = ["FaultsMixin", "shard_pids", "HEARTBEAT", "TTL", "EXPIRY"]
 
@@ -70,6 +72,7 @@ class FaultsMixin:
     sup: RunningSupervisor
     seed: int
     data_dir: Path
+    read_location: str
     fault_gap: tuple[float, float]
     stop_load: threading.Event
     stop_faults: threading.Event
@@ -101,13 +104,17 @@ class FaultsMixin:
         forced = {1: "hung", 2: "takeover", 3: "lock_stall"}
         takeovers = 0
         index = -1
-        store = getattr(self, "store_faults", None)  # chaos_faults_store: disk full, read-only
+        store = getattr(self, "store_faults", None)  # disk full, read-only; or chaos_postgres's
+        store_kinds: tuple[str, ...] = ()
         if store is not None and store.available:
-            kinds, weights = kinds + STORE_KINDS, weights + STORE_WEIGHTS
+            store_kinds = store.kinds
+            kinds, weights = kinds + store.kinds, weights + store.weights
+            early = list(store.forced) + [forced[i] for i in sorted(forced)]  # the store's first
+            forced = {i + 1: kind for i, kind in enumerate(early)}
         clock = getattr(self, "clock_faults", None)  # chaos_faults_clock: wall-clock jumps
         if clock is not None and clock.available:
             kinds, weights = kinds + ("clock_jump",), weights + (8,)
-            forced[4] = "clock_jump"
+            forced[max(forced) + 1] = "clock_jump"
         while not self.stop_faults.wait(rng.uniform(*self.fault_gap)):
             index += 1
             if not any(i >= index for i in forced):
@@ -126,7 +133,16 @@ class FaultsMixin:
                 pids = [pid for pid in pids if pid in live]
                 if not pids:
                     continue
-            if kind in STORE_KINDS:
+            if kind in store_kinds and store.exclusive:
+                # Alone: a hung shard's kill bound or a poison's quarantine assume a working store.
+                if self.exclusive.acquire(timeout=20 if index in forced else 8):
+                    try:
+                        store.run(kind, rng, pids, self.sup, lambda name: self.summary.errors.update([f"fault:{name}"]), self.violation)
+                    finally:
+                        self.exclusive.release()
+                elif index in forced:
+                    forced[index + 1] = kind
+            elif kind in store_kinds:
                 store.run(kind, rng, pids, self.sup, lambda name: self.summary.errors.update([f"fault:{name}"]), self.violation)
             elif kind == "kill":
                 victim = rng.choice(pids)
@@ -213,7 +229,7 @@ class FaultsMixin:
 
     def _live_engine_pids(self) -> set[int]:
         try:
-            with open_reader(self.data_dir) as store:
+            with open_reader(self.read_location) as store:
                 now = store.clock.lease_now()  # leases are judged on the lease clock
                 return {
                     record["pid"]
@@ -230,9 +246,12 @@ class FaultsMixin:
         previous: dict[bytes, int] = {}
         while not self.stop_load.wait(0.5):
             try:
-                with open_reader(self.data_dir) as store, store.env.begin() as txn:
-                    epochs = {bytes(key): unpack_u64(value)[0] for key, value in txn.cursor(db=store.dbs.claim_epoch)}
-            except WeftError:
+                if is_store_url(self.read_location):
+                    epochs = claim_epochs(self.read_location)
+                else:
+                    with open_reader(self.read_location) as store, store.env.begin() as txn:
+                        epochs = {bytes(key): unpack_u64(value)[0] for key, value in txn.cursor(db=store.dbs.claim_epoch)}
+            except (WeftError, psycopg_errors()):
                 continue
             self.count("epoch_samples")
             for key, epoch in previous.items():
