@@ -22,11 +22,10 @@ BENCH_APP = "weft-pg-faults"
 
 _WRITE_LOCK_HOLDER = (
     "SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
-    " AND l.classid = ((hashtext(current_schema() || '/weft_actors/write')::bigint >> 32) & 4294967295)::oid"
-    " AND l.objid = (hashtext(current_schema() || '/weft_actors/write')::bigint & 4294967295)::oid"
+    " AND l.classid = 0 AND l.objid = (hashtext(current_schema() || '/weft_actors/write') & 2147483647)::oid"
 )
 """The backend holding the transaction-scoped advisory lock every write transaction takes
-first (as ``tests/_two_hosts.write_lock_report`` reads it)."""
+first (``pg_advisory_xact_lock(hashtext(schema || '/weft_actors/write') & 2147483647)``)."""
 
 
 class Faults:
