@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos_harness import ChaosRun  # noqa: E402
 from chaos_postgres import PG_KINDS, postgres_available  # noqa: E402
 
-SECONDS = float(os.environ.get("WEFT_CHAOS_PG_SECONDS") or 30)
+SECONDS = float(os.environ.get("WEFT_CHAOS_PG_SECONDS") or 20)
 SEED = int(os.environ.get("WEFT_CHAOS_SEED") or random.randrange(1 << 31))
 
 pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL (initdb, pg_ctl) is not installed")
