@@ -60,6 +60,14 @@ def shard_pids(supervisor_pid: int) -> list[int]:
     return sorted(found)
 
 
+def _defer(forced: dict[int, str], index: int, kind: str) -> None:
+    """Forced fault ``kind`` could not run at ``index``: it goes next, and every forced fault
+    after it one later (none is dropped)."""
+    later = [forced.pop(i) for i in sorted(i for i in forced if i > index)]
+    for offset, name in enumerate([kind, *later]):
+        forced[index + 1 + offset] = name
+
+
 def _alive(pid: int) -> bool:
     stat = _proc_stat(pid)
     return stat is not None and stat[0] != "Z"
@@ -109,8 +117,10 @@ class FaultsMixin:
         if store is not None and store.available:
             store_kinds = store.kinds
             kinds, weights = kinds + store.kinds, weights + store.weights
-            early = list(store.forced) + [forced[i] for i in sorted(forced)]  # the store's first
-            forced = {i + 1: kind for i, kind in enumerate(early)}
+            # The store's own first, from the very first fault: a PostgreSQL takeover fault
+            # takes most of the CI budget, so a random one must not come before them.
+            early = list(store.forced) + [forced[i] for i in sorted(forced)]
+            forced = {i if store.forced else i + 1: kind for i, kind in enumerate(early)}
         clock = getattr(self, "clock_faults", None)  # chaos_faults_clock: wall-clock jumps
         if clock is not None and clock.available:
             kinds, weights = kinds + ("clock_jump",), weights + (8,)
@@ -124,7 +134,7 @@ class FaultsMixin:
             pids = [pid for pid in self._track_shards() if _proc_stat(pid) is not None and _proc_stat(pid)[0] != "T"]
             if kind in ("kill", "stall", "short_stall", "hung", "lock_stall", "takeover") and len(pids) < 2:
                 if index in forced:
-                    forced[index + 1] = kind
+                    _defer(forced, index, kind)
                 continue  # keep one shard serving: the supervisor's backoff may hold the others
             if kind in ("stall", "hung"):
                 # Only a shard whose engine is registered and live: one still starting up would
@@ -132,6 +142,8 @@ class FaultsMixin:
                 live = self._live_engine_pids()
                 pids = [pid for pid in pids if pid in live]
                 if not pids:
+                    if index in forced:
+                        _defer(forced, index, kind)
                     continue
             if kind in store_kinds and store.exclusive:
                 # Alone: a hung shard's kill bound or a poison's quarantine assume a working store.
@@ -141,7 +153,7 @@ class FaultsMixin:
                     finally:
                         self.exclusive.release()
                 elif index in forced:
-                    forced[index + 1] = kind
+                    _defer(forced, index, kind)
             elif kind in store_kinds:
                 store.run(kind, rng, pids, self.sup, lambda name: self.summary.errors.update([f"fault:{name}"]), self.violation)
             elif kind == "kill":
@@ -162,24 +174,25 @@ class FaultsMixin:
                     finally:
                         self.exclusive.release()
                 elif index in forced:
-                    forced[index + 1] = kind
+                    _defer(forced, index, kind)
             elif kind in ("lock_stall", "takeover"):
                 # Alone: no poison meanwhile, whose lost owners would blur "no other shard removed".
                 if not self.exclusive.acquire(timeout=20 if index in forced else 8):
                     if index in forced:
-                        forced[index + 1] = kind
+                        _defer(forced, index, kind)
                     continue
                 try:
                     if kind == "lock_stall":
                         happened = self._lock_stall(rng)
                     else:
-                        size = 300 if takeovers == 0 else rng.randint(300, 2000)
+                        first, most = getattr(store, "takeover_sizes", (300, 2000))
+                        size = first if takeovers == 0 else rng.randint(first, most)
                         happened = self._large_takeover(rng, size, takeovers)
                         takeovers += 1
                 finally:
                     self.exclusive.release()
                 if not happened and index in forced:
-                    forced[index + 1] = kind
+                    _defer(forced, index, kind)
             else:
                 with self.sup_lock:
                     if kind == "crash":

@@ -73,6 +73,9 @@ class PgChaosStore:
     weights = PG_WEIGHTS
     forced = ("pg_terminate", "net_cut", "pg_restart")
     """Each once early (after the fault-isolation faults): even the CI budget has them."""
+    takeover_sizes = (100, 600)
+    """The large takeover's backlog, first and at most: each start is a round trip to the
+    server, so a backlog builds many times slower than on LMDB (300 took 15 s)."""
     exclusive = True
     """Drawn faults run holding the run's exclusive lock (alone with the load)."""
 
