@@ -133,6 +133,7 @@ def run_scenario(name: str, args: argparse.Namespace, bindir: str) -> dict[str, 
             exits = [code for host in hosts if host.process is not None and (code := host.process.poll()) is not None]
             counts = store.workflow_counts()
             quarantined = sum(n for (status, _), n in counts.items() if status == "quarantined")
+            unfinished = [] if finished else _describe_unfinished(store, acked)  # while its holder runs
             for host in hosts:
                 if host.process is not None and host.process.poll() is None:
                     host.terminate(60)
@@ -166,11 +167,42 @@ def run_scenario(name: str, args: argparse.Namespace, bindir: str) -> dict[str, 
             not exits and not seen["engines_deposed"] and not seen["shards_killed"] and not verdict.problems
             and not quarantined and not checker and not load.errors and finished
         )
-        evidence = verdict.problems[:3] + checker[:3] + _tail(lines, DEPOSED) + _tail(lines, HUNG) + _tail(lines, re.compile("restart intensity|cannot start|cannot reach"))
+        if not result["clean"]:
+            result["logs"] = _keep_logs(name, hosts, server)
+        evidence = unfinished[:3] + verdict.problems[:3] + checker[:3] + _tail(lines, DEPOSED) + _tail(lines, HUNG) + _tail(lines, re.compile("restart intensity|cannot start|cannot reach"))
         if evidence:
             result["evidence"] = evidence
         result["elapsed_s"] = round(time.monotonic() - began, 1)
         return result
+
+
+def _describe_unfinished(store: Any, specs: list[Any]) -> list[str]:
+    """Each workflow not completed: its status, holder and claim epoch, and that engine's
+    record (read before the supervisors stop, while the holder still runs)."""
+    engines = store.engines()
+    lines = []
+    for spec in specs:
+        record = store.get_workflow(spec.wid)
+        if record is not None and record["status"] == "completed":
+            continue
+        holder = store.get_holder(spec.wid)
+        engine = engines.get(holder) if holder else None
+        state = None if engine is None else {k: engine.get(k) for k in ("pid", "state", "expires_at")}
+        status = None if record is None else record["status"]
+        lines.append(f"{spec.wid}: {status}, holder {holder} (engine {state}) epoch {store.get_epoch(spec.wid)}, now {time.time():.1f}")
+    return lines
+
+
+def _keep_logs(name: str, hosts: list[Any], server: Any) -> str:
+    """The supervisors' and the server's logs of an unclean run, kept in a new directory."""
+    import shutil
+
+    directory = tempfile.mkdtemp(prefix=f"weft-pg-faults-{name}-")
+    for index, host in enumerate(hosts):
+        with open(os.path.join(directory, f"supervisor-{index}.log"), "w") as file:
+            file.write("".join(host.stderr_lines))
+    shutil.copyfile(server.log, os.path.join(directory, "postgres.log"))
+    return directory
 
 
 def _wait_completed(store: Any, count: int, timeout: float, stall: float = 60.0) -> bool:
