@@ -138,13 +138,14 @@ class _WebSocket:
 class DevTools:
     """A headless Chromium with one page, driven over the DevTools protocol; a context manager."""
 
-    def __init__(self, timeout: float = 30.0) -> None:
+    def __init__(self, timeout: float = 30.0, flags: tuple[str, ...] = ()) -> None:
+        """``flags``: more Chromium switches (say, ``--host-resolver-rules=...``)."""
         chromium = find_chromium()
         assert chromium is not None
         self.timeout = timeout
         self.profile = tempfile.TemporaryDirectory(prefix="weft-chromium-")
         self.process = subprocess.Popen(
-            [chromium, *_FLAGS, f"--user-data-dir={self.profile.name}", "--remote-debugging-port=0", "about:blank"],
+            [chromium, *_FLAGS, *flags, f"--user-data-dir={self.profile.name}", "--remote-debugging-port=0", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
         )
         self.ws: _WebSocket | None = None

@@ -3,15 +3,17 @@
 One class for the three ways in: the handle it wraps decides. Over ``Engine`` and
 ``AsyncClient`` every method returns an awaitable; over ``Client`` it returns the answer.
 Every change is an update of the schedule workflow: durable once it returns, answered by its
-owner wherever that is, and validated there first (a bad change raises ``UpdateRejected``).
+owner wherever that is. It is checked here first (``InvalidRequest`` naming the field, before
+anything is sent), and again by the owner, which refuses what only it can judge (a backfill
+spanning too many fire times of the spec in force) with ``UpdateRejected``.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
 from typing import Any
 
-from ._schedule_spec import SCHEDULE_TYPE, as_spec, schedule_state
+from ._schedule_checks import check_backfill, check_changes
+from ._schedule_spec import SCHEDULE_TYPE, schedule_state
 from .errors import InvalidRequest
 
 __all__ = ["ScheduleHandle", "new_schedule", "SCHEDULE_TYPE"]
@@ -42,17 +44,14 @@ class ScheduleHandle:
         return self._handle.update("trigger")
 
     def backfill(self, start: Any, end: Any) -> Any:
-        return self._handle.update("backfill", _epoch(start, "start"), _epoch(end, "end"))
+        return self._handle.update("backfill", *check_backfill(None, start, end))
 
     def update(self, **changes: Any) -> Any:
-        """Change ``spec``, ``workflow``, ``args``, ``overlap`` or ``catchup_window``."""
-        if "spec" in changes:
-            changes["spec"] = as_spec(changes["spec"])
+        """Change ``spec``, ``workflow``, ``args``, ``overlap`` or ``catchup_window``: all
+        of them or, if one is invalid, none."""
         if "workflow" in changes:
             changes["workflow"] = workflow_name(changes["workflow"])
-        if "args" in changes:
-            changes["args"] = list(changes["args"])
-        return self._handle.update("update", changes)
+        return self._handle.update("update", check_changes(changes))
 
     def delete(self) -> Any:
         """Stop it: it fires no more (the runs it started go on); it stays describable."""
@@ -82,12 +81,3 @@ def workflow_name(workflow: Any) -> str:
         raise InvalidRequest(f"{workflow!r} is not a @workflow (or a workflow type name)")
     return str(definition.name)
 
-
-def _epoch(value: Any, name: str) -> float:
-    if isinstance(value, _dt.datetime):
-        if value.tzinfo is None:
-            raise InvalidRequest(f"backfill {name}: give an aware datetime (with a timezone), or epoch seconds")
-        return value.timestamp()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidRequest(f"backfill {name} must be a datetime or epoch seconds, not {value!r}")
-    return float(value)

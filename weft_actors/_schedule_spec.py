@@ -8,6 +8,12 @@ seconds first; it is read in ``timezone`` (a ``zoneinfo`` name), so "9 o'clock" 
 o'clock across daylight-saving changes. ``every`` fires at ``offset + k * every`` seconds
 after the epoch (so ``every=86400, offset=3600`` is 01:00 UTC daily, whoever created it when).
 Cron strings are read by ``croniter`` (``pip install 'weft_actors[cron]'``).
+
+Every field is checked before anything is written, against the ranges the engine's timers
+take (``_checks``): ``every`` from ``MIN_INTERVAL`` to a century, ``jitter`` up to a century,
+``start`` and ``end`` within years 1970 to 9999, ``offset`` as far either way. So a spec
+accepted here never fails the schedule workflow later, and every loop over its fire times
+is bounded.
 """
 
 from __future__ import annotations
@@ -15,15 +21,22 @@ from __future__ import annotations
 import hashlib
 import math
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Final, Iterator
 
+from ._checks import MAX_INSTANT, MAX_SECONDS
 from .errors import InvalidRequest
 
-__all__ = ["DEFAULT_CATCHUP_WINDOW", "OVERLAP_POLICIES", "SCHEDULE_TYPE", "as_spec", "fires_between", "jitter_of", "make_spec", "next_fire", "schedule_state"]
+__all__ = ["DEFAULT_CATCHUP_WINDOW", "MIN_INTERVAL", "OVERLAP_POLICIES", "SCHEDULE_TYPE", "as_spec", "check_window", "instant_field", "fires_between", "jitter_of", "make_spec", "next_fire", "schedule_state"]
 
-_MAX_CATCHUP_STEPS = 10_000
-"""Cron fire times one ``fires_between`` call walks at most (~0.5 s of croniter): a
-per-second cron after a month of downtime must not hold the engine's loop for minutes."""
+MIN_INTERVAL: Final = 1.0
+"""The shortest ``every``, in seconds (a cron string fires at most once a second too): a
+schedule starts at most one workflow a second, so its run always has time to read its inbox
+(``pause``, ``delete``) between fires, and a fire time is always a step of the float grid."""
+
+_MAX_CATCHUP_STEPS = 1000
+"""Cron fire times one ``fires_between`` call walks at most (~0.1-0.2 s of one croniter
+iterator; a fresh croniter per step costs four times that): a per-second cron after a month
+of downtime must not hold the engine's loop, and every schedule on it, for seconds."""
 
 
 def make_spec(
@@ -40,15 +53,14 @@ def make_spec(
         raise InvalidRequest("a schedule needs exactly one of cron= and every=")
     if every is not None:
         every = _seconds(every, "every")
-        if every <= 0:
-            raise InvalidRequest("every= must be a positive number of seconds")
-    offset = _seconds(offset, "offset")
+        if not MIN_INTERVAL <= every <= MAX_SECONDS:
+            raise InvalidRequest(f"every= must be from {MIN_INTERVAL:g} second to a century ({MAX_SECONDS:.0f} s), not {every!r}")
+    offset = instant_field(offset, "offset", -MAX_INSTANT)
     jitter = _seconds(jitter, "jitter")
-    if jitter < 0:
-        raise InvalidRequest("jitter= must not be negative")
-    for name, bound in (("start", start), ("end", end)):
-        if bound is not None:
-            _seconds(bound, name)
+    if not 0.0 <= jitter <= MAX_SECONDS:
+        raise InvalidRequest(f"jitter= must be from 0 to a century ({MAX_SECONDS:.0f} s), not {jitter!r}")
+    start = None if start is None else instant_field(start, "start")
+    end = None if end is None else instant_field(end, "end")
     if start is not None and end is not None and end < start:
         raise InvalidRequest("end= is before start=")
     if not isinstance(timezone_name, str) or not timezone_name:
@@ -71,11 +83,11 @@ def next_fire(spec: dict[str, Any], after: float) -> float | None:
         every, offset = float(spec["every"]), float(spec.get("offset") or 0.0)
         k = math.floor((after - offset) / every) + 1
         fire = offset + k * every
-        if fire <= after:  # float rounding at a boundary
-            fire += every
+        if fire <= after:  # float rounding at a boundary (strictly later, whatever the step)
+            fire = max(fire + every, math.nextafter(after, math.inf))
     else:
         fire = _cron_next(spec, after)
-    if end is not None and fire > end:
+    if (end is not None and fire > end) or fire > MAX_INSTANT:
         return None
     return fire
 
@@ -98,19 +110,18 @@ def fires_between(spec: dict[str, Any], after: float, until: float, limit: int =
             return 0, None
         count = int(math.floor((high - offset) / every) - math.floor((first - offset) / every)) + 1
         last = first + (count - 1) * every
-        while last > high:  # float rounding at a boundary
-            count, last = count - 1, last - every
-        return count, last
+        if last > high:  # float rounding at a boundary: one step back, never a walk
+            count, last = count - 1, min(last - every, high)  # (min: a step below the float grid)
+        return (count, last) if count > 0 else (0, None)
     walked: int = 0
     latest: float | None = None
-    at = low
-    while True:
-        fire = next_fire(spec, at)
-        if fire is None or fire > high:
-            return walked, latest
+    for fire in _cron_fires(spec, low):
+        if fire > high:
+            break
         if walked == limit:
             return walked, until
-        walked, latest, at = walked + 1, fire, fire
+        walked, latest = walked + 1, fire
+    return walked, latest
 
 
 def jitter_of(spec: dict[str, Any], schedule_id: str, nominal: float) -> float:
@@ -129,12 +140,34 @@ def _cron_next(spec: dict[str, Any], after: float) -> float:
     except ImportError as exc:  # the optional extra
         raise InvalidRequest("cron schedules need croniter: pip install 'weft_actors[cron]'") from exc
     expression = spec["cron"]
-    base = datetime.fromtimestamp(after, _zone(spec.get("timezone") or "UTC"))
     try:
+        base = datetime.fromtimestamp(after, _zone(spec.get("timezone") or "UTC"))
         six = len(expression.split()) == 6
         return float(croniter(expression, base, second_at_beginning=six).get_next(float))
-    except (ValueError, KeyError, TypeError) as exc:  # croniter's errors are ValueErrors
+    except OverflowError:  # past year 9999: no more fire times (``next_fire`` says None)
+        return math.inf
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:  # croniter's errors are ValueErrors
+        if after >= MAX_INSTANT - 2 * 366 * 86400.0:
+            return math.inf  # the calendar ends before the next match
         raise InvalidRequest(f"bad cron string {expression!r}: {exc}") from exc
+
+
+def _cron_fires(spec: dict[str, Any], after: float) -> Iterator[float]:
+    """The cron fire times after ``after``, in order, from one croniter (which the caller
+    stops); it ends where the calendar does (year 9999)."""
+    from croniter import croniter
+
+    expression = spec["cron"]
+    try:
+        base = datetime.fromtimestamp(after, _zone(spec.get("timezone") or "UTC"))
+        times = croniter(expression, base, second_at_beginning=len(expression.split()) == 6)
+        while True:
+            fire = float(times.get_next(float))
+            if fire > MAX_INSTANT:
+                return
+            yield fire
+    except (OverflowError, ValueError, KeyError, TypeError, AttributeError):
+        return  # the spec parsed when it was made: only the calendar's end gets here
 
 
 def _zone(name: str) -> Any:
@@ -152,6 +185,23 @@ def _seconds(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InvalidRequest(f"{name}= must be a finite number of seconds, not {value!r}")
     return float(value)
+
+
+def instant_field(value: Any, name: str, low: float = 0.0) -> float:
+    """``value`` as epoch seconds from ``low`` (1970 unless said) to the end of year 9999:
+    the times a fire time, its workflow id and its timer can all hold."""
+    at = _seconds(value, name)
+    if not low <= at <= MAX_INSTANT:
+        raise InvalidRequest(f"{name}= must be epoch seconds from {low:.0f} to {MAX_INSTANT:.0f}, not {value!r}")
+    return at
+
+
+def check_window(value: Any) -> float:
+    """A ``catchup_window`` as seconds from 0 to a century."""
+    window = _seconds(value, "catchup_window")
+    if not 0.0 <= window <= MAX_SECONDS:
+        raise InvalidRequest(f"catchup_window= must be from 0 to a century ({MAX_SECONDS:.0f} s), not {value!r}")
+    return window
 
 
 SCHEDULE_TYPE = "weft.schedule"
@@ -175,9 +225,7 @@ def schedule_state(
         raise InvalidRequest("a schedule needs the workflow to start (a @workflow or its name)")
     if overlap not in OVERLAP_POLICIES:
         raise InvalidRequest(f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, not {overlap!r}")
-    catchup_window = _seconds(catchup_window, "catchup_window")
-    if catchup_window < 0:
-        raise InvalidRequest("catchup_window= must not be negative")
+    catchup_window = check_window(catchup_window)
     return {
         "workflow": workflow,
         "args": list(args),
@@ -192,6 +240,7 @@ def schedule_state(
         "skipped": 0,
         "running": [],
         "buffered": [],
+        "backfills": [],
         "recent": [],
         "actions": [],
         "deleted": False,
@@ -210,7 +259,7 @@ def as_spec(spec: Any) -> dict[str, Any]:
         if "timezone" in options:
             options["timezone_name"] = options.pop("timezone")
         known = {"cron", "every", "offset", "timezone_name", "start", "end", "jitter"}
-        unknown = sorted(set(options) - known)
+        unknown = sorted(str(key) for key in set(options) - known)
         if unknown:
             raise InvalidRequest(f"unknown schedule spec field(s): {', '.join(unknown)}")
         return make_spec(**options)

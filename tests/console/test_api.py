@@ -193,8 +193,10 @@ def test_actions_need_the_token_and_then_act(served):
     cancelled = client.start("waiter", "t", id="act-2")
     assert post_json(f"{wid_url(base, cancelled.id, api=True)}/cancel", {})[0] == 200
     wait_until(lambda: client.get_handle("act-2").describe()["status"] == "cancelled", timeout=10)
-    status, headers, _ = post_form(f"{wid_url(base, 'act-2')}/signal", {"token": TOKEN, "name": "item", "payload": "{not json"})
-    assert status == 303 and "error=" in headers["Location"]
+    # A refused action is answered on the POST itself (nothing of it travels in a URL).
+    status, headers, body = post_form(f"{wid_url(base, 'act-2')}/signal", {"token": TOKEN, "name": "item", "payload": "{not json"})
+    assert status == 400 and "Location" not in headers
+    assert b"signal refused: invalid_request" in body and b'id="back" href="/workflows/act-2"' in body
 
 
 def test_console_reads_through_curve_with_its_own_key(tmp_path):
@@ -202,26 +204,32 @@ def test_console_reads_through_curve_with_its_own_key(tmp_path):
     certs.mkdir(), full.mkdir()
     server_public, server_secret = zmq.auth.create_certificates(str(certs), "server")
     sup, base = console_supervisor(tmp_path, shards=1, args=("--curve-secret-key", server_secret, "--curve-authorized-keys", str(full)))
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
     with sup:
-        assert get_json(f"{base}/api/overview")["ready"] is True
-        assert request(wid_url(base, "absent", api=True))[0] == 404  # a describe went through the front door
+        # Under CURVE a keyless ZeroMQ client reads nothing: nor does a tokenless HTTP one.
+        assert request(f"{base}/api/overview")[0] == 401
+        status, _, body = request(f"{base}/api/overview", headers=bearer)
+        assert status == 200 and json.loads(body)["ready"] is True
+        assert request(wid_url(base, "absent", api=True), headers=bearer)[0] == 404  # a describe went through the front door
         assert list(full.iterdir()) == []  # the console's key is never written
 
 
-def test_a_non_loopback_console_needs_curve_or_insecure_bind(tmp_path):
+def test_a_non_loopback_console_needs_tls_or_insecure_http(tmp_path):
     command = [sys.executable, "-m", "weft_actors.supervisor", "--shards", "1", "--data", str(tmp_path / "d"),
-               "--bind", f"tcp://127.0.0.1:{free_port()}", "--http", f"0.0.0.0:{free_port()}"]
+               "--bind", f"tcp://127.0.0.1:{free_port()}", "--insecure-bind", "--http", f"0.0.0.0:{free_port()}"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    assert done.returncode == 1 and "refusing to serve the console on 0.0.0.0" in done.stderr
+    assert done.returncode == 1 and "refusing to serve the console on 0.0.0.0 over plain HTTP" in done.stderr
     bad = subprocess.run([*command[:-1], "nonsense:port"], capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and "--http wants HOST:PORT" in bad.stderr
 
 
 def test_bench_console_list_prints_its_json_line():
     bench = Path(__file__).resolve().parents[2] / "bench" / "console_list.py"
-    done = subprocess.run([sys.executable, str(bench), "--workflows", "2000", "--repeat", "1"], capture_output=True, text=True, timeout=120, check=True)
+    command = [sys.executable, str(bench), "--workflows", "2000", "--repeat", "1", "--rounds", "1", "--seconds", "0.5", "--clients", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
     result = json.loads(done.stdout.strip())
     assert result["workflows"] == 2000 and result["page_html_ms_p50"] > 0
+    assert result["api_all_scanned"] <= 51 and result["starts_per_s_alone"] > 0 and result["starts_per_s_hammered"] > 0
 
 
 def test_the_schedules_page_lists_each_schedule_as_it_describes_itself(served):

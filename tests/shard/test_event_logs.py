@@ -15,6 +15,7 @@ import pytest
 from _support import eventually, run
 from weft_actors import Engine, RetryPolicy, activity, workflow
 from weft_actors.errors import WorkflowFailed
+from weft_actors.store import stall_note_path, write_stall_note
 from weft_actors.supervisor._config import _JsonFormatter
 from weft_actors.testing import FakeClock
 
@@ -147,7 +148,7 @@ HEARTBEAT, TTL = 0.5, 1.5
 def test_a_takeover_and_a_quarantine_each_log_one_line_with_the_workflow(tmp_path, caplog):
     async def main():
         clock = FakeClock()
-        options = dict(app=APP, clock=clock, heartbeat=HEARTBEAT, ttl=TTL, background=False)
+        options = dict(app=APP, clock=clock, heartbeat=HEARTBEAT, ttl=TTL, background=False, quarantine_after=3)
         GATE["q"] = asyncio.Event()
         engines = [Engine(str(tmp_path), **options)]
         await engines[0].open()
@@ -159,7 +160,9 @@ def test_a_takeover_and_a_quarantine_each_log_one_line_with_the_workflow(tmp_pat
 
         await eventually(running_or_parked)
         with caplog.at_level(logging.INFO, logger="weft_actors.shard"):
-            for _ in range(3):  # each owner is lost while the activity runs: the third taker parks it
+            for _ in range(3):  # each owner is lost while the activity stalls it: the third taker parks it
+                note = {"wid": "q-1", "run_id": run_id, "kind": "activity", "name": "hangs", "seq": 0}
+                write_stall_note(stall_note_path(engines[-1].store.path, engines[-1].engine_id), note)  # as its watchdog would
                 clock.advance(TTL + 3 * HEARTBEAT)
                 engines[-1].tick()  # expired: deposed
                 taker = Engine(str(tmp_path), **options)
@@ -210,7 +213,7 @@ def test_the_json_formatter_writes_an_events_fields_as_keys(tmp_path, caplog):
 def test_a_large_takeover_logs_its_first_workflows_one_line_each_and_the_rest_in_one(tmp_path, caplog):
     async def main():
         clock = FakeClock()
-        options = dict(app=APP, clock=clock, heartbeat=HEARTBEAT, ttl=TTL, background=False)
+        options = dict(app=APP, clock=clock, heartbeat=HEARTBEAT, ttl=TTL, background=False, quarantine_after=3)
         owner = Engine(str(tmp_path), **options)
         await owner.open()
         for i in range(50):

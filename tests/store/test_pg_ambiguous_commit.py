@@ -11,14 +11,14 @@ server ends the session before the commit reaches it.
 
 from __future__ import annotations
 
-import socket
-import threading
+import time
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
 
+from _commit_cutter import CommitCutter, release_commit, release_once_held, slow_commits
 from weft_actors.codec import encode_args
 from weft_actors.errors import StorageError
 from weft_actors.store import Created, CreateWorkflow
@@ -31,70 +31,6 @@ def open_store(url: str) -> Any:
     from weft_actors.store._pg import PgStore
 
     return PgStore(url, clock=FakeClock())
-
-
-SYNC = b"S\x00\x00\x00\x04"
-"""The protocol's Sync message, which ends each pipeline the client sends (a Flush may follow)."""
-READY = b"Z\x00\x00\x00\x05I"
-"""ReadyForQuery (idle): the server's last message once it has answered a pipeline."""
-
-
-class CommitCutter:
-    """A TCP proxy in front of the server that, once armed (just before a commit is sent),
-    passes the client's next pipeline (its writes and ``COMMIT``, up to the Sync that ends it)
-    on to the server and then closes the client's side at once: the server makes the commit,
-    its reply is never read. Every other byte is passed both ways untouched."""
-
-    def __init__(self, server_url: str) -> None:
-        info = psycopg.conninfo.conninfo_to_dict(server_url)
-        self.target = (str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.armed = threading.Event()
-        self.cut = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def url(self, url: str) -> str:
-        info = psycopg.conninfo.conninfo_to_dict(url)
-        info.update(host="127.0.0.1", port=str(self.port))
-        return psycopg.conninfo.make_conninfo(**info)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            cut = threading.Event()  # this connection's
-            threading.Thread(target=self._pump, args=(client, server, cut, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, cut, False), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, cut: threading.Event, upstream: bool) -> None:
-        try:
-            while data := source.recv(65536):
-                if not upstream and cut.is_set():
-                    if data.endswith(READY):  # the server's answer to the commit: it is done
-                        break
-                    continue  # read, never passed on
-                sink.sendall(data)
-                if upstream and self.armed.is_set() and SYNC in data:
-                    self.armed.clear()
-                    cut.set()
-                    self.cut.set()
-                    source.shutdown(socket.SHUT_RDWR)  # the client's side: its reply is lost
-                    source.close()
-                    return  # the server's side is closed once its answer is read (no reset)
-        except OSError:
-            pass
-        for end in (source, sink):
-            try:
-                end.close()
-            except OSError:
-                pass
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 def test_a_commit_whose_reply_was_lost_reports_what_the_server_committed(schema_url: str) -> None:
@@ -135,3 +71,69 @@ def test_a_commit_the_server_never_got_is_reported_failed(schema_url: str, postg
         assert store.get_workflow("wf-never") is None
     finally:
         store.close()
+
+
+def test_a_commit_still_in_progress_when_its_reply_was_lost_is_waited_out(schema_url: str) -> None:
+    """The server takes 3 s to finish the commit whose reply was lost: the batch's caller gets
+    the real result (the start exists), not a failure after the first seconds of waiting."""
+    cutter = CommitCutter(schema_url)
+    store = open_store(cutter.url(schema_url))
+    try:
+        engine = uuid.uuid4().hex
+        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
+        slow_commits(schema_url, "wf-slow")
+        releaser = release_once_held(schema_url, 3.0)
+        store.before_commit = cutter.armed.set
+        (result,) = store.apply(engine, [CreateWorkflow("wf-slow", "Order", encode_args((1,)), uuid.uuid4().hex)])
+        store.before_commit = None
+        releaser.join(10.0)
+        assert cutter.cut.is_set()
+        assert isinstance(result, Created) and result.created, result
+        assert store.get_workflow("wf-slow")["status"] == "running"
+    finally:
+        store.close()
+        cutter.close()
+
+
+def test_a_commit_in_progress_past_the_bound_is_outcome_unknown_and_nothing_reads_over_it(
+    schema_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the bound the batch gets ``OutcomeUnknown``, never a "commit failed"; until the
+    server ends that commit, reads of the store fail rather than show the state before it
+    (a replay from there would redo what it carried); then everything it carried is there."""
+    from weft_actors.errors import OutcomeUnknown
+    from weft_actors.store._pg import _outcome
+
+    monkeypatch.setattr(_outcome, "OUTCOME_WAIT", 1.0)
+    cutter = CommitCutter(schema_url)
+    store = open_store(cutter.url(schema_url))
+    try:
+        engine = uuid.uuid4().hex
+        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
+        slow_commits(schema_url, "wf-held")
+        store.before_commit = cutter.armed.set
+        (result,) = store.apply(engine, [CreateWorkflow("wf-held", "Order", encode_args((1,)), uuid.uuid4().hex)])
+        store.before_commit = None
+        assert isinstance(result, OutcomeUnknown), result
+        assert result.code == "outcome_unknown"
+        with pytest.raises(StorageError, match="still in progress"):
+            store.get_workflow("wf-held")
+        release_commit(schema_url)
+        deadline = time.monotonic() + 10.0
+        while True:
+            try:
+                record = store.get_workflow("wf-held")
+                break
+            except StorageError:
+                assert time.monotonic() < deadline, "the held commit never ended"
+                time.sleep(0.02)
+        assert record is not None and record["status"] == "running"
+        (again,) = store.apply(engine, [CreateWorkflow("wf-next", "Order", encode_args((2,)), uuid.uuid4().hex)])
+        assert isinstance(again, Created) and again.created, again
+    finally:
+        try:
+            release_commit(schema_url)
+        except psycopg.Error:
+            pass
+        store.close()
+        cutter.close()

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from weft_actors.codec import encode, encode_args
-from weft_actors.store import Created, CreateWorkflow, StepCommit
+from weft_actors.store import Created, CreateWorkflow, StepCommit, stall_notes
 from weft_actors.testing import FakeClock
 
 WORKFLOWS = 200
@@ -55,7 +55,7 @@ def test_a_takeover_costs_a_handful_of_statements_whatever_the_number_of_workflo
     try:
         lost, taker = uuid.uuid4().hex, uuid.uuid4().hex
         store.register_engine(lost, heartbeat=0.5, ttl=3.0)
-        wids = []
+        wids, runs = [], {}
         for i in range(WORKFLOWS):
             intent = CreateWorkflow(f"w-{i}", "Order", encode_args((i,)), uuid.uuid4().hex)
             (created,) = store.apply(lost, [intent])
@@ -64,6 +64,9 @@ def test_a_takeover_costs_a_handful_of_statements_whatever_the_number_of_workflo
             ops += ((OPS, encode({"kind": "activity", "name": "ship", "attempts": 2})),)  # retrying when lost
             store.apply(lost, [StepCommit(intent.wid, created.epoch, intent.run_id, ops=ops)])
             wids.append(intent.wid)
+            runs[intent.wid] = intent.run_id
+        # The lost engine's watchdog named one workflow as the one on its loop: only it is charged.
+        stall_notes(store, lost).write({"wid": wids[0], "run_id": runs[wids[0]], "kind": "activity", "name": "ship", "seq": OPS})
         clock.advance(10.0)  # the lost engine's lease is long gone
         store.register_engine(taker, heartbeat=0.5, ttl=3.0)
 
@@ -76,7 +79,10 @@ def test_a_takeover_costs_a_handful_of_statements_whatever_the_number_of_workflo
             record, holder, ops_read, inbox = rows[wid]
             assert record["status"] == "running" and len(ops_read) == OPS + 1 and inbox == []
             assert holder is not None and holder[:16] == bytes.fromhex(taker)
-            assert record["lost"]["reason"] == {"seq": OPS, "kind": "activity", "name": "ship"}  # the log's tail
+            if wid == wids[0]:
+                assert record["lost"]["reason"] == {"seq": OPS, "kind": "activity", "name": "ship"}  # the note's
+            else:
+                assert "lost" not in record  # a loss that names another workflow charges nothing
         beat_cost, _ = statements(store, lambda: store.heartbeat(taker))
 
         costs = {"reclaim_candidates": found_cost, "takeover": take_cost, "load_many_for_replay": read_cost, "heartbeat": beat_cost}

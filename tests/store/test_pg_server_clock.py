@@ -99,3 +99,58 @@ def test_a_test_clock_keeps_judging_leases(schema_url):
         assert store.engines()[engine_id]["expires_at"] == pytest.approx(clock.lease_now() + TTL, abs=1e-3)
     finally:
         store.close()
+
+
+def clock_skew(store: Any, url: str) -> float:
+    """How far ``store``'s estimate of the server's clock is from the server's clock, read on a
+    fresh connection (one short round trip: its midpoint is the reading's local time)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        sent = time.monotonic()
+        row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        received = time.monotonic()
+    assert row is not None
+    estimate_offset = store.clock.lease_now() - time.monotonic()
+    return estimate_offset - (float(row[0]) - (sent + received) / 2)
+
+
+@pytest.mark.parametrize("wait", [1.5, 4.5])
+def test_a_wait_for_the_write_lock_does_not_skew_the_server_clock(schema_url, wait):
+    """The clock is read once the lock is held: the wait before it is the server's, not the
+    network's, and the estimate stays within a round trip of the truth however long it was
+    (4.5 s: longer than one request for the lock, which is then asked for again)."""
+    import threading
+
+    store = PgStore(schema_url)
+    engine_id = uuid.uuid4().hex
+    store.register_engine(engine_id, heartbeat=HEARTBEAT, ttl=TTL)
+    assert abs(clock_skew(store, schema_url)) < 0.1
+    holder = psycopg.connect(schema_url, autocommit=True)
+    watcher = psycopg.connect(schema_url, autocommit=True)
+    try:
+        holder.execute("BEGIN")
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (store.env.lock_key,))
+        beat = threading.Thread(target=store.heartbeat, args=(engine_id,), name="heartbeat")
+        beat.start()
+
+        def queued() -> bool:
+            row = watcher.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = %s::oid",
+                (store.env.lock_key,),
+            ).fetchone()
+            return row is not None and row[0] > 0
+
+        wait_until(queued, 10.0, "the heartbeat to wait for the lock")
+        # The holder works (not idle: no waiter may end it) for ``wait`` seconds, then lets go.
+        holder.execute("SELECT pg_sleep(%s)", (wait,))
+        holder.execute("ROLLBACK")
+        beat.join(10.0)
+        assert not beat.is_alive()
+        skew = clock_skew(store, schema_url)
+        assert abs(skew) < 0.1, f"the server clock estimate is {skew:+.3f} s off after a {wait} s wait"
+        record = store.engines()[engine_id]
+        assert abs(record["expires_at"] - (server_now(schema_url) + TTL)) < 0.2  # its lease is ttl long
+    finally:
+        holder.close()
+        watcher.close()
+        store.close()

@@ -206,7 +206,12 @@ def test_a_peer_lists_nothing_of_an_engine_that_waits_for_the_lock_until_the_gra
         fake_clock.advance(LAPSED)  # the reclaim pass reads; it needs no lock
         assert wid not in {w for w, _, _ in kit.store.reclaim_candidates(peer)}
         fake_clock.advance(2 * kit.TTL)  # past the grace: a wait that long is judged again
-        assert wid in {w for w, _, _ in kit.store.reclaim_candidates(peer)}
+        if store_factory.name == "postgresql":
+            # Unless the server shows the wait going on now (``AttestedWait``): a session queued
+            # for the lock asks for it again every ``LOCK_HOLD_LIMIT`` or leaves the queue.
+            assert wid not in {w for w, _, _ in kit.store.reclaim_candidates(peer)}
+        else:
+            assert wid in {w for w, _, _ in kit.store.reclaim_candidates(peer)}
     call.outcome()
 
 

@@ -4,7 +4,8 @@ from ._access import READ_OPS, KeyRing
 from ._async_client import AsyncClient, AsyncClientHandle
 from ._client import DEFAULT_ENDPOINT, Client, ClientHandle
 from ._curve import load_key
-from ._frontdoor import START_OPS, FrontDoor, shard_identity
+from ._dispatch import START_OPS, shard_identity
+from ._frontdoor import FrontDoor
 from ._hints import HINT_KINDS, HintProxy, decode_hint, encode_hint, hint_topic, publisher, subscriber
 from ._protocol import (
     DEFAULT_MAX_FRAME,

@@ -302,7 +302,7 @@ def endpoint_list(endpoint: str | Sequence[str]) -> tuple[str, ...]:
 def resendable(call: Call) -> bool:
     """Whether ``call`` may go to another supervisor after one that may have applied it went
     silent. The front door applies the same rule to a shard lost holding a request
-    (``_frontdoor.resendable``): reads; an ``update`` or a ``signal``, whose ``request_id``
+    (``_dispatch.resendable``): reads; an ``update`` or a ``signal``, whose ``request_id``
     (``update_call`` and ``signal_call`` always set one) makes the store drop a repeat (an
     update's returns the recorded answer); a ``start`` or ``execute`` with a fixed id and
     ``if_exists="return"``, whose repeat returns the workflow the first made. Not

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import datetime
+import time
 from typing import Any, Mapping
 
 from .._isotime import iso_utc
@@ -20,26 +22,34 @@ from ..bus import Client
 from ..errors import InvalidRequest, WeftError
 from ..store import LmdbStore
 from ._listing import STATUSES, ListQuery, newest_first
+from ._pacing import ReadPacer
 
-__all__ = ["overview", "workflows", "workflow", "schedules", "list_query", "encode_cursor", "MAX_LIMIT"]
+__all__ = ["overview", "workflows", "workflow", "schedules", "list_query", "encode_cursor", "MAX_LIMIT", "ReadPacer"]
 
 MAX_LIMIT = 500
 DEFAULT_LIMIT = 50
 
 
+_LATEST = 253402300799.0
+"""9999-12-31T23:59:59Z, the last moment ISO 8601 and ``datetime`` can write."""
+
+
 def _parse_time(text: str, what: str) -> float:
-    """Epoch seconds from epoch seconds or ISO 8601 (UTC unless it names a zone)."""
+    """Epoch seconds from epoch seconds or ISO 8601 (UTC unless it names a zone), between 0
+    and the year 9999: ``nan``, ``inf`` or ``1e308`` is a bad request, not a failed one."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
-        pass
-    try:
-        moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidRequest(f"{what} must be ISO 8601 or epoch seconds, not {text!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment.timestamp()
+        try:
+            moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidRequest(f"{what} must be ISO 8601 or epoch seconds") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.timezone.utc)
+        seconds = moment.timestamp()
+    if not 0 <= seconds <= _LATEST:  # also False for nan
+        raise InvalidRequest(f"{what} must be a time between 1970 and 9999")
+    return seconds
 
 
 def encode_cursor(cursor: tuple[int, str] | None) -> str | None:
@@ -53,7 +63,7 @@ def _decode_cursor(text: str) -> tuple[int, str]:
         updated, _, wid = base64.urlsafe_b64decode(text.encode()).decode().partition(":")
         return int(updated), wid
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise InvalidRequest(f"malformed cursor {text!r}") from None
+        raise InvalidRequest("malformed cursor (pass back the one a page gave)") from None
 
 
 def list_query(params: Mapping[str, str]) -> ListQuery:
@@ -61,7 +71,7 @@ def list_query(params: Mapping[str, str]) -> ListQuery:
     ``to`` (ISO 8601 or epoch seconds), ``limit`` and ``cursor``; empty ones are ignored."""
     status = params.get("status") or None
     if status is not None and status not in STATUSES:
-        raise InvalidRequest(f"unknown status {status!r}; one of {', '.join(STATUSES)}")
+        raise InvalidRequest(f"unknown status; one of {', '.join(STATUSES)}")
     try:
         limit = int(params.get("limit") or DEFAULT_LIMIT)
     except ValueError:
@@ -93,11 +103,16 @@ def overview(client: Client) -> dict[str, Any]:
     return {"ready": stats["ready"], "supervisor": stats["supervisor"], "shards": stats["shards"], "counts": counts, "workflows": by_type}
 
 
-def workflows(store: LmdbStore, query: ListQuery) -> dict[str, Any]:
-    """One page of the newest-first list (``_listing.newest_first``), its cursor encoded for
-    a URL, and the filter it answers."""
-    with store.read() as txn:
-        page = newest_first(txn, store.dbs, query)
+def workflows(store: LmdbStore, query: ListQuery, pacer: ReadPacer | None = None) -> dict[str, Any]:
+    """One page of the newest-first list (``_listing.newest_first``: it reads about as many
+    index entries as it shows), its cursor encoded for a URL, and the filter it answers. The
+    read waits for its turn from ``pacer`` (``_pacing``), which keeps the console's reads to a
+    bounded share of the supervisor's time."""
+    with pacer.turn() if pacer is not None else contextlib.nullcontext():
+        began = time.perf_counter()
+        with store.read() as txn:
+            page = newest_first(txn, store.dbs, query)
+        page["read_ms"] = round((time.perf_counter() - began) * 1000, 3)
     for item in page["items"]:
         item["updated_iso"] = iso_utc(item["updated"])
     page["cursor"] = encode_cursor(page["cursor"])

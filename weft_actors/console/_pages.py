@@ -8,7 +8,7 @@ from typing import Any
 from ._html import as_json, badge, esc, page, query_href, table, workflow_href
 from ._listing import STATUSES
 
-__all__ = ["overview_page", "workflows_page", "workflow_page", "schedules_page", "error_page"]
+__all__ = ["overview_page", "workflows_page", "workflow_page", "schedules_page", "error_page", "login_page"]
 
 _SHARD_COLUMNS = (
     ("slot", "slot"), ("pid", "pid"), ("engine_id", "engine id"), ("alive", "alive"), ("restarts", "restarts"),
@@ -277,8 +277,9 @@ def _flow(data: dict[str, Any]) -> str:
     return slots
 
 
-def workflow_page(data: dict[str, Any], notice: str | None = None, failure: str | None = None, now: float | None = None) -> str:
-    """``now``: the time the timeline of a run still going reaches (default: the clock's)."""
+def workflow_page(data: dict[str, Any], notice: str | None = None, now: float | None = None) -> str:
+    """``notice``: the server's own words (an action done), never text from the query;
+    ``now``: the time the timeline of a run still going reaches (default: the clock's)."""
     wid = data["id"]
     if now is None and data.get("ended") is None:
         now = time.time()
@@ -306,8 +307,6 @@ def workflow_page(data: dict[str, Any], notice: str | None = None, failure: str 
     parts = []
     if notice:
         parts.append(f'<p class="notice" id="notice">{esc(notice)}</p>')
-    if failure:
-        parts.append(f'<p class="notice error" id="failure">{esc(failure)}</p>')
     parts.append(f"<dl>{body}</dl>")
     if data.get("status") == "completed":
         parts.append(f'<h2>Result</h2><pre id="result">{as_json(data.get("result"))}</pre>')
@@ -334,5 +333,19 @@ def workflow_page(data: dict[str, Any], notice: str | None = None, failure: str 
     return page(f"Workflow {wid}", "".join(parts))
 
 
-def error_page(status: int, message: str) -> str:
-    return page(f"Error {status}", f'<p class="notice error" id="failure">{esc(message)}</p>')
+def error_page(status: int, message: str, back: str | None = None) -> str:
+    link = f'<p><a id="back" href="{esc(back)}">back</a></p>' if back else ""
+    return page(f"Error {status}", f'<p class="notice error" id="failure">{esc(message)}</p>{link}')
+
+
+def login_page(next_path: str, failed: bool) -> str:
+    """The token form a console off loopback shows to a browser with no credential; the
+    token becomes an ``HttpOnly`` cookie, so no script on a page ever sees it."""
+    wrong = '<p class="notice error" id="failure">That is not one of this console\'s tokens.</p>' if failed else ""
+    form = (
+        '<form method="post" action="/login" class="inline" id="login">'
+        f'<input type="hidden" name="next" value="{esc(next_path)}">'
+        '<input name="credential" type="password" placeholder="console token" required size="34" autofocus> '
+        "<button>Log in</button></form>"
+    )
+    return page("Log in", f"{wrong}<p>This console needs its token (the action token, or the read token for reading only).</p>{form}")

@@ -1,21 +1,18 @@
-"""The console's HTTP server: routes, the token check on every POST, replies.
+"""The console's routes: a parsed ``Request`` in, a ``Response`` out, behind ``Access``.
 
-The HTTP layer is the standard library's ``http.server.ThreadingHTTPServer`` in a thread, as
-``--metrics-port`` has always used: an operator console serves a few requests a second, the
-project already ships and tests this server for ``/metrics``, and it adds no dependency and
-no import time (asyncio + h11, aiohttp or starlette + uvicorn would each bring packages and an
-event loop of their own into the supervisor for no gain at this load). Each request runs on
-its own thread and blocks on a ``Client`` call or a store read; nothing it does touches the
-supervisor's watch loop.
+``handle`` is the seam: it turns one request into one response and knows nothing of sockets
+(``_http`` serves it), so another way to read (say, off the front door's process) plugs in
+here. ``quick`` answers on the transport's loop what needs no worker: the Host and Origin
+checks, a missing credential and the login page; ``/healthz`` (a store read) goes to the
+transport's side thread. None of them waits behind requests blocked on the front door. Each request blocks on a ``Client`` call or a store
+read; nothing it does touches the supervisor's watch loop.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import ssl
 from typing import Any, Callable
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
@@ -23,15 +20,13 @@ from ..bus import Client
 from ..errors import WeftError
 from ..store import LmdbStore
 from . import _data, _pages
+from ._access import Access
 from ._actions import ACTIONS, run_action
-from ._token import token_matches
+from ._http import HttpLimits, HttpServer, Request, Response
 
 __all__ = ["ConsoleServer"]
 
 log = logging.getLogger("weft_actors.console")
-
-MAX_BODY = 4 << 20
-"""Bytes a POST may carry (a signal's payload is bounded by ``--payload-limit`` anyway)."""
 
 _STATUS_OF = {
     "workflow_not_found": 404,
@@ -44,24 +39,39 @@ _STATUS_OF = {
     "overloaded": 503,
 }
 
+_HTML = "text/html; charset=utf-8"
+_JSON = "application/json"
+# Inline style and script only; no frame may embed the console (clickjacking).
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'"
+
 
 class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
-        self.status = status
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+        self.status, self.code = status, code
 
 
 def _json_bytes(value: Any) -> bytes:
     return json.dumps(value, ensure_ascii=False, default=repr).encode()
+
+
+def _reply(status: int, body: bytes, content_type: str, *headers: tuple[str, str]) -> Response:
+    fixed = [("Content-Type", content_type), ("Cache-Control", "no-store")]
+    if content_type == _HTML:
+        fixed.append(("Content-Security-Policy", _CSP))
+    return Response(status, body, [*fixed, *headers])
+
+
+def _redirect(location: str, *headers: tuple[str, str]) -> Response:
+    return Response(303, b"", [("Location", location), ("Cache-Control", "no-store"), *headers])
+
+
+def _local_path(target: str | None) -> str:
+    """``target`` if it is a path on this console, else ``/``: a login never sends anyone
+    elsewhere (``//host`` and ``/\\host`` are other sites to a browser)."""
+    if not target or not target.startswith("/") or target.startswith(("//", "/\\")):
+        return "/"
+    return target
 
 
 class ConsoleServer:
@@ -71,7 +81,7 @@ class ConsoleServer:
     ``client`` (connected to the supervisor's own endpoint) answers stats, describe and the
     actions; ``store`` the newest-first list; ``stats`` and ``metrics`` are the supervisor's
     in-process figures for ``/healthz`` and ``/metrics``, which answer even while the front
-    door is busy. ``token`` is what every POST must carry.
+    door is busy. ``access`` says who may read and who may act.
     """
 
     def __init__(
@@ -81,177 +91,165 @@ class ConsoleServer:
         *,
         client: Client,
         store: LmdbStore,
-        token: str,
+        access: Access,
         stats: Callable[[], dict[str, Any]],
         metrics: Callable[[], str],
+        limits: HttpLimits = HttpLimits(),
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        self.client, self.store, self.token = client, store, token
+        self.client, self.store, self.access = client, store, access
         self._stats, self._metrics = stats, metrics
-        console = self
-
-        class Handler(BaseHTTPRequestHandler):
-            server_version = "weft-console"
-            protocol_version = "HTTP/1.1"
-
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                console._serve(self, "GET")
-
-            def do_POST(self) -> None:  # noqa: N802
-                console._serve(self, "POST")
-
-            def log_message(self, format: str, *args: Any) -> None:
-                log.debug("%s %s", self.address_string(), format % args)
-
-        server_class = _Server6 if ":" in host else _Server
-        self.server = server_class((host, port), Handler)
+        self.reads = _data.ReadPacer()
+        self.http = HttpServer(host, port, self.handle, self.quick, limits=limits, tls=tls)
         self.host = host
-        self.port: int = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, name="weft-console", daemon=True)
+        self.port = self.http.port
+        self.scheme = "https" if tls is not None else "http"
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
+        return f"{self.scheme}://{host}:{self.port}/"
 
     def start(self) -> None:
-        self._thread.start()
+        self.http.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.stop()
 
-    # -- dispatch -------------------------------------------------------------------------
+    # -- on the loop: checks, /healthz, the login ----------------------------------------
 
-    def _serve(self, handler: BaseHTTPRequestHandler, method: str) -> None:
-        parts = urlsplit(handler.path)
+    def quick(self, request: Request) -> Response | Callable[[], Response] | None:
+        """The answer for what needs no worker (``_http.Quick``); ``None`` sends ``request``
+        to ``handle``."""
+        path = urlsplit(request.target).path
+        api = path.startswith("/api/")
+        host = request.headers.get("host", "")
+        if not self.access.host_allowed(host):
+            log.warning("console: refused %s %s from %s: Host %r is not the console's (--http-host)", request.method, path, request.peer, host)
+            return self._fail(api, 421, "host_not_allowed", "this console does not answer to that Host name (see --http-host)")
+        if request.method not in ("GET", "HEAD", "POST"):
+            return self._fail(api, 405, "method_not_allowed", "only GET and POST")
+        if request.method == "POST" and not self.access.origin_allowed(request.headers.get("origin"), host):
+            log.warning("console: refused POST %s from %s: Origin %r is another site", path, request.peer, request.headers.get("origin"))
+            return self._fail(api, 403, "origin_not_allowed", "a POST must come from the console's own pages")
+        if path == "/healthz":
+            return self._health
+        if path == "/login":
+            return self._login(request)
+        if path == "/logout" and request.method == "POST":
+            return _redirect("/login", ("Set-Cookie", self.access.logout_cookie()))
+        if request.method != "POST" and not self.access.grant(request.headers):
+            if api or path == "/metrics":
+                return self._fail(True, 401, "unauthenticated", "this console needs a token: Authorization: Bearer <token>", ("WWW-Authenticate", 'Bearer realm="weft console"'))
+            return _reply(401, _pages.login_page(request.target, False).encode(), _HTML)
+        return None
+
+    def _health(self) -> Response:
+        stats = self._stats()
+        supervisor = stats["supervisor"]
+        body = {"ready": stats["ready"], "shards_ready": supervisor["shards_ready"], "shards": supervisor["shards"]}
+        return _reply(200 if stats["ready"] else 503, _json_bytes(body), _JSON)
+
+    def _login(self, request: Request) -> Response:
+        if request.method != "POST":
+            return _reply(200, _pages.login_page("/", False).encode(), _HTML)
+        form = dict(parse_qsl(request.body.decode("utf-8", "replace"), keep_blank_values=True))
+        grant, cookie = self.access.login_cookie(form.get("credential", "").strip())
+        if cookie is None:
+            log.warning("console: refused a login from %s: wrong token", request.peer)
+            return _reply(401, _pages.login_page(form.get("next", "/"), True).encode(), _HTML)
+        log.info("console: %s login from %s", grant, request.peer)
+        return _redirect(_local_path(form.get("next")), ("Set-Cookie", cookie))
+
+    # -- on a worker: the routes ---------------------------------------------------------
+
+    def handle(self, request: Request) -> Response:
+        """The answer to ``request`` (already past ``quick``); never raises."""
+        parts = urlsplit(request.target)
         api = parts.path.startswith("/api/")
         path = parts.path[4:] if api else parts.path
-        params = dict(parse_qsl(parts.query))
         try:
-            if method == "POST":
-                self._post(handler, api, path)
-            else:
-                self._get(handler, api, path, params)
+            if request.method == "POST":
+                return self._post(request, api, path)
+            return self._get(api, path, dict(parse_qsl(parts.query)))
         except _Refused as refused:
-            self._fail(handler, api, refused.status, str(refused))
+            return self._fail(api, refused.status, refused.code, str(refused))
         except WeftError as exc:
-            self._fail(handler, api, _STATUS_OF.get(exc.code, 409), f"{exc.code}: {exc}", exc.code)
+            return self._fail(api, _STATUS_OF.get(exc.code, 409), exc.code, f"{exc.code}: {exc}")
         except Exception:
-            log.exception("console request %s %s failed", method, handler.path)
-            self._fail(handler, api, 500, "internal error (see the supervisor's log)")
+            log.exception("console request %s %s failed", request.method, parts.path)
+            return self._fail(api, 500, "internal", "internal error (see the supervisor's log)")
 
-    def _get(self, handler: BaseHTTPRequestHandler, api: bool, path: str, params: dict[str, str]) -> None:
-        if path in ("/metrics", "/healthz") and not api:
-            if path == "/metrics":
-                self._reply(handler, 200, self._metrics().encode(), "text/plain; version=0.0.4")
-            else:
-                stats = self._stats()
-                supervisor = stats["supervisor"]
-                body = {"ready": stats["ready"], "shards_ready": supervisor["shards_ready"], "shards": supervisor["shards"]}
-                self._reply(handler, 200 if stats["ready"] else 503, _json_bytes(body), "application/json")
-            return
+    def _get(self, api: bool, path: str, params: dict[str, str]) -> Response:
+        if path == "/metrics" and not api:
+            return _reply(200, self._metrics().encode(), "text/plain; version=0.0.4")
         if path in ("/", "/overview"):
-            data = _data.overview(self.client)
-            self._answer(handler, api, data, _pages.overview_page)
-        elif path.rstrip("/") == "/workflows":
-            data = _data.workflows(self.store, _data.list_query(params))
-            self._answer(handler, api, data, _pages.workflows_page)
-        elif path.rstrip("/") == "/schedules":
-            self._answer(handler, api, _data.schedules(self.client), _pages.schedules_page)
-        elif path.startswith("/workflows/") and "/" not in path[len("/workflows/"):]:
+            return self._answer(api, _data.overview(self.client), _pages.overview_page)
+        if path.rstrip("/") == "/workflows":
+            return self._answer(api, _data.workflows(self.store, _data.list_query(params), self.reads), _pages.workflows_page)
+        if path.rstrip("/") == "/schedules":
+            return self._answer(api, _data.schedules(self.client), _pages.schedules_page)
+        if path.startswith("/workflows/") and "/" not in path[len("/workflows/"):]:
             described = _data.workflow(self.client, unquote(path[len("/workflows/"):]))
-            self._answer(handler, api, described, lambda d: _pages.workflow_page(d, _notice(params), params.get("error")))
-        else:
-            raise _Refused(404, f"no page at {path}")
+            return self._answer(api, described, lambda d: _pages.workflow_page(d, _notice(params)))
+        raise _Refused(404, "not_found", "no such page")
 
-    def _post(self, handler: BaseHTTPRequestHandler, api: bool, path: str) -> None:
+    def _post(self, request: Request, api: bool, path: str) -> Response:
         rest = path[len("/workflows/"):] if path.startswith("/workflows/") else ""
         quoted, _, action = rest.rpartition("/")
         if not quoted or action not in ACTIONS:
-            raise _Refused(404, f"no action at {path}; POST /workflows/<id>/{{{','.join(ACTIONS)}}}")
-        form = self._read_form(handler)
-        given = form.get("token") or handler.headers.get("X-Weft-Token") or _bearer(handler.headers.get("Authorization"))
-        if not token_matches(self.token, given):
-            log.warning("console: refused %s on %s from %s: wrong or missing token", action, path, handler.address_string())
-            raise _Refused(403, "the action token is missing or wrong (the supervisor printed it at start)")
+            raise _Refused(404, "not_found", f"no such action; POST /workflows/<id>/{{{','.join(ACTIONS)}}}")
+        form = _read_form(request)
+        if self.access.grant(request.headers, form.get("token")) != "act":
+            log.warning("console: refused %s on %s from %s: wrong or missing token", action, path, request.peer)
+            raise _Refused(403, "permission_denied", "the action token is missing or wrong (the supervisor printed it at start)")
         wid = unquote(quoted)
-        log.info("console: %s %r (from %s)", action, wid, handler.address_string())
+        log.info("console: %s %r (from %s)", action, wid, request.peer)
         if api:
             run_action(self.client, wid, action, form)
-            self._reply(handler, 200, _json_bytes({"ok": True, "id": wid, "action": action}), "application/json")
-            return
+            return _reply(200, _json_bytes({"ok": True, "id": wid, "action": action}), _JSON)
         target = "/workflows/" + quote(wid, safe="")
         try:
             run_action(self.client, wid, action, form)
-            target += f"?done={action}"
         except WeftError as exc:
-            target += "?error=" + quote(f"{action} refused: {exc.code}: {exc}", safe="")
-        self._redirect(handler, target)
+            # Answered here, not through the URL: no page shows text a link could carry.
+            message = f"{action} refused: {exc.code}: {exc}"
+            return _reply(_STATUS_OF.get(exc.code, 409), _pages.error_page(_STATUS_OF.get(exc.code, 409), message, back=target).encode(), _HTML)
+        return _redirect(f"{target}?done={action}")
 
     # -- replies --------------------------------------------------------------------------
 
     @staticmethod
-    def _read_form(handler: BaseHTTPRequestHandler) -> dict[str, str]:
-        try:
-            length = int(handler.headers.get("Content-Length") or 0)
-        except ValueError:
-            raise _Refused(400, "bad Content-Length") from None
-        if length > MAX_BODY:
-            raise _Refused(413, f"a POST carries at most {MAX_BODY} bytes")
-        raw = handler.rfile.read(length) if length > 0 else b""
-        if (handler.headers.get("Content-Type") or "").startswith("application/json"):
-            try:
-                body = json.loads(raw or b"{}")
-            except ValueError:
-                raise _Refused(400, "the body is not JSON") from None
-            if not isinstance(body, dict):
-                raise _Refused(400, "the body must be a JSON object")
-            # The API takes the payload as a JSON value; the action reads it as JSON text.
-            if "payload" in body:
-                body["payload"] = json.dumps(body["payload"])
-            return {str(key): value if isinstance(value, str) else json.dumps(value) for key, value in body.items()}
-        try:
-            return dict(parse_qsl(raw.decode(), keep_blank_values=True))
-        except UnicodeDecodeError:
-            raise _Refused(400, "the form is not UTF-8") from None
-
-    def _answer(self, handler: BaseHTTPRequestHandler, api: bool, data: Any, render: Callable[[Any], str]) -> None:
+    def _answer(api: bool, data: Any, render: Callable[[Any], str]) -> Response:
         if api:
-            self._reply(handler, 200, _json_bytes(data), "application/json")
-        else:
-            self._reply(handler, 200, render(data).encode(), "text/html; charset=utf-8")
-
-    def _fail(self, handler: BaseHTTPRequestHandler, api: bool, status: int, message: str, code: str | None = None) -> None:
-        if api or handler.path.startswith(("/metrics", "/healthz")):
-            body = _json_bytes({"error": {"status": status, "code": code, "message": message}})
-            self._reply(handler, status, body, "application/json")
-        else:
-            self._reply(handler, status, _pages.error_page(status, message).encode(), "text/html; charset=utf-8")
+            return _reply(200, _json_bytes(data), _JSON)
+        return _reply(200, render(data).encode(), _HTML)
 
     @staticmethod
-    def _redirect(handler: BaseHTTPRequestHandler, location: str) -> None:
-        handler.send_response(303)
-        handler.send_header("Location", location)
-        handler.send_header("Content-Length", "0")
-        handler.end_headers()
-
-    @staticmethod
-    def _reply(handler: BaseHTTPRequestHandler, status: int, body: bytes, content_type: str) -> None:
-        handler.send_response(status)
-        handler.send_header("Content-Type", content_type)
-        handler.send_header("Content-Length", str(len(body)))
-        handler.send_header("Cache-Control", "no-store")
-        if content_type.startswith("text/html"):
-            # Inline style and script only; no frame may embed the console (clickjacking).
-            handler.send_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
-        handler.end_headers()
-        handler.wfile.write(body)
+    def _fail(api: bool, status: int, code: str, message: str, *headers: tuple[str, str]) -> Response:
+        if api:
+            return _reply(status, _json_bytes({"error": {"status": status, "code": code, "message": message}}), _JSON, *headers)
+        return _reply(status, _pages.error_page(status, message).encode(), _HTML, *headers)
 
 
-def _bearer(header: str | None) -> str | None:
-    if header and header.lower().startswith("bearer "):
-        return header[7:].strip()
-    return None
+def _read_form(request: Request) -> dict[str, str]:
+    """A POST's fields: a JSON object (the API) or a URL-encoded form (the pages)."""
+    raw = request.body
+    if (request.headers.get("content-type") or "").startswith("application/json"):
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            raise _Refused(400, "invalid_request", "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise _Refused(400, "invalid_request", "the body must be a JSON object")
+        # The API takes the payload as a JSON value; the action reads it as JSON text.
+        if "payload" in body:
+            body["payload"] = json.dumps(body["payload"])
+        return {str(key): value if isinstance(value, str) else json.dumps(value) for key, value in body.items()}
+    try:
+        return dict(parse_qsl(raw.decode(), keep_blank_values=True))
+    except UnicodeDecodeError:
+        raise _Refused(400, "invalid_request", "the form is not UTF-8") from None
 
 
 def _notice(params: dict[str, str]) -> str | None:

@@ -1,10 +1,10 @@
-"""The action token: what a POST to the console must carry to change anything.
+"""The console's tokens: the action token, what a POST must carry to change anything, and
+the optional read token (``_access`` says who may read what, and where).
 
-Pages are readable by whoever can reach the console's port (loopback by default, like the
-client endpoint); cancelling, terminating, signalling or lifting a quarantine needs the
-token the supervisor prints on stderr at start (or reads from ``--http-token-file``). The
-server never writes the token into a page, so reading the console does not grant acting on
-it, and another site's page cannot forge a POST (it cannot know the token).
+Cancelling, terminating, signalling or lifting a quarantine needs the token the supervisor
+prints on stderr at start (or reads from ``--http-token-file``). The server never writes a
+token into a page, so reading the console does not grant acting on it, and another site's
+page cannot forge a POST (it cannot know the token).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from ._permits import PermitGate
 
 if TYPE_CHECKING:
     from .._clock import Clock
+    from ..store import LoopSlot
     from ._committer import GroupCommitter
     from ._timers import TimerService
 
@@ -75,12 +76,13 @@ class DecidedFailure(Exception):
 
 
 @types.coroutine
-def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo) -> Generator[Any, Any, Any]:
+def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot: LoopSlot | None = None) -> Generator[Any, Any, Any]:
     """Continue a coroutine that already yielded ``first`` under a Task. ``SystemExit`` and
     ``KeyboardInterrupt`` from the activity become ``UserCodeExit``: a Task re-raises those two
     out of the event loop, which would end the process instead of the attempt. Being closed
     (a Task collected unfinished) closes the activity and re-raises ``GeneratorExit``, never
-    throws it in: the collector may have closed the activity's coroutine already."""
+    throws it in: the collector may have closed the activity's coroutine already. Each step
+    is recorded in the engine's loop slot (``slot``) while it runs: a stall is blamed on it."""
     yielded = first
     while True:
         try:
@@ -89,24 +91,34 @@ def _resume(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo) -> G
             coro.close()
             raise
         except BaseException as exc:  # cancellation and throws go to the activity
+            if slot is not None:
+                slot.current = info
             try:
                 yielded = coro.throw(exc)
             except StopIteration as stop:
                 return stop.value
             except (SystemExit, KeyboardInterrupt) as exit:
                 raise contained(exit, f"activity {info.activity!r}") from exit
+            finally:
+                if slot is not None:
+                    slot.current = None
         else:
+            if slot is not None:
+                slot.current = info
             try:
                 yielded = coro.send(sent)
             except StopIteration as stop:
                 return stop.value
             except (SystemExit, KeyboardInterrupt) as exit:
                 raise contained(exit, f"activity {info.activity!r}") from exit
+            finally:
+                if slot is not None:
+                    slot.current = None
 
 
-async def _finish(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo) -> Any:
+async def _finish(coro: Coroutine[Any, Any, Any], first: Any, info: ActivityInfo, slot: LoopSlot | None = None) -> Any:
     # ``info`` is a local of these frames: the loop watchdog finds the activity by it.
-    return await _resume(coro, first, info)
+    return await _resume(coro, first, info, slot)
 
 
 def thread_over(loop: asyncio.AbstractEventLoop, permit: Callable[[], None]) -> Callable[[Any], None]:
@@ -178,6 +190,10 @@ class ActivityRunner:
         self._queue: collections.deque[_Queued] = collections.deque()
         self._draining = False
         self.permits: PermitGate | None = None
+        self.on_loop: LoopSlot | None = None
+        """The engine's loop slot (set by the engine when it watches its loop): each piece of
+        user code on the loop, activity steps here and workflow turns (``_on_loop``), is
+        recorded in it while it runs."""
 
     def use_permits(self, committer: GroupCommitter, timers: TimerService, clock: Clock) -> None:
         """Enforce activities' ``rate_limit`` and ``concurrency`` through the store."""
@@ -236,6 +252,9 @@ class ActivityRunner:
             return _new_tuple(Finished, (None, exc))
         if definition.is_async:
             token = current_activity.set(info)
+            on_loop = self.on_loop
+            if on_loop is not None:
+                on_loop.current = info
             try:
                 coro = definition.fn(*values)
                 first = coro.send(None)
@@ -245,6 +264,8 @@ class ActivityRunner:
                 return _new_tuple(Finished, (None, contained(exc, f"activity {definition.name!r}")))
             finally:
                 current_activity.reset(token)
+                if on_loop is not None:
+                    on_loop.current = None
         # It runs on: it holds an in-flight slot until its outcome is reported or it is cancelled.
         self.inflight += 1
         slot = [True]
@@ -294,7 +315,7 @@ class ActivityRunner:
         """Go on with an async attempt that suspended (yielding ``first``) under a Task."""
         context = contextvars.copy_context()
         context.run(current_activity.set, info)
-        task = context.run(self._loop.create_task, _finish(coro, first, info))
+        task = context.run(self._loop.create_task, _finish(coro, first, info, self.on_loop))
         self.tasks.add(task)
         timer = None if timeout is None else self._loop.call_later(timeout, task.cancel, "start_to_close")
 

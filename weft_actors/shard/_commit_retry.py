@@ -10,6 +10,14 @@ of room (``StorageFull``) is not driven again at all while the store is still wi
 reserve: it waits, probing the store once per heartbeat (a few microseconds), and goes the
 moment room is back.
 
+A batch answered ``OutcomeUnknown`` (its commit may yet land: ``store._pg._outcome``) is
+the same case for every workflow it would have started and claimed here (``may_have_landed``):
+a start, a signal-with-start, a delayed start firing, a child started by a step. Its caller was
+told it failed and no actor was made, so if it landed nothing else would ever drive it (it is
+held by a live engine: no reclaim takes it). Each is driven again the same way; the reclaim
+pass reads the store first, which waits for that outcome, and finds the workflow held here
+(driven from the store) or not there at all (nothing happens).
+
 In memory only: a restart or a takeover drives the workflow at once, as any recovery does.
 """
 
@@ -17,15 +25,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .._ratelimit import RateLimitedLog
 from ..errors import StorageFull, WeftError
+from ..store import CreateChild, CreateWorkflow, FireStart, SignalWithStart, StepCommit
 
 if TYPE_CHECKING:
     from ._engine import Engine
 
-__all__ = ["CommitRetry", "MAX_BACKOFF"]
+__all__ = ["CommitRetry", "MAX_BACKOFF", "started_by"]
 
 log = logging.getLogger("weft_actors.shard")
 _REFUSALS = RateLimitedLog(log)
@@ -64,6 +73,21 @@ class CommitRetry:
         delay = min(engine.heartbeat * 2 ** min(failures - 1, 30), MAX_BACKOFF)
         _REFUSALS.warning("refused", "workflow %s: step refused (%s), %d in a row; driven again in %.2fs", wid, error, failures, delay)
         self._schedule(wid, delay, isinstance(error, StorageFull))
+
+    def may_have_landed(self, intents: list[Any], error: WeftError) -> None:
+        """A batch of ``intents`` was answered ``error`` (``OutcomeUnknown``), and may yet be
+        committed: drive each workflow it would have started here again after one heartbeat,
+        as a refused step is. Its steps' own actors go by ``refused`` already."""
+        wids = started_by(intents)
+        if not wids:
+            return
+        log.warning(
+            "%d workflows started by a batch of unknown outcome (%s) are driven again here if it landed: %s",
+            len(wids), error, ", ".join(wids[:5]) + (", ..." if len(wids) > 5 else ""),
+        )
+        delay = self._engine.heartbeat
+        for wid in wids:
+            self._schedule(wid, delay, False)
 
     def _schedule(self, wid: str, delay: float, needs_room: bool) -> None:
         old = self._handles.pop(wid, None)
@@ -104,3 +128,19 @@ class CommitRetry:
         self._handles.clear()
         self._failures.clear()
         self._last.clear()
+
+
+def started_by(intents: list[Any]) -> list[str]:
+    """The workflows ``intents`` would create or start claimed by the committing engine: a
+    start or a signal-with-start (a delayed one is only pending: nothing is claimed, and the
+    drive finds no holder), a delayed start firing, a child whose type this engine runs."""
+    wids: list[str] = []
+    for intent in intents:
+        kind = intent.__class__
+        if kind is CreateWorkflow or kind is FireStart:
+            wids.append(intent.wid)
+        elif kind is SignalWithStart:
+            wids.append(intent.create.wid)
+        elif kind is StepCommit:
+            wids.extend(effect.create.wid for effect in intent.effects if effect.__class__ is CreateChild and effect.claim)
+    return list(dict.fromkeys(wids))

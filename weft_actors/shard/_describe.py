@@ -146,14 +146,13 @@ def _history(ops: dict[int, dict[str, Any]], run_start: float) -> list[dict[str,
 
 
 def _lost(record: dict[str, Any]) -> dict[str, Any] | None:
-    """How many owners in a row were lost running this run without progress, and doing what
-    (a quarantined workflow's reason); None if none was."""
+    """How many lost owners were charged to this run (its code held their loop) without
+    progress, and doing what (a quarantined workflow's reason); None if none was."""
     lost = record.get("lost")
     if not lost or lost.get("mark", (None,))[0] != record["run_id"]:
         return None
     found = {
         "count": lost.get("count", 0),
-        "unconfirmed": lost.get("unseen", 0),
         "reason": describe_reason(lost.get("reason")),
         "op": lost.get("reason"),
         "at": lost.get("at"),

@@ -28,7 +28,7 @@ from ..errors import (
     UnknownWorkflowType,
     WeftError,
 )
-from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, describe_type_mismatch, open_store, stall_note_path, type_mismatches
+from ..store import AppendInbox, CloseWorkflow, LiftQuarantine, LmdbStore, PurgeWorkflow, describe_type_mismatch, open_store, stall_notes, type_mismatches
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..workflow import SYSTEM_TYPES, Op, WorkflowDefinition, collect_workflows, with_system_workflows, workflow_definition
 from ._activities import ActivityRunner
@@ -47,7 +47,7 @@ from ._outcome import raise_for_outcome
 from ._reads import WorkflowReads
 from ._timers import TimerService
 from ._validate import OWNERSHIP_MODES, validate_id, validate_name, validate_timing
-from ._watchdog import LoopWatchdog
+from ._watchdog import LoopWatchdog, open_slot
 
 __all__ = ["Engine"]
 
@@ -104,9 +104,9 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     work keeps a bounded latency instead of every start queueing without end. The same
     starts as for ``max_active_workflows`` are never refused.
 
-    Poison workflows: a workflow whose last ``quarantine_after`` (default 3) owners were lost
-    while running it (they died or lost their lease) without committing any progress is not
-    driven again but parked as ``quarantined`` (``lift_quarantine`` puts it back). With
+    Poison workflows: a workflow charged with ``quarantine_after`` (default 1) lost owners
+    without progress (only the workflow whose code held a lost owner's loop is charged:
+    ``store._blame``) is parked as ``quarantined`` (``lift_quarantine`` puts it back). With
     ``background``, a watchdog thread logs a WARNING naming the workflow and activity that
     keeps the loop from turning for more than ``stall_threshold`` seconds (default the lesser
     of 1 s and ttl / 3: it must name the culprit, and leave its stall note, well before the
@@ -147,7 +147,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         max_inbox: int = 10_000,
         max_inflight_activities: int = 1000,
         max_running: int | None = None,
-        quarantine_after: int = 3,
+        quarantine_after: int = 1,
         stall_threshold: float | None = None,
         warn_type_mismatch: bool = True,
     ) -> None:
@@ -256,7 +256,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             listen(self.hint_many)
         if self.warn_type_mismatch:
             self._warn_on_type_mismatch()
-        self.committer = GroupCommitter(self.store, self.engine_id, loop)
+        self.committer = GroupCommitter(self.store, self.engine_id, loop, on_unknown=self.commit_retry.may_have_landed)
         self.committer.on_deposed = lambda error: self.depose(str(error))
         self.timers = TimerService(loop, self.clock)
         self.activities = ActivityRunner(loop, self._max_threads, self.max_inflight_activities)
@@ -277,8 +277,8 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.maintenance.run_pass(heartbeat=False)
         if self._background:
             self.maintenance.start(loop)
-            note = stall_note_path(self.store.path, self.engine_id)
-            self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], note_path=note)
+            self.activities.on_loop = slot = open_slot(self.store.path, self.engine_id, self.stall_threshold)
+            self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], slot=slot, notes=stall_notes(self.store, self.engine_id))
             self.watchdog.start()
 
     @property
@@ -312,7 +312,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             return
         self._stop_actors()
         if self.watchdog is not None:
-            self.watchdog.clear_note()  # its claims are released: nobody is lost, nobody blamed
+            self.watchdog.released()  # its claims are released: nobody is lost, nobody blamed
         try:
             self.store.release_engine(self.engine_id)
         except WeftError as exc:
@@ -507,18 +507,18 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         wid = intent.wid
 
         def created(result: Any) -> None:
-            # Runs in the commit's resume pass: the new actor takes its first step right here.
-            # Its inbox is empty: a run replacing a finished one (``start_new``) inherits no
-            # message of it (the create deleted them), and a later one comes by the feed.
+            # Runs in the commit's answer pass: the new actor takes its first step once the
+            # start's reply has left. Its inbox is empty: a run replacing a finished one
+            # (``start_new``) inherits no message of it, and a later one comes by the feed.
             if not isinstance(result, WeftError) and result.created and result.status == "running":
                 self.metrics.claim("acquired")
-                self._spawn(definition, wid, result.run_id, result.epoch, args, {}, ())
+                self.committer.after_replies(self.spawn_started, definition, wid, result.run_id, result.epoch, args)
                 if until_end:
                     self.add_waiter(wid, future)  # its run cannot end before a later commit
                     return
             resolve(future, result)
 
-        self.committer.submit(intent, created)
+        self.committer.submit_answer(intent, created)
         return wid
 
     def in_flight(self) -> int:
@@ -591,15 +591,15 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             future = self.committer.loop.create_future()
 
             def committed(result: Any) -> None:
-                actor.consumed_with_append(direct, result)  # type: ignore[union-attr]
+                self.committer.after_replies(actor.consumed_with_append, direct, result)  # type: ignore[union-attr]
                 resolve(future, result)
 
-            self.committer.submit(direct, committed)
+            self.committer.submit_answer(direct, committed)
             result = await future
         if isinstance(result, WeftError):
             raise result
         if direct is None or not result[1]:
-            self.after_committed_call(self._message_sent, workflow_id, "signal")
+            self.committer.after_replies(self.after_committed_call, self._message_sent, workflow_id, "signal")
 
     async def terminate(self, workflow_id: str, reason: str | None = None) -> None:
         """End a workflow at once, whoever owns it: one transaction sets it ``terminated``,
@@ -616,16 +616,16 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.after_committed_call(self.closed_externally, workflow_id, result)
 
     async def lift_quarantine(self, workflow_id: str) -> None:
-        """Put a quarantined workflow back to work (after a fix is deployed): it becomes
-        ``running`` with no owner and its lost-owner count reset, and a live engine takes it
-        over at its next reclaim pass (this one at once). ``InvalidRequest`` if it is not
-        quarantined (``WorkflowClosed`` if it has finished)."""
+        """Put a quarantined workflow back to work (after a fix is deployed): ``running`` with no
+        owner and its lost-owner count reset, taken over at a live engine's next reclaim pass
+        (this one's at once); under flow control, ``pending`` at the head of its queue. Raises
+        ``InvalidRequest`` if it is not quarantined (``WorkflowClosed`` if it has finished)."""
         self._check_running()
         validate_id(workflow_id)
         result = await self.committer.submit_and_wait(LiftQuarantine(workflow_id))
         if isinstance(result, WeftError):
             raise result
-        log.warning("workflow %s: quarantine lifted (it had lost %s owners); it runs again", workflow_id, result["lost"].get("count"))
+        log.warning("workflow %s: quarantine lifted (it had lost %s owners); it is %s again", workflow_id, result["lost"].get("count"), result["status"])
         self.maintenance.hint()
         if self._on_commit_hint is not None:
             self.publish_hint("workflow-touched", workflow_id)
@@ -651,7 +651,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         for future in self._waiters.pop(workflow_id, ()):
             resolve(future, outcome)
         for wid in result.get("touched", ()):  # its children, closed or asked to cancel
-            self.wake(wid)
+            self.committer.after_replies(self.wake, wid)  # after the close's reply has left
         if self._on_commit_hint is not None:
             self.publish_hint("workflow-touched", workflow_id)
             self.publish_hint("workflow-done", workflow_id)

@@ -108,15 +108,15 @@ def activity_retry_scheduled(engine_id: str, wid: str, wf_type: str, run_id: str
 
 
 def workflow_quarantined(engine_id: str, wid: str, wf_type: str, run_id: str, lost_owners: int, reason: dict[str, Any] | None) -> None:
-    """Parked instead of driven; ``reason`` is what the lost owners were running (the op,
-    or the workflow's own code after an op), as the store recorded it."""
+    """Parked instead of driven; ``reason`` is what held the lost owners' loops (the op and
+    activity, or the workflow's own code at an op), as their stall note or death record said."""
     running = describe_reason(reason)
     reason = reason or {}
     seq, kind, name = reason.get("seq"), reason.get("kind"), reason.get("name")
     log.error(
-        "workflow %s (%s) quarantined: %d owners in a row were lost while running it, "
-        "without committing progress; they were running %s. Fix the code, then lift it "
-        "with `python -m weft_actors retry %s` (or terminate it)",
+        "workflow %s (%s) quarantined: its own code held the loop of %d lost owner(s) in a row "
+        "(a stall or death charged to it), without committing progress; it was running %s. "
+        "Fix the code, then lift it with `python -m weft_actors retry %s` (or terminate it)",
         wid, wf_type, lost_owners, running, wid,
         extra={
             "event": "workflow_quarantined", "workflow_id": wid, "workflow_type": wf_type, "run_id": run_id,

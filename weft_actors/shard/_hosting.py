@@ -15,14 +15,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..codec import decode_args
 from ..errors import EngineDeposed, FencedOut, WeftError
-from ..store import UNSEEN_FACTOR, QuarantineWorkflow, StepCommit, pending_reason
+from ..store import QuarantineWorkflow
 from ..workflow import WorkflowDefinition, WorkflowRun
 from . import _events as events
 from ._actor import Actor
+from ._on_loop import start
 from ._reuse import ReusingActor
 
 if TYPE_CHECKING:
     from .._clock import Clock
+    from ._activities import ActivityRunner
     from ._committer import GroupCommitter
     from ._driving import Driver
     from ..store import LmdbStore
@@ -45,6 +47,7 @@ class ActorHost:
     """The actor table of an engine and every callback an actor makes into it."""
 
     engine_id: str
+    state: str
     store: LmdbStore
     committer: GroupCommitter
     clock: Clock
@@ -54,6 +57,7 @@ class ActorHost:
     eviction: Evictor
     driver: Driver
     quarantine_after: int
+    activities: ActivityRunner
     commit_retry: CommitRetry
     refused: RefusedOutcomes
     _waiters: dict[str, list[asyncio.Future[Any]]]
@@ -96,7 +100,6 @@ class ActorHost:
         args: tuple[Any, ...],
         history: dict[int, dict[str, Any]],
         inbox: Iterable[tuple[int, dict[str, Any]]],
-        lost: dict[str, Any] | None = None,
     ) -> Actor:
         actors = self.actors
         stale = actors.pop(wid, None)
@@ -115,20 +118,17 @@ class ActorHost:
         actors[wid] = actor
         if len(actors) > eviction.max_live:
             eviction.schedule()
-        commands = run.start()
-        if lost is None:
-            actor.handle(commands)  # which polls: the inbox is taken from here on
-            return actor
-        # Lost before without progress: first commit what it is about to run, so that if this
-        # owner is lost too, the count and the quarantine go by it. Its op log cannot tell: an
-        # activity's start records nothing, nor does a wait on a condition or a signal, which
-        # must not count. From the first loss on: owners lost one after the other faster than
-        # they commit (a cascade) then still find the wait noted.
-        actor.held = commands
-        actor.busy = True
-        noted = {**lost, "reason": pending_reason(commands), "seen": epoch}
-        self.committer.submit(StepCommit(wid, epoch, run_id, fields={"lost": noted}), actor._committed)  # type: ignore[attr-defined]
+        actor.handle(start(self, run))  # which polls: the inbox is taken from here on
         return actor
+
+    def spawn_started(self, definition: WorkflowDefinition, wid: str, run_id: str, epoch: int, args: tuple[Any, ...], with_inbox: bool = False) -> None:
+        """Make the actor of a run a start just created and claimed here, and take its first
+        step: called once the start's reply has left (``GroupCommitter.after_replies``), so a
+        first turn that blocks the loop cannot hold that reply back. Not once the engine has
+        stopped meanwhile: its claims are released, and whoever takes the run over runs it."""
+        if self.state not in ("running", "stopping"):
+            return
+        self._spawn(definition, wid, run_id, epoch, args, {}, self.store.load_inbox(wid) if with_inbox else ())
 
     def drive(self, wid: str, epoch: int) -> bool:
         """Replay and resume ``wid``, which this engine holds at ``epoch``: the whole inbox is
@@ -139,14 +139,11 @@ class ActorHost:
             if self.refused.kept:
                 self.refused.forget(wid)  # ended, closed or taken elsewhere: never used here
             return False
-        lost = record.get("lost")
-        if lost is not None and lost.get("mark", (None,))[0] == record["run_id"]:
-            if lost["count"] >= self.quarantine_after or lost.get("unseen", 0) >= UNSEEN_FACTOR * self.quarantine_after:
-                self._quarantine(wid, epoch, record)
-                return True
-        else:
-            lost = None
-        self._spawn(self._definition(record["type"]), wid, record["run_id"], epoch, decode_args(record["args"]), ops, inbox, lost)
+        lost = record.get("lost")  # losses charged to it (``store._quarantine``), by evidence only
+        if lost is not None and lost.get("mark", (None,))[0] == record["run_id"] and lost["count"] >= self.quarantine_after:
+            self._quarantine(wid, epoch, record)
+            return True
+        self._spawn(self._definition(record["type"]), wid, record["run_id"], epoch, decode_args(record["args"]), ops, inbox)
         return True
 
     def _quarantine(self, wid: str, epoch: int, record: dict[str, Any]) -> None:
@@ -161,7 +158,7 @@ class ActorHost:
                     self.depose(str(result))
                 return
             self.metrics.workflows_quarantined += 1
-            events.workflow_quarantined(self.engine_id, wid, record["type"], record["run_id"], lost["count"] + lost.get("unseen", 0), lost.get("reason"))
+            events.workflow_quarantined(self.engine_id, wid, record["type"], record["run_id"], lost["count"], lost.get("reason"))
             self.wake_waiters(wid)
 
         self.committer.submit(QuarantineWorkflow(wid, epoch, record["run_id"]), committed)

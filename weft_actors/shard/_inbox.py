@@ -18,6 +18,7 @@ from ..errors import WeftError
 from ..store import TERMINAL, AppendAndConsume, AppendInbox, CreateChild, CreateWorkflow, Flow, PutRequest
 from ..workflow import CANCEL_REQUESTED, CHILD_DONE_SIGNAL, Command, cancelled_record, error_record
 from ._flow import flow_of
+from ._on_loop import UPDATE, running, turn
 from ._validate import new_id
 from ._writes import Writes, child_error, child_id_for
 
@@ -163,7 +164,7 @@ class InboxMixin:
             self.inbox_seen = inbox_seq
         del self.ops[intent.op_seq]
         self.run.keep_outcome(intent.op_seq, intent.record)
-        self.handle(self.run.deliver())
+        self.handle(turn(self))
 
     def _consume_inbox(self) -> None:
         run = self.run
@@ -212,7 +213,7 @@ class InboxMixin:
         name = message["name"]
         try:
             args = decode_args(message["payload"], "update argument")
-            self.run.validate_update(name, args)
+            running(self.engine, self.run, UPDATE, name, self.run.validate_update, name, args)
         except Exception as exc:
             if not isinstance(exc, UpdateRejected):
                 exc = UpdateRejected(f"update {name!r} rejected: {exc}", workflow_id=self.wid, update=name)
@@ -221,7 +222,8 @@ class InboxMixin:
             self._answer_after(request_id)
             self._commit(consume=(inbox_seq,), effects=effects)
             return
-        seq, packed, record = self.run.record_update(name, args, message["payload"], inbox_seq, request_id, self.engine.payload_limit, at1=self.engine.clock.now())
+        run, engine = self.run, self.engine
+        seq, packed, record = running(engine, run, UPDATE, name, run.record_update, name, args, message["payload"], inbox_seq, request_id, engine.payload_limit, at1=engine.clock.now())
         answer = {"ok": record["ok"]} if "err" not in record else {"err": record["err"]}
         effects = (PutRequest(request_id, answer),) if request_id else ()
         self._answer_after(request_id)

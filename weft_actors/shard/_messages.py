@@ -73,6 +73,9 @@ class WorkflowMessages:
     def _spawn(self, definition: WorkflowDefinition, wid: str, run_id: str, epoch: int, args: tuple[Any, ...], history: dict[int, dict[str, Any]], inbox: Any) -> Actor:
         raise NotImplementedError
 
+    def spawn_started(self, definition: WorkflowDefinition, wid: str, run_id: str, epoch: int, args: tuple[Any, ...], with_inbox: bool = False) -> None:
+        raise NotImplementedError
+
     def deliver_messages(self, actor: Actor, messages: list[tuple[int, dict[str, Any]]]) -> None:
         raise NotImplementedError
 
@@ -107,7 +110,7 @@ class WorkflowMessages:
         if isinstance(appended, WeftError):
             raise appended
         if isinstance(appended, int):  # a new request, not a retry of a known one
-            self.after_committed_call(self._message_sent, workflow_id, "update")
+            self.committer.after_replies(self.after_committed_call, self._message_sent, workflow_id, "update")
         return await self._await_update(workflow_id, name, request_id)
 
     async def _await_update(self, wid: str, name: str, request_id: str) -> Any:
@@ -168,7 +171,7 @@ class WorkflowMessages:
         if "closed" in result:
             self.after_committed_call(self.closed_externally, workflow_id, result["closed"])
             return
-        self.after_committed_call(self._message_sent, workflow_id, "cancel")
+        self.committer.after_replies(self.after_committed_call, self._message_sent, workflow_id, "cancel")
 
     # -- signal with start ----------------------------------------------------------------
 
@@ -200,17 +203,18 @@ class WorkflowMessages:
         wid = create.wid
 
         def committed(result: Any) -> None:
-            # In the commit's resume pass, as for start: a new run takes its first step here.
+            # In the commit's answer pass, as for start: a new run takes its first step, or the
+            # signalled one goes on, once the reply has left.
             if not isinstance(result, WeftError):
                 created = result[0]
                 if created.created and created.status == "running":
                     self.metrics.claim("acquired")
-                    self._spawn(definition, wid, created.run_id, created.epoch, args, {}, self.store.load_inbox(wid))
+                    self.committer.after_replies(self.spawn_started, definition, wid, created.run_id, created.epoch, args, True)
                 elif not created.created:
-                    self._message_sent(wid, "signal")
+                    self.committer.after_replies(self.after_committed_call, self._message_sent, wid, "signal")
             resolve(future, result)
 
-        self.committer.submit(SignalWithStart(create, signal, data), committed)
+        self.committer.submit_answer(SignalWithStart(create, signal, data), committed)
         result = await future
         if isinstance(result, WeftError):
             raise result

@@ -19,9 +19,11 @@ from ._hosting import resolve
 from ._validate import validate_id, validate_name
 from ._describe import describe_workflow
 from ._outcome import raise_for_outcome
+from ._on_loop import QUERY, running, start
 
 if TYPE_CHECKING:
     from ..store import LmdbStore
+    from ._activities import ActivityRunner
     from ._actor import Actor
     from ._committer import GroupCommitter
 
@@ -34,6 +36,7 @@ class WorkflowReads:
     committer: GroupCommitter
     actors: dict[str, Actor]
     payload_limit: int
+    activities: ActivityRunner
     _waiters: dict[str, list[asyncio.Future[Any]]]
 
     def _check_running(self) -> None:  # provided by Engine
@@ -65,7 +68,7 @@ class WorkflowReads:
             self._check_running()
             actor = self.actors.get(workflow_id)
         if actor is not None and not actor.closed:
-            value = actor.run.query(name, args)
+            value = running(self, actor.run, QUERY, name, actor.run.query, name, args)
         else:
             value = self._query_by_replay(workflow_id, name, args)
         return _answer_of(value, self.payload_limit)
@@ -90,8 +93,8 @@ class WorkflowReads:
             )
         run = WorkflowRun(self._definition(record["type"]), workflow_id, record["run_id"], decode_args(record["args"]), ops)
         try:
-            run.start()
-            return run.query(name, args)
+            start(self, run)
+            return running(self, run, QUERY, name, run.query, name, args)
         finally:
             run.close()
 
@@ -177,7 +180,7 @@ def _answer_when_committed(actor: Actor, future: asyncio.Future[Any], name: str,
             future.set_result(None)
             return
         try:
-            value = _answer_of(actor.run.query(name, args), limit)
+            value = _answer_of(running(actor.engine, actor.run, QUERY, name, actor.run.query, name, args), limit)
         except BaseException as exc:  # the caller's error, raised where it awaits
             future.set_exception(exc)
         else:

@@ -215,8 +215,8 @@ class Reclaimer:
     def _retry_orphans(self) -> None:
         engine = self.engine
         for wid in list(engine.orphans):
+            holder = engine.store.get_holder(wid)  # a read the store refuses keeps it an orphan
             engine.orphans.discard(wid)
-            holder = engine.store.get_holder(wid)
             if holder is not None and holder[0] == engine.engine_id and wid not in engine.actors:
                 self.drive(wid, holder[1])
             elif engine.refused.kept and wid not in engine.actors:

@@ -9,10 +9,17 @@ it: the activity (an ``ActivityInfo`` local) or the workflow (a ``WorkflowRun`` 
 running there, the way Temporal's deadlock detector names it. Once per stall, again each time
 it has gone on four times as long. The same tick measures the loop's *lag*: how late it fires,
 which is how long any ready callback (a request, a commit's resume) waits for the loop right
-now; ``lag`` is the worst of the last second's ticks, the gauge ``stats()`` reports. It also leaves a *stall note* naming that workflow in the
-data directory (``note_path``): if the stall costs the engine its lease, the takeover blames
-that workflow alone, not every workflow the engine held (``store._quarantine``). The engine
-removes the note at its next heartbeat that succeeds (``clear_note``).
+now; ``lag`` is the worst of the last second's ticks, the gauge ``stats()`` reports.
+
+Blame goes by evidence, not by the stack: the engine's *loop slot* (``store.LoopSlot``, set
+before and after every piece of user code on the loop: ``_on_loop``) names the workflow, run,
+op and activity whose code holds the loop. While the loop is late this thread copies it into
+the slot's shared file, which outlives the process (the supervisor reads it after a death),
+and a stall it names leaves a *stall note* (``notes``: a file on one machine, a row of the
+store on PostgreSQL): if the stall costs the engine its lease, the takeover charges that
+workflow alone, not every workflow the engine held (``store._quarantine``). A stall in
+engine code names nobody and leaves no note. The engine removes the note at its next
+heartbeat that succeeds (``clear_note``).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import sys
 import threading
 import time
@@ -27,13 +35,32 @@ import traceback
 from types import FrameType
 from typing import Any
 
-from ..store import remove_stall_note, write_stall_note
+from ..store import LoopSlot, StallNotes, loop_slot_path
 from ..workflow import ActivityInfo, WorkflowRun
 from ._actor import Actor
+from ._on_loop import describe
 
-__all__ = ["LoopWatchdog", "find_culprit", "culprit"]
+__all__ = ["LoopWatchdog", "open_slot", "find_culprit", "culprit"]
 
 log = logging.getLogger("weft_actors.shard")
+
+
+def open_slot(store_path: str, engine_id: str, threshold: float) -> LoopSlot | None:
+    """The engine's loop slot, or None (and a WARNING) where its file cannot be made: stalls
+    and deaths of this engine then blame nobody."""
+    path = loop_slot_path(store_path, engine_id)
+    try:
+        return LoopSlot(path, threshold)
+    except (OSError, ValueError) as exc:
+        log.warning("engine %s: cannot make its loop slot %s (%s): its stalls will blame no workflow", engine_id, path, exc)
+        return None
+
+
+def remove_file(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
 
 
 def find_culprit(frame: FrameType | None) -> dict[str, Any] | None:
@@ -70,11 +97,14 @@ def culprit(found: dict[str, Any] | None) -> str:
 class LoopWatchdog:
     """Start on the loop's thread; ``stop`` from it (idempotent)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, threshold: float = 1.0, *, name: str = "", interval: float | None = None, note_path: str | None = None) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, threshold: float = 1.0, *, name: str = "", interval: float | None = None, slot: LoopSlot | None = None, notes: StallNotes | None = None
+    ) -> None:
         self.loop = loop
-        self.note_path = note_path
+        self.slot = slot
+        self.notes = notes
         self.noted = False
-        """A stall note is on disk (set by this thread, cleared by ``clear_note``)."""
+        """A stall note was left (set by this thread, cleared by ``clear_note``)."""
         self.threshold = threshold
         self.interval = min(0.25, threshold / 4) if interval is None else interval
         self.name = name
@@ -88,6 +118,8 @@ class LoopWatchdog:
         self._loop_thread = 0
         self._handle: asyncio.TimerHandle | None = None
         self._stop = threading.Event()
+        self._published: Any = None
+        self._published_at = 0.0
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -100,9 +132,16 @@ class LoopWatchdog:
 
     def clear_note(self) -> None:
         """The engine heartbeated after a stall: it kept its lease, so the stall blames nobody."""
-        if self.noted and self.note_path is not None:
+        if self.noted and self.notes is not None:
             self.noted = False
-            remove_stall_note(self.note_path)
+            self.notes.clear()
+
+    def released(self) -> None:
+        """The engine let go of its claims (a graceful stop): no note, and no slot file, is
+        needed (the mapping stays until the engine is gone: this thread may still write it)."""
+        self.clear_note()
+        if self.slot is not None:
+            remove_file(self.slot.path)
 
     def stop(self) -> None:
         """Stop watching; a stall note stays (a deposed engine's note is for its taker)."""
@@ -129,6 +168,8 @@ class LoopWatchdog:
         while not self._stop.wait(self.interval):
             turn = self.last_turn
             late = time.monotonic() - turn - self.interval
+            if self.slot is not None:
+                self._publish(self.slot, turn, late)
             if late <= self.threshold:
                 continue
             if turn != reported_for:
@@ -141,6 +182,22 @@ class LoopWatchdog:
             if late > self.longest:
                 self.longest = late
 
+    def _publish(self, slot: LoopSlot, turn: float, late: float) -> None:
+        """Copy the loop's record into the slot's shared file while the loop is late (the
+        code it names has held the loop since ``turn`` at least), clear it once it turns."""
+        current = slot.current if late > 0 else None
+        if current is self._published and turn == self._published_at:
+            return
+        self._published, self._published_at = current, turn
+        try:
+            found = None if current is None else describe(current)
+        except Exception:  # a record changing under us: name nobody rather than the wrong one
+            found = None
+        if found is None:
+            slot.unpublish()
+        else:
+            slot.publish(*found, entered=turn)
+
     def _report(self, late: float, again: bool) -> None:
         frame = sys._current_frames().get(self._loop_thread)
         try:
@@ -148,12 +205,13 @@ class LoopWatchdog:
             who = culprit(found)
         except Exception as exc:  # a frame changing under us: still say that the loop stalls
             found, who = None, f"unknown ({type(exc).__name__})"
-        if not again and found is not None and self.note_path is not None:
+        on_loop = self.slot.read() if self.slot is not None and not again else None
+        if on_loop is not None and self.notes is not None:
             try:
-                write_stall_note(self.note_path, {**found, "at": time.time(), "stalled": late})
+                self.notes.write({**on_loop, "at": time.time(), "stalled": late})
                 self.noted = True
             except OSError as exc:
-                log.warning("could not write the stall note %s: %s", self.note_path, exc)
+                log.warning("could not leave the stall note of this engine: %s", exc)
         stack = "".join(traceback.format_stack(frame, limit=40)) if frame is not None else "(no stack)"
         log.warning(
             "event loop %s for %.1f s (threshold %.1f s): %s is running on it; every other "

@@ -6,8 +6,8 @@ database. ``open_store`` picks by location; both pass the conformance suite (``t
 """
 
 from ._check import Problem, check_store
-from ._disk import is_read_only, writes_refused
-from ._engines import LOCK_WAIT_GRACE, expiry_time
+from ._disk import is_read_only, is_unreachable, writes_refused
+from ._engines import LOCK_WAIT_GRACE, AttestedWait, expiry_time
 from ._env import SCHEMA_VERSION
 from ._intents import (
     AppendInbox,
@@ -24,7 +24,9 @@ from ._effects import CancelOther, ContinueRun, CreateChild, PutRequest, StepRes
 from ._keys import STATUSES, TERMINAL, split_holder
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
 from ._offers import describe_type_mismatch, offered_types, type_mismatches
-from ._quarantine import QUARANTINED, UNSEEN_FACTOR, LiftQuarantine, QuarantineWorkflow, describe_reason, pending_reason, remove_stall_note, stall_note_path, write_stall_note
+from ._quarantine import QUARANTINED, LiftQuarantine, QuarantineWorkflow, describe_reason, remove_stall_note, stall_note_path, write_stall_note
+from ._blame import LoopSlot, loop_slot_path, read_loop_slot
+from ._stallnotes import StallNotes, stall_notes
 from ._store import LmdbStore
 from ._base import ReplayRows
 from ._open import open_store, is_store_url, describe_location
@@ -37,8 +39,10 @@ __all__ = [
     "check_store",
     "SCHEMA_VERSION",
     "LOCK_WAIT_GRACE",
+    "AttestedWait",
     "expiry_time",
     "is_read_only",
+    "is_unreachable",
     "writes_refused",
     "STATUSES",
     "TERMINAL",
@@ -56,8 +60,11 @@ __all__ = [
     "LiftQuarantine",
     "QuarantineWorkflow",
     "describe_reason",
-    "pending_reason",
-    "UNSEEN_FACTOR",
+    "LoopSlot",
+    "StallNotes",
+    "loop_slot_path",
+    "read_loop_slot",
+    "stall_notes",
     "stall_note_path",
     "remove_stall_note",
     "write_stall_note",

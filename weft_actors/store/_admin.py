@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import lmdb
 
 from ..errors import StorageError, WeftError
-from ._apply import TxnState
+from ._state import TxnState
 from ._dispatch import apply_intent
 from ._intents import PurgeWorkflow
 from ._keys import NO_ENGINE, TERMINAL, split_visibility_key, unpack_u64

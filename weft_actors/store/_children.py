@@ -12,12 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..codec import pack_record, unpack_record
-from ._apply import TxnState, append_inbox
-from ._intents import AppendInbox, CloseWorkflow
+from ._intents import AppendInbox, CancelOther, CloseWorkflow
 from ._keys import TERMINAL
 from ._queries import load_ops
+from ._relays import OnTerminal, ParentClose
+from ._state import TxnState
+from ._table import apply_intent
+from ._writes import append_inbox
 
-__all__ = ["on_terminal", "apply_parent_close", "request_cancel", "CHILD_DONE", "CANCEL"]
+__all__ = ["on_terminal", "apply_parent_close", "request_cancel", "on_terminal_intent", "parent_close_intent", "cancel_other", "CHILD_DONE", "CANCEL"]
 
 CHILD_DONE = "child-done"
 CANCEL = "cancel"
@@ -58,8 +61,6 @@ def notify_parent(state: TxnState, wid: str, record: dict[str, Any]) -> str | No
 def apply_parent_close(state: TxnState, wid: str, record: dict[str, Any], run_id: str | None = None) -> list[str]:
     """Apply the ``parent_close`` policy of every child the run ``run_id`` (default: the
     record's) started and that is still open. Children are found in the run's op log."""
-    from ._lifecycle import close_workflow  # a cycle at import time: _lifecycle calls on_terminal
-
     run_id = run_id or record["run_id"]
     touched: list[str] = []
     for op in load_ops(state.txn, state.dbs, wid, run_id).values():
@@ -77,7 +78,7 @@ def apply_parent_close(state: TxnState, wid: str, record: dict[str, Any], run_id
                 touched.append(child_id)
             continue
         error = {"type": "WorkflowTerminated", "message": f"parent {wid!r} closed", "kind": "terminated"}
-        result = close_workflow(state, CloseWorkflow(child_id, "terminated", error))
+        result = apply_intent(state, CloseWorkflow(child_id, "terminated", error))
         touched.append(child_id)
         touched.extend(result.get("touched", ()))
     return touched
@@ -88,8 +89,6 @@ def request_cancel(state: TxnState, wid: str) -> dict[str, Any] | None:
     the cancellation into the workflow), or an immediate close as ``cancelled`` if it has not
     started (no workflow code has run, so there is nothing to clean up). None if it is gone
     or already finished; ``{"closed": close result}`` or ``{"seq": inbox seq}`` otherwise."""
-    from ._lifecycle import close_workflow
-
     record = _record(state, wid)
     if record is None or record["status"] in TERMINAL:
         return None
@@ -97,5 +96,20 @@ def request_cancel(state: TxnState, wid: str) -> dict[str, Any] | None:
         # Nothing runs its code to deliver the cancel: close it now (no code ran, or it is parked).
         why = "cancelled before it started" if record["status"] == "pending" else "cancelled while quarantined"
         error = {"type": "WorkflowCancelled", "message": why, "kind": "cancelled"}
-        return {"closed": close_workflow(state, CloseWorkflow(wid, "cancelled", error))}
+        return {"closed": apply_intent(state, CloseWorkflow(wid, "cancelled", error))}
     return {"seq": append_inbox(state, AppendInbox(wid, CANCEL, "", b""))}
+
+
+def on_terminal_intent(state: TxnState, intent: OnTerminal) -> list[str]:
+    """The applier of ``OnTerminal``: the end of a step or of a close reaching relatives."""
+    return on_terminal(state, intent.wid, intent.record)
+
+
+def parent_close_intent(state: TxnState, intent: ParentClose) -> list[str]:
+    """The applier of ``ParentClose``: a run continued as new closes its children."""
+    return apply_parent_close(state, intent.wid, intent.record, intent.run_id)
+
+
+def cancel_other(state: TxnState, intent: CancelOther) -> dict[str, Any] | None:
+    """The applier of ``CancelOther``: ``request_cancel``, for an effect of another step."""
+    return request_cancel(state, intent.wid)

@@ -20,10 +20,13 @@ import lmdb
 
 from ..errors import StorageError, StorageFull
 
-__all__ = ["storage_failure", "is_read_only", "writes_refused", "READ_ONLY"]
+__all__ = ["storage_failure", "is_read_only", "is_unreachable", "writes_refused", "READ_ONLY", "UNREACHABLE"]
 
 READ_ONLY: Final = "read_only"
 """The ``reason`` of a ``StorageError`` for a store that cannot be written (EROFS, EACCES)."""
+
+UNREACHABLE: Final = "unreachable"
+"""The ``reason`` of a ``StorageError`` for a database server that cannot be reached now."""
 
 LOW_SPACE: Final = 16 << 20
 """Free bytes below which an ``EIO`` from a commit is taken for a full disk (or 1 % of it)."""
@@ -68,6 +71,10 @@ def storage_failure(exc: BaseException, path: str, what: str) -> StorageError | 
 
 def is_read_only(error: BaseException) -> bool:
     return isinstance(error, StorageError) and getattr(error, "reason", None) == READ_ONLY
+
+
+def is_unreachable(error: BaseException) -> bool:
+    return isinstance(error, StorageError) and getattr(error, "reason", None) == UNREACHABLE
 
 
 FULL_BELOW: Final = 64 * 1024

@@ -9,14 +9,16 @@ refused; it is checked before anything of the step is written, so a refused step
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, cast
+from typing import cast
 
 from ..codec import pack_record, unpack_record
 from ..errors import FencedOut, WorkflowAlreadyExists, WorkflowNotFound
-from ._apply import TxnState, create_workflow, next_epoch, set_visibility, step_commit
-from ._children import apply_parent_close, request_cancel
-from ._intents import CloseWorkflow, Created, CreateWorkflow, StepCommit
+from ._intents import CancelOther, CloseWorkflow, ContinueRun, CreateChild, Created, PutRequest, StepCommit, StepResult, TerminateOther
 from ._keys import DEADLINE_SEQ, NO_ENGINE, TERMINAL, by_engine_key, holder_value, inbox_key, prefixed, run_prefix, timer_key
+from ._relays import EffectfulStep, ParentClose
+from ._state import TxnState
+from ._table import apply_intent
+from ._writes import next_epoch, request_key, set_visibility
 
 __all__ = [
     "CreateChild",
@@ -26,70 +28,20 @@ __all__ = [
     "ContinueRun",
     "StepResult",
     "step_with_effects",
-    "request_key",
+    "effectful_step",
     "MAX_PREVIOUS_RUNS",
 ]
 
 MAX_PREVIOUS_RUNS = 20
 """How many earlier runs a continued workflow's record remembers (ids and endings only)."""
 
-
-class CreateChild(NamedTuple):
-    """Create child ``create.wid`` of the committing run (op ``parent_seq``). ``claim``: the
-    committing engine can run the child's type and takes it at once; otherwise the child is
-    left unclaimed, for any engine that can run it to reclaim. ``parent_run`` None: a child
-    nobody waits for (``start_child``), whose ending is told to the parent's current run."""
-
-    create: CreateWorkflow
-    parent_run: str | None
-    parent_seq: int
-    claim: bool
+# The effect records live with the other intents (``_intents``); they are named here too,
+# where the package's door (``weft_actors.store``) imports them from.
 
 
-class PutRequest(NamedTuple):
-    """Store the answer to request ``request_id`` of the committing workflow (``{"ok": bytes}``
-    or ``{"err": error record}``): a retried update with that id gets it without re-running.
-    Kept, with the run that answered it, until the run after that one continues as new (or
-    the workflow is replaced by ``start_new``, purged or pruned)."""
-
-    request_id: str
-    result: dict[str, Any]
-
-
-class CancelOther(NamedTuple):
-    """Ask workflow ``wid`` to cancel (see ``request_cancel``); nothing if it already ended."""
-
-    wid: str
-
-
-class TerminateOther(NamedTuple):
-    """Close workflow ``wid`` as ``terminated`` (``reason`` its message) in this commit, as an
-    operator's terminate would; nothing if it already ended."""
-
-    wid: str
-    reason: str
-
-
-class ContinueRun(NamedTuple):
-    """End the committing run as ``continued`` and start run ``run_id`` with ``args`` under the
-    same workflow id: fresh op log, same inbox, claim kept by this engine at a new epoch."""
-
-    run_id: str
-    args: bytes
-
-
-class StepResult(NamedTuple):
-    """What a step with effects (or with relatives) did beyond its own run: the new epoch after
-    continue-as-new, children created and claimed here ``(wid, type, args, Created)``, and other
-    workflows whose inbox or state changed (to wake if they run on this engine)."""
-
-    epoch: int | None = None
-    created: tuple[tuple[str, str, bytes, Created], ...] = ()
-    touched: tuple[str, ...] = ()
-
-
-def request_key(wid: str, request_id: str) -> bytes:
-    return prefixed(wid) + request_id.encode()
+def effectful_step(state: TxnState, intent: EffectfulStep) -> StepResult:
+    """The applier of ``EffectfulStep`` (``step_commit`` hands it on once the fence holds)."""
+    return step_with_effects(state, intent.step)
 
 
 def step_with_effects(state: TxnState, intent: StepCommit) -> StepResult:
@@ -112,7 +64,7 @@ def step_with_effects(state: TxnState, intent: StepCommit) -> StepResult:
     for effect in intent.effects:
         if type(effect) is CreateChild:
             created.append(_create_child(state, wid, effect))
-    plain = step_commit(state, intent._replace(effects=()))  # the step's own writes
+    plain = apply_intent(state, intent._replace(effects=()))  # the step's own writes
     touched = list(plain.touched) if plain is not None else []
     epoch = None
     for effect in intent.effects:
@@ -121,7 +73,7 @@ def step_with_effects(state: TxnState, intent: StepCommit) -> StepResult:
             value = {"state": "done", **effect.result, "at": state.now, "run": intent.run_id}
             txn.put(request_key(wid, effect.request_id), pack_record(value), db=dbs.requests)
         elif kind is CancelOther:
-            if request_cancel(state, effect.wid) is not None:
+            if apply_intent(state, effect) is not None:  # CancelOther: ``_children``
                 touched.append(effect.wid)
         elif kind is TerminateOther:
             touched.extend(_terminate_other(state, effect))
@@ -131,20 +83,18 @@ def step_with_effects(state: TxnState, intent: StepCommit) -> StepResult:
 
 
 def _terminate_other(state: TxnState, effect: TerminateOther) -> list[str]:
-    from ._lifecycle import close_workflow  # a cycle at import time, as in ``_children``
-
     raw = state.txn.get(effect.wid.encode(), db=state.dbs.workflows)
     if raw is None or unpack_record(raw)["status"] in TERMINAL:
         return []
     error = {"type": "WorkflowTerminated", "message": effect.reason, "kind": "terminated"}
-    result = close_workflow(state, CloseWorkflow(effect.wid, "terminated", error))
+    result = apply_intent(state, CloseWorkflow(effect.wid, "terminated", error))
     return [effect.wid, *result.get("touched", ())]
 
 
 def _create_child(state: TxnState, parent: str, effect: CreateChild) -> tuple[str, str, bytes, Created]:
     txn, dbs = state.txn, state.dbs
     create = effect.create
-    result = create_workflow(state, create)
+    result: Created = apply_intent(state, create)
     wid_raw = create.wid.encode()
     record = unpack_record(cast(bytes, txn.get(wid_raw, db=dbs.workflows)))
     record["parent_run"] = effect.parent_run
@@ -178,7 +128,7 @@ def _continue_run(state: TxnState, intent: StepCommit, effect: ContinueRun, touc
     txn.put(wid_raw, pack_record(record), db=dbs.workflows)
     set_visibility(state, record, wid, old)
     if had_children:
-        touched.extend(apply_parent_close(state, wid, record, old_run))
+        touched.extend(apply_intent(state, ParentClose(wid, record, old_run)))
     prefix = run_prefix(wid, old_run)
     cursor = txn.cursor(db=dbs.ops)
     if cursor.set_range(prefix):

@@ -36,6 +36,7 @@ from ._env import Databases
 from ._keys import engine_key
 
 __all__ = [
+    "AttestedWait",
     "LOCK_WAIT_GRACE",
     "blocked_on_lock",
     "counts_as_live",
@@ -77,11 +78,23 @@ for a stalled holder to be killed and its transaction rolled back, yet a bound o
 a wait slot whose process froze before it reached the lock."""
 
 
+class AttestedWait(float):
+    """A ``waiting_since`` that the lock's own server shows as a wait going on now (on
+    PostgreSQL, a session queued for the lock: ``_pg._waits``), not one a process wrote
+    before it may have frozen: trusted for as long as it lasts, not only ``LOCK_WAIT_GRACE``
+    ttls. A writer blocked behind a stalled holder is then never judged for the stall."""
+
+    __slots__ = ()
+
+
 def blocked_on_lock(record: dict[str, Any], waiting_since: float, now: float) -> bool:
     """Whether an engine whose lease lapsed only waits for the write lock: its process began
     waiting (``waiting_since`` > 0, its wait slot) before the lease lapsed, so it commits
-    once it gets the lock, and less than ``LOCK_WAIT_GRACE`` ttls ago."""
-    return waiting_since > 0.0 and not is_expired(record, waiting_since) and now - waiting_since < LOCK_WAIT_GRACE * record["ttl"]
+    once it gets the lock, and less than ``LOCK_WAIT_GRACE`` ttls ago (or the wait is an
+    ``AttestedWait``)."""
+    if waiting_since <= 0.0 or is_expired(record, waiting_since):
+        return False
+    return isinstance(waiting_since, AttestedWait) or now - waiting_since < LOCK_WAIT_GRACE * record["ttl"]
 
 
 def counts_as_live(

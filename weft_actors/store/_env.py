@@ -10,6 +10,7 @@ import lmdb
 
 from ..errors import OwnershipModeMismatch, SchemaVersionError, StorageError
 from .._clock import Clock, SystemClock
+from ._databases import DATABASES, Databases
 from ._disk import storage_failure
 from ._migrate import adopt_lease_clock, upgrade
 
@@ -17,49 +18,8 @@ __all__ = ["SCHEMA_VERSION", "DATABASES", "open_environment", "Databases", "lock
 
 log = logging.getLogger("weft_actors.store")
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 DEFAULT_MAP_SIZE: Final = 1 << 40  # sparse: LMDB only takes what it writes
-
-DATABASES: Final = (
-    "workflows",
-    "ops",
-    "inbox",
-    "feed",
-    "timers",
-    "claim_epoch",
-    "claim_holder",
-    "engines",
-    "by_engine",
-    "visibility",
-    "expiring",
-    "requests",
-    "meta",
-)
-
-
-class Databases:
-    """Handles of the named databases of one open environment."""
-
-    __slots__ = DATABASES
-
-    workflows: lmdb._Database
-    ops: lmdb._Database
-    inbox: lmdb._Database
-    feed: lmdb._Database
-    timers: lmdb._Database
-    claim_epoch: lmdb._Database
-    claim_holder: lmdb._Database
-    engines: lmdb._Database
-    by_engine: lmdb._Database
-    visibility: lmdb._Database
-    expiring: lmdb._Database
-    requests: lmdb._Database
-    meta: lmdb._Database
-
-    def __init__(self, env: lmdb.Environment) -> None:
-        for name in DATABASES:
-            setattr(self, name, env.open_db(name.encode()))
-
 
 _OPEN: dict[str, list] = {}
 """path -> [env, dbs, users, lock file identity]: LMDB allows one environment per path per

@@ -13,21 +13,23 @@ due delayed start (its ``START_SEQ`` timer at the promotion time): the engine th
 it fires it straight after the commit if it can run the type (``TxnState.promoted``), and
 any engine's maintenance pass does otherwise, so a crash between the two loses nothing.
 
-A slot is held through continue-as-new (the chain is one workflow) and quarantine (the
-workflow may be put back); it is freed by any terminal status, however it is reached.
+A slot is held through continue-as-new (the chain is one workflow); it is freed by any
+terminal status, however it is reached, and by quarantine (``vacate``): a parked workflow must
+not stall its group until an operator acts. Lifting the quarantine queues it again ahead of
+every start waiting in its group (``queue_first``), and a free slot goes to it at once.
 """
 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final
 
 from .._checks import MAX_PRIORITY
 from ..codec import pack_record, unpack_record
+from ._intents import Flow
 from ._keys import START_SEQ, pack_u64, timer_key, unpack_u64
-
-if TYPE_CHECKING:
-    from ._apply import TxnState
+from ._state import TxnState
+from ._writes import set_visibility
 
 __all__ = [
     "Flow",
@@ -38,6 +40,9 @@ __all__ = [
     "split_group",
     "admit",
     "release",
+    "vacate",
+    "queue_first",
+    "fill_free_slots",
     "queue_position",
     "running_in",
     "record_flow",
@@ -54,14 +59,11 @@ QUEUE_PREFIX: Final = b"flow/queue/"
 the waiting workflow's id."""
 _SEQ_KEY: Final = b"flow/seq"
 _U16: Final = struct.Struct(">H")
-
-
-class Flow(NamedTuple):
-    """A start's flow control, as the starting engine computed it from the definition."""
-
-    group: bytes
-    concurrency: int
-    priority: int = 0
+_HEAD: Final = bytes((0,)) + pack_u64(0)
+"""What a lifted workflow's queue key has after its group (priority byte 0, seq 0), then its
+own ``2**64 - 1 - seq``: it sorts before every start's entry (whose seq is at least 1) at any
+priority, and before the workflows lifted earlier."""
+_U64_MAX: Final = (1 << 64) - 1
 
 
 def flow_group(wf_type: str, key: str | None) -> bytes:
@@ -129,14 +131,22 @@ def admit(state: TxnState, wid: str, record: dict[str, Any]) -> bool:
 
 
 def _enqueue(state: TxnState, group: bytes, priority: int, wid: str) -> bytes:
+    key = _queue_prefix(group) + bytes((MAX_PRIORITY - priority,)) + pack_u64(_next_seq(state))
+    _put_entry(state, group, key, wid)
+    return key
+
+
+def _next_seq(state: TxnState) -> int:
     txn, meta = state.txn, state.dbs.meta
     stored = txn.get(_SEQ_KEY, db=meta)
     seq = (0 if stored is None else unpack_u64(stored)[0]) + 1
     txn.put(_SEQ_KEY, pack_u64(seq), db=meta)
-    key = _queue_prefix(group) + bytes((MAX_PRIORITY - priority,)) + pack_u64(seq)
-    txn.put(key, wid.encode(), db=meta)
+    return seq
+
+
+def _put_entry(state: TxnState, group: bytes, key: bytes, wid: str) -> None:
+    state.txn.put(key, wid.encode(), db=state.dbs.meta)
     _add_waiting(state, group, 1)
-    return key
 
 
 def release(state: TxnState, record: dict[str, Any]) -> None:
@@ -149,15 +159,46 @@ def release(state: TxnState, record: dict[str, Any]) -> None:
         _add_waiting(state, group, -1)
     if not record.get("slot"):
         return
+    _free_slot(state, flow)
+
+
+def vacate(state: TxnState, record: dict[str, Any]) -> None:
+    """``record`` is being quarantined: the slot it holds (if any) goes to the head of its
+    group's queue in this transaction, and it holds none until it is lifted (``queue_first``).
+    The caller writes the record."""
+    if record.pop("slot", None):
+        _free_slot(state, record["flow"])
+
+
+def _free_slot(state: TxnState, flow: dict[str, Any]) -> None:
+    group = flow["group"]
     running = max(0, running_in(state.txn, state.dbs.meta, group) - 1)
     running += _promote(state, group, flow["concurrency"] - running)
     _set_running(state, group, running)
 
 
+def queue_first(state: TxnState, wid: str, record: dict[str, Any]) -> None:
+    """A lifted quarantine (``record``, holding no slot): ``pending`` at the head of its
+    group's queue, ahead of every start waiting there (it had run before them). The caller
+    writes the record, then calls ``fill_free_slots``, which promotes it if a slot is free."""
+    group = record["flow"]["group"]
+    key = _queue_prefix(group) + _HEAD + pack_u64(_U64_MAX - _next_seq(state))
+    _put_entry(state, group, key, wid)
+    record["status"] = "pending"
+    record["queued"] = key
+
+
+def fill_free_slots(state: TxnState, flow: dict[str, Any]) -> None:
+    """Give the free slots of ``flow``'s group, if any, to the head of its queue."""
+    group = flow["group"]
+    running = running_in(state.txn, state.dbs.meta, group)
+    promoted = _promote(state, group, flow["concurrency"] - running)
+    if promoted:
+        _set_running(state, group, running + promoted)
+
+
 def _promote(state: TxnState, group: bytes, room: int) -> int:
     """Give up to ``room`` free slots to the head of ``group``'s queue; how many were given."""
-    from ._apply import set_visibility  # a cycle at import time: _apply calls release
-
     if room <= 0:
         return 0
     txn, dbs = state.txn, state.dbs

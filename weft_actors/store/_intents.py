@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ._flow import Flow
-
 __all__ = [
+    "Flow",
     "AppendInbox",
     "CloseWorkflow",
     "CreateWorkflow",
@@ -21,7 +20,22 @@ __all__ = [
     "StepCommit",
     "TimerRef",
     "Created",
+    "CreateChild",
+    "PutRequest",
+    "CancelOther",
+    "TerminateOther",
+    "ContinueRun",
+    "StepResult",
 ]
+
+
+class Flow(NamedTuple):
+    """A start's flow control, as the starting engine computed it from the definition
+    (``_flow`` keeps its slots and queue)."""
+
+    group: bytes
+    concurrency: int
+    priority: int = 0
 
 
 class TimerRef(NamedTuple):
@@ -128,3 +142,60 @@ class FireStart(NamedTuple):
 
     wid: str
     run_id: str
+
+
+# The effects a ``StepCommit`` may carry, applied by ``_effects`` in the step's transaction.
+
+
+class CreateChild(NamedTuple):
+    """Create child ``create.wid`` of the committing run (op ``parent_seq``). ``claim``: the
+    committing engine can run the child's type and takes it at once; otherwise the child is
+    left unclaimed, for any engine that can run it to reclaim. ``parent_run`` None: a child
+    nobody waits for (``start_child``), whose ending is told to the parent's current run."""
+
+    create: CreateWorkflow
+    parent_run: str | None
+    parent_seq: int
+    claim: bool
+
+
+class PutRequest(NamedTuple):
+    """Store the answer to request ``request_id`` of the committing workflow (``{"ok": bytes}``
+    or ``{"err": error record}``): a retried update with that id gets it without re-running.
+    Kept, with the run that answered it, until the run after that one continues as new (or
+    the workflow is replaced by ``start_new``, purged or pruned)."""
+
+    request_id: str
+    result: dict[str, Any]
+
+
+class CancelOther(NamedTuple):
+    """Ask workflow ``wid`` to cancel (see ``request_cancel``); nothing if it already ended."""
+
+    wid: str
+
+
+class TerminateOther(NamedTuple):
+    """Close workflow ``wid`` as ``terminated`` (``reason`` its message) in this commit, as an
+    operator's terminate would; nothing if it already ended."""
+
+    wid: str
+    reason: str
+
+
+class ContinueRun(NamedTuple):
+    """End the committing run as ``continued`` and start run ``run_id`` with ``args`` under the
+    same workflow id: fresh op log, same inbox, claim kept by this engine at a new epoch."""
+
+    run_id: str
+    args: bytes
+
+
+class StepResult(NamedTuple):
+    """What a step with effects (or with relatives) did beyond its own run: the new epoch after
+    continue-as-new, children created and claimed here ``(wid, type, args, Created)``, and other
+    workflows whose inbox or state changed (to wake if they run on this engine)."""
+
+    epoch: int | None = None
+    created: tuple[tuple[str, str, bytes, Created], ...] = ()
+    touched: tuple[str, ...] = ()

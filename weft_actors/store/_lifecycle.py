@@ -13,10 +13,9 @@ from typing import Any
 
 from ..codec import pack_record, unpack_record
 from ..errors import InvalidRequest, WorkflowClosed, WorkflowNotFound
-from ._apply import TxnState, next_epoch, set_visibility
-from ._children import on_terminal
+from ._recent import delete_recent
 from ._feed import feed_entry
-from ._flow import admit
+from ._flow import admit, release
 from ._intents import CloseWorkflow, FireStart, PurgeWorkflow
 from ._keys import (
     DEADLINE_SEQ,
@@ -32,8 +31,12 @@ from ._keys import (
     visibility_key,
 )
 from ._queries import load_ops
+from ._relays import OnTerminal, ReleaseSlot
+from ._state import TxnState
+from ._table import apply_intent
+from ._writes import next_epoch, set_visibility
 
-__all__ = ["close_workflow", "purge_workflow", "fire_start"]
+__all__ = ["close_workflow", "purge_workflow", "fire_start", "release_slot"]
 
 
 def _load(state: TxnState, wid: str) -> dict[str, Any]:
@@ -95,7 +98,7 @@ def close_workflow(state: TxnState, intent: CloseWorkflow) -> dict[str, Any]:
     # instead of keeping it parked until some wake finds the fence moved.
     seq = state.next_feed_seq()
     state.txn.put(pack_u64(seq), feed_entry(state.now, wid), db=state.dbs.feed)
-    touched = on_terminal(state, wid, record) if record.get("parent") is not None or record.get("children") else []
+    touched = apply_intent(state, OnTerminal(wid, record)) if record.get("parent") is not None or record.get("children") else []
     return {"status": intent.status, "error": intent.error, "epoch": epoch, "previous_owner": previous, "feed_seq": seq, "touched": touched}
 
 
@@ -119,6 +122,7 @@ def purge_workflow(state: TxnState, intent: PurgeWorkflow) -> int:
                 if not cursor.delete() or not cursor.key():
                     break
     txn.delete(visibility_key(record["status"], record["type"], wid), db=dbs.visibility)
+    delete_recent(txn, dbs, record, wid)
     state.count(record["status"], record["type"], -1)
     txn.delete(expiring_key(record["updated"], wid), db=dbs.expiring)
     txn.delete(wid.encode(), db=dbs.workflows)
@@ -150,3 +154,8 @@ def fire_start(state: TxnState, intent: FireStart) -> int | None:
     set_visibility(state, record, wid, old)
     return epoch
 
+
+def release_slot(state: TxnState, intent: ReleaseSlot) -> None:
+    """A workflow holding a flow slot ended, however it ended (``set_visibility`` sees every
+    end and relays it here): its slot goes to the head of its group's queue (``_flow``)."""
+    release(state, intent.record)

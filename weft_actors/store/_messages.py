@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..codec import pack_record, unpack_record
 from ..errors import WorkflowAlreadyExists, WorkflowClosed, WorkflowNotFound
-from ._apply import TxnState, append_inbox, create_workflow
-from ._children import request_cancel
-from ._effects import request_key
-from ._intents import AppendInbox, Created, CreateWorkflow
+from ._intents import AppendInbox, CancelOther, Created, CreateWorkflow
 from ._feed import feed_entry
 from ._keys import TERMINAL, fence, pack_u32, pack_u64, prefixed, run_prefix
+from ._state import TxnState
+from ._table import apply_intent
+from ._writes import append_inbox, request_key
 
 if TYPE_CHECKING:
     import lmdb
@@ -120,7 +120,7 @@ def request_cancel_intent(state: TxnState, intent: RequestCancel) -> dict[str, A
     status = unpack_record(raw)["status"]
     if status in TERMINAL:
         raise WorkflowClosed(f"workflow {intent.wid!r} has already finished (status {status})", workflow_id=intent.wid, status=status)
-    return request_cancel(state, intent.wid)  # type: ignore[return-value]
+    return apply_intent(state, CancelOther(intent.wid))
 
 
 def signal_with_start(state: TxnState, intent: SignalWithStart) -> tuple[Created, int]:
@@ -129,11 +129,11 @@ def signal_with_start(state: TxnState, intent: SignalWithStart) -> tuple[Created
     raw = state.txn.get(wid.encode(), db=state.dbs.workflows)
     existing = None if raw is None else unpack_record(raw)
     if existing is None:
-        created = create_workflow(state, create)
+        created = apply_intent(state, create)
     elif existing["status"] not in TERMINAL:
         created = Created(False, existing["run_id"], existing["status"], 0)
     elif create.if_exists == "start_new":
-        created = create_workflow(state, create)
+        created = apply_intent(state, create)
     elif create.if_exists == "return":
         raise WorkflowClosed(
             f"workflow {wid!r} has finished (status {existing['status']}); it takes no more signals",

@@ -7,7 +7,8 @@ by a lease clock each engine record names (``adopt_lease_clock``, run at every r
 open, moves older records onto it). Version 4 keeps the number of workflows per (status,
 type) in ``meta`` (``count/`` keys: what ``/metrics`` reports without scanning); the upgrade
 counts the visibility index once. An older version would not keep those counts, so it refuses a
-version-4 store.
+version-4 store. Version 5 adds the ``recent`` index (newest first per status, ``_recent``),
+derived from the visibility index once.
 """
 
 from __future__ import annotations
@@ -15,19 +16,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..codec import pack_record, unpack_record
+from ._recent import rebuild_recent
 from ._keys import COUNT_PREFIX, TERMINAL, count_key, expiring_key, group_length, pack_u64, visibility_key, visibility_value
 
 if TYPE_CHECKING:
     import lmdb
 
     from .._clock import Clock
-    from ._env import Databases
+    from ._databases import Databases
 
 __all__ = ["upgrade", "adopt_lease_clock", "rebuild_counts", "count_groups"]
 
 
 def rebuild_indexes(txn: lmdb.Transaction[bytes], dbs: Databases) -> int:
-    """Rewrite the visibility and ``expiring`` indexes from the records; returns their count."""
+    """Rewrite the visibility and ``expiring`` indexes from the records; returns their count.
+    The ``recent`` index follows the visibility index (``upgrade``)."""
     txn.drop(dbs.visibility, delete=False)
     txn.drop(dbs.expiring, delete=False)
     count = 0
@@ -78,6 +81,8 @@ def upgrade(txn: lmdb.Transaction[bytes], dbs: Databases, version: int) -> None:
         rebuild_indexes(txn, dbs)  # the counts too
     elif version < 4:
         rebuild_counts(txn, dbs)
+    if version < 5:
+        rebuild_recent(txn, dbs)
 
 
 def adopt_lease_clock(txn: lmdb.Transaction[bytes], dbs: Databases, clock: Clock) -> int:

@@ -26,9 +26,9 @@ import struct
 from typing import Any, Final, NamedTuple
 
 from ..errors import InvalidRequest
-from ._apply import TxnState
 from ._engines import engine_record
 from ._keys import pack_u64, prefixed, unpack_u64
+from ._state import TxnState
 
 __all__ = ["TakePermits", "HoldPermits", "take_permits", "hold_permits", "read_permits", "RATE_PREFIX", "HELD_PREFIX"]
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..codec import unpack_record
 from . import _engines
+from ._blame import remove_engine_notes, stall_note_key
 from ._feed import prune_feed
 from ._reads import Prefetch
 from ._retention import PruneResult, prune_history
@@ -29,6 +30,7 @@ class UpkeepMixin:
     env: lmdb.Environment
     dbs: Databases
     clock: Clock
+    path: str
     _incarnations: dict[str, str]
     _ownership: Ownership
     _refusals: Refusals
@@ -119,14 +121,19 @@ class UpkeepMixin:
 
     def prune_engines(self, keep: float) -> list[str]:
         """Delete registry records of engines that ended more than ``keep`` seconds ago and
-        hold no claim, and their lock files. Returns the ids deleted."""
+        hold no claim, their stall notes in the store, and their files on this machine (lock
+        file, loop slot, stall note). Returns the ids deleted."""
 
         def txn_fn(txn: lmdb.Transaction[bytes]) -> list[str]:
-            return _engines.prune_engines(txn, self.dbs, self.clock.lease_now(), keep)
+            gone = _engines.prune_engines(txn, self.dbs, self.clock.lease_now(), keep)
+            for engine_id in gone:  # none left for a taker: its workflows have all moved
+                txn.delete(stall_note_key(engine_key(engine_id)), db=self.dbs.meta)
+            return gone
 
         gone = self._write(txn_fn)
         for engine_id in gone:
             self._ownership.remove_files(engine_id)
+            remove_engine_notes(self.path, engine_id)
         return gone
 
     def engine(self, engine_id: str) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ from ..errors import WeftError
 from ..shard import validate_timing
 from ..store import is_store_url
 from ._config import SupervisorConfig, configure_logging
-from ._console import parse_http
+from ._console import H11_MISSING, parse_http
 from ._supervisor import EXIT_STARTUP, Supervisor
 
 log = logging.getLogger("weft_actors.supervisor")
@@ -35,6 +35,15 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         if action.default is None or action.default is False:
             return f"{help} (default: {'off' if action.default is False else 'none'})"
         return f"{help} (default: %(default)s)"
+
+
+def _have_h11() -> bool:
+    """Whether the console's HTTP layer can be imported (the ``console`` extra)."""
+    try:
+        import h11  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -64,9 +73,17 @@ def _parser() -> argparse.ArgumentParser:
         "--http",
         metavar="[HOST:]PORT",
         help="serve the web console, its JSON API, /metrics and /healthz here (default: off; HOST defaults to 127.0.0.1; "
-        "a non-loopback HOST needs CURVE or --insecure-bind)",
+        "a non-loopback HOST needs --http-cert or --insecure-http, and every request there a token)",
     )
     parser.add_argument("--http-token-file", metavar="FILE", help="read the console's action token from FILE (default: a random token, logged at start)")
+    console = parser.add_argument_group("web console security and limits (docs/operations.md, Web console)")
+    console.add_argument("--http-read-token-file", metavar="FILE", help="a second token, read from FILE, that may read the console but not act")
+    console.add_argument("--http-cert", metavar="PEM", help="serve the console over TLS with this certificate (chain)")
+    console.add_argument("--http-key", metavar="PEM", help="the private key of --http-cert (default: in the --http-cert file)")
+    console.add_argument("--insecure-http", action="store_true", help="allow a non-loopback --http HOST without TLS (a token is still needed)")
+    console.add_argument("--http-host", action="append", default=[], metavar="NAME", help="a name the console answers to as Host: (repeatable; IP literals and localhost always)")
+    console.add_argument("--http-max-connections", type=int, default=64, metavar="N", help="console connections open at once; more get 503")
+    console.add_argument("--http-timeout", type=float, default=10.0, metavar="S", help="seconds a console connection gets to send a whole request; one idle this long is closed")
     parser.add_argument("--no-hints", action="store_true", help="disable the hint bus (polling only; default: hints on)")
     parser.add_argument(
         "--routing",
@@ -90,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     limits.add_argument("--max-intake-mb", type=int, default=512, metavar="MB", help="MiB that clients' unfinished multi-part messages may grow the supervisor by before the connection sending the most is cut (0: never; default 512)")
     limits.add_argument("--max-queued-requests", type=int, default=20_000, metavar="N", help="requests a shard holds unanswered; more for it are refused at once with Overloaded (default 20000)")
     poison = parser.add_argument_group("poison workflows")
-    poison.add_argument("--quarantine-after", type=int, default=3, metavar="N", help="park a workflow after N owners in a row were lost running it without progress (default 3)")
+    poison.add_argument("--quarantine-after", type=int, default=1, metavar="N", help="park a workflow after N of its owners were lost without progress to a stall or death its own code caused (default 1: at the first)")
     poison.add_argument("--stall-threshold", type=float, default=None, metavar="S", help="log a loop stall (with the workflow and activity blocking it) after S seconds (default: the lesser of 1 and ttl/3)")
     return parser
 
@@ -100,8 +117,15 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
     args = parser.parse_args(argv)
     if args.curve_readonly_keys and not args.curve_secret_key:
         parser.error("--curve-readonly-keys needs --curve-secret-key")
-    if args.http_token_file and not args.http:
-        parser.error("--http-token-file needs --http")
+    console_flags = (args.http_token_file, args.http_read_token_file, args.http_cert, args.http_key, args.insecure_http, args.http_host)
+    if any(console_flags) and not args.http:
+        parser.error("--http-token-file, --http-read-token-file, --http-cert, --http-key, --insecure-http and --http-host need --http")
+    if args.http and not _have_h11():
+        parser.error(H11_MISSING)
+    if args.http_key and not args.http_cert:
+        parser.error("--http-key needs --http-cert")
+    if args.http_max_connections < 1 or not args.http_timeout > 0:
+        parser.error("--http-max-connections must be at least 1 and --http-timeout > 0")
     if args.http:
         try:
             parse_http(args.http)
@@ -139,6 +163,13 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         metrics_port=args.metrics_port,
         http=args.http,
         http_token_file=args.http_token_file,
+        http_read_token_file=args.http_read_token_file,
+        http_cert=args.http_cert,
+        http_key=args.http_key,
+        insecure_http=args.insecure_http,
+        http_hosts=tuple(args.http_host),
+        http_max_connections=args.http_max_connections,
+        http_timeout=args.http_timeout,
         hints=not args.no_hints,
         restart_limit=args.restart_limit,
         restart_window=args.restart_window,

@@ -31,6 +31,19 @@ class SupervisorConfig:
     """``HOST:PORT`` (or ``PORT``, on loopback) of the web console; ``None``: no console."""
     http_token_file: str | None = None
     """A file holding the console's action token; ``None``: a random one, logged at start."""
+    http_read_token_file: str | None = None
+    """A file holding a token that may read the console but not act; ``None``: none."""
+    http_cert: str | None = None
+    """PEM certificate (chain) the console serves TLS with; ``None``: plain HTTP."""
+    http_key: str | None = None
+    """PEM private key of ``http_cert``; ``None``: the key is in ``http_cert``'s file."""
+    insecure_http: bool = False
+    """Allow a non-loopback console without TLS."""
+    http_hosts: tuple[str, ...] = ()
+    """Names the console answers to as ``Host`` besides IP literals and ``localhost``."""
+    http_max_connections: int = 64
+    http_timeout: float = 10.0
+    """Seconds a console connection gets to send a whole request; idle this long, it is closed."""
     hints: bool = True
     restart_limit: int = 5
     restart_window: float = 30.0
@@ -45,7 +58,7 @@ class SupervisorConfig:
     max_active_workflows: int | None = None
     max_inbox: int = 10_000
     max_inflight_activities: int = 1000
-    quarantine_after: int = 3
+    quarantine_after: int = 1
     stall_threshold: float | None = None
     max_running: int = 10_000
     max_queued_requests: int = 20_000
@@ -77,7 +90,7 @@ class ShardConfig:
     max_active_workflows: int | None = None
     max_inbox: int = 10_000
     max_inflight_activities: int = 1000
-    quarantine_after: int = 3
+    quarantine_after: int = 1
     stall_threshold: float | None = None
     max_running: int = 10_000
     max_queued_requests: int = 20_000

@@ -5,7 +5,10 @@ supervisor then kills it (SIGKILL) and restarts it through the normal path, whic
 the store's write lock if it stalled holding it. A shard that only waits for that lock is not
 hung: each shard publishes when it began to wait (the wait slot in its engine's lock file,
 ``LmdbStore.waiting_since``), and such a shard is left alone for ``LOCK_WAIT_GRACE`` ttls,
-time enough for the holder to be killed (peers spare it the same way). The store writes that follow a death go through ``DeathRecorder``'s own thread:
+time enough for the holder to be killed (peers spare it the same way); on PostgreSQL the
+waiting or holding transaction publishes the same (``PgStore.waiting_since``). A store that
+refuses writes or cannot be reached silences every shard at once: that is no hang of theirs
+(``judge_sparing_refusals``). The store writes that follow a death go through ``DeathRecorder``'s own thread:
 marking an engine dead takes the write lock, and the loop that must kill a stalled holder can
 never wait for it.
 """
@@ -21,9 +24,9 @@ import zmq
 
 from ..bus import encode_hint, publisher
 from ..errors import WeftError
-from ..store import LOCK_WAIT_GRACE
+from ..store import LOCK_WAIT_GRACE, AttestedWait, writes_refused
 
-__all__ = ["DeathRecorder", "Judgement", "hung_reason", "judge_shards", "LOCK_WAIT_GRACE"]
+__all__ = ["DeathRecorder", "Judgement", "hung_reason", "judge_shards", "judge_sparing_refusals", "store_refuses_writes", "LOCK_WAIT_GRACE"]
 
 log = logging.getLogger("weft_actors.supervisor")
 
@@ -46,8 +49,8 @@ def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float
     silent = wall - max(record["expires_at"] - record["ttl"], ready_at)
     if silent <= ttl:
         return None
-    if waiting_since > 0 and wall - waiting_since < LOCK_WAIT_GRACE * ttl:
-        return None  # blocked behind another process's transaction, not hung itself
+    if waiting_since > 0 and (wall - waiting_since < LOCK_WAIT_GRACE * ttl or isinstance(waiting_since, AttestedWait)):
+        return None  # blocked behind another process's transaction (or a stalled server), not hung itself
     if waiting_since < 0 and wall + waiting_since < ttl:
         return None  # it got the lock a moment ago and commits what it could not meanwhile
     return f"it has not heartbeated for {silent:.1f} s (ttl {ttl:g} s)"
@@ -76,6 +79,30 @@ def judge_shards(store: Any, watched: Sequence[tuple[str, float]], ttl: float, r
     wall = store.clock.lease_now()  # the records' lease clock, blind to wall-clock jumps
     reasons = [hung_reason(records.get(engine_id), waiting, wall, ttl, max(ready_at, refused_at)) for (engine_id, ready_at), waiting in zip(watched, waits)]
     return Judgement(records, wall, reasons)
+
+
+def store_refuses_writes(store: Any) -> bool:
+    """Whether nobody can write the store now: its filesystem is read-only or full (LMDB),
+    or its server refuses writes or cannot be reached (PostgreSQL's ``writes_refused``)."""
+    probe = getattr(store, "writes_refused", None)
+    return bool(probe()) if probe is not None else writes_refused(store.path)
+
+
+def judge_sparing_refusals(store: Any, watched: Sequence[tuple[str, float]], ttl: float, refused_at: float) -> tuple[Judgement | None, float]:
+    """``judge_shards``, unless the store refuses writes or cannot be read now, and when it
+    last did (returned, for the next call): nobody could heartbeat then, so every shard has a
+    whole ttl from that moment, and a shard is never killed for an outage of the store.
+    ``None`` for no judgment: meanwhile nothing can be judged (and a lost server's reads
+    would each wait out their bound on the supervisor's loop)."""
+    # Once it is back, the shards may find it only after a hold-off (``rejoin_delay``).
+    refusing = store.clock.lease_now() + getattr(store, "rejoin_delay", 0.0)
+    if store_refuses_writes(store):
+        return None, refusing
+    try:
+        return judge_shards(store, watched, ttl, refused_at), refused_at
+    except Exception as exc:  # a read; the store may be briefly unreadable
+        log.warning("cannot read the engine records: %s", exc)
+        return None, refusing
 
 
 class DeathRecorder:

@@ -20,10 +20,11 @@ import zmq
 from ..bus import START_OPS, decode_hint, decode_request, encode_error, encode_hint, encode_reply, hint_topic, publisher, shard_identity, subscriber
 from ..bus._frames import decode_batch, encode_batch, readable, recv_frames, send_frames
 from ..errors import Overloaded, StorageError, StorageFull, WeftError
-from ..store import is_read_only
+from ..store import is_read_only, is_unreachable
 from ..shard import Engine
 from ._config import ShardConfig, configure_logging
 from ._shard_ops import ShardOps
+from ._store_wait import open_when_reachable
 
 __all__ = ["shard_main"]
 
@@ -31,8 +32,9 @@ log = logging.getLogger("weft_actors.supervisor")
 
 EXIT_DEPOSED = 4
 EXIT_UNWRITABLE = 5
-"""The store could not be written at start (read-only filesystem, permissions, a full disk):
-the supervisor starts the shard again a little later, without counting a crash."""
+"""The store could not be written or reached at start (read-only filesystem or server,
+permissions, a full disk, a lost database): the supervisor starts the shard again a little
+later, without counting a crash."""
 
 DRAIN_REQUESTS = 2000
 """Requests taken from the front door per loop turn; the rest wait for the next turn, so a
@@ -63,10 +65,10 @@ def shard_main(config: ShardConfig, control: Connection) -> None:
 
 
 def cannot_write(error: WeftError) -> bool:
-    """The store refuses writes for now (a read-only filesystem, no permission, a full disk):
-    a restart will fail the same way until an operator or time frees it, so it is waited for
-    (``EXIT_UNWRITABLE``), not counted as a crash."""
-    return isinstance(error, StorageFull) or is_read_only(error)
+    """The store refuses writes for now (a read-only filesystem or server, no permission, a
+    full disk) or cannot be reached: a restart will fail the same way until an operator or
+    time frees it, so it is waited for (``EXIT_UNWRITABLE``), not counted as a crash."""
+    return isinstance(error, StorageFull) or is_read_only(error) or is_unreachable(error)
 
 
 def load_app(name: str) -> Any:
@@ -114,7 +116,13 @@ class ShardServer:
             on_done_interest=self._done_interest if config.hints else None,
             warn_type_mismatch=False,  # the supervisor says it, once for all its shards
         )
-        await self.engine.open()
+        if not await open_when_reachable(self.engine, self.control, config.slot):
+            self.context.destroy(linger=0)
+            return 0  # drained while it waited for its store
+        # A commit's replies leave before the user code it wakes runs (a first turn that
+        # blocks the loop must not hold back the answer to its start).
+        self.engine.committer.before_wake = self._flush_replies
+        self.engine.committer.callers = self._tasks.__len__  # any batch may answer one of them
         self.ops = ShardOps(self.engine)
         self.dealer = self.context.socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.IDENTITY, shard_identity(config.slot))

@@ -23,12 +23,12 @@ import zmq
 
 from .._ratelimit import RateLimitedLog
 from ..bus import FrontDoor, HintProxy, RoutingTable
-from ..store import LmdbStore, open_store, writes_refused
+from ..store import LmdbStore, open_store
 from ._config import ShardConfig, SupervisorConfig
-from ._console import check_http_bind, parse_http, start_console
+from ._console import check_http_bind, start_console
 from ._curve import check_bind, server_keys, start_authenticator
 from ._app_types import TypeMismatchWatch
-from ._liveness import DeathRecorder, judge_shards
+from ._liveness import DeathRecorder, judge_sparing_refusals
 from ._metrics import MetricsServer, render
 from ._shard_process import EXIT_UNWRITABLE, shard_main
 
@@ -117,7 +117,7 @@ class Supervisor:
         self._live_cache: tuple[float, frozenset[str]] | None = None
         self._next_hung_check = 0.0
         self._refused_at = 0.0
-        """When the store's filesystem last refused writes (lease clock; ``_kill_hung``)."""
+        """When the store last refused writes or could not be read (lease clock; ``_kill_hung``)."""
         self.type_watch = TypeMismatchWatch(config.app)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
@@ -128,7 +128,7 @@ class Supervisor:
         config = self.config
         check_bind(config.bind, bool(config.curve_secret_key), config.insecure_bind)
         if config.http is not None:
-            check_http_bind(parse_http(config.http)[0], bool(config.curve_secret_key), config.insecure_bind)
+            check_http_bind(config)
         self.store = cast(LmdbStore, open_store(config.data_dir))  # a PgStore has its methods
         self.context = zmq.Context()
         self.authenticator = None
@@ -178,12 +178,10 @@ class Supervisor:
         if config.http is not None:
             try:
                 self.console, self.console_client = start_console(
-                    config.http,
-                    bind=config.bind,
+                    config,
                     store=self.store,
                     stats=self.stats,
                     metrics=lambda: render(self.stats()),
-                    token_file=config.http_token_file,
                     curve_public_key=curve[1] if curve else None,
                     keys=self.keys,
                 )
@@ -321,14 +319,11 @@ class Supervisor:
             return
         self._next_hung_check = now + self.config.heartbeat / 4
         watched = [slot for slot in self.slots if slot.process is not None and slot.ready and not slot.killed and slot.engine_id is not None]
-        if writes_refused(self.store.path):
-            # A read-only or full disk refuses every heartbeat: silence then says nothing of
-            # a hang, and a kill would only lose what the shard knows of the refusals.
-            self._refused_at = self.store.clock.lease_now()
-        try:
-            judged = judge_shards(self.store, [(slot.engine_id or "", slot.ready_at) for slot in watched], self.config.ttl, self._refused_at)
-        except Exception as exc:  # a read; the store may be briefly unreadable
-            log.warning("cannot read the engine records: %s", exc)
+        # A store that refuses or loses every heartbeat silences every shard: that says
+        # nothing of a hang, and a kill would only lose what the shards know and hold.
+        watch = [(slot.engine_id or "", slot.ready_at) for slot in watched]
+        judged, self._refused_at = judge_sparing_refusals(self.store, watch, self.config.ttl, self._refused_at)
+        if judged is None:
             return
         self.type_watch.check(judged.records, _live_ids(judged.records, judged.wall), (slot.engine_id for slot in self.slots))
         for slot, reason in zip(watched, judged.reasons):

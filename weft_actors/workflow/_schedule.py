@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from .._isotime import iso_utc
-from .._schedule_spec import OVERLAP_POLICIES, SCHEDULE_TYPE, as_spec, fires_between, jitter_of, next_fire
-from ..errors import InvalidRequest, WorkflowAlreadyExists
+from .._schedule_checks import check_backfill, check_changes
+from .._schedule_spec import SCHEDULE_TYPE, fires_between, jitter_of, next_fire
+from ..errors import WorkflowAlreadyExists
 from ._api import workflow
 from ._schedule_id import fired_id
 
@@ -26,8 +27,19 @@ RECENT_KEPT: Final = 10
 """Fired runs ``describe`` lists (the newest)."""
 NEXT_SHOWN: Final = 5
 """Upcoming fire times ``describe`` lists."""
-MAX_BACKFILL: Final = 1000
-"""Fire times one ``backfill`` call starts at most."""
+BACKFILL_PER_TURN: Final = 5
+"""Fire times of a backfill started per loop turn; the turn then waits ``BREATH``."""
+BREATH: Final = 0.1
+"""Seconds the loop waits after a turn that did work when more is due at once (a catch-up,
+a backfill). A run reads its inbox only while it waits, and only once its timer is not due
+yet: without these waits a burst would hold a ``pause`` or ``delete`` until its end."""
+MAX_WAIT: Final = 30 * 86400.0
+"""The longest single wait: a fire time years away is waited for in turns of this length."""
+TIMER_SLACK: Final = 5.0
+"""Lateness always on time, whatever ``catchup_window`` says: a run reloaded by its timer
+(after eviction) sees the fire late by that reload, which is not downtime."""
+ON_TIME: Final = "weft.schedule.on-time"
+"""The marker (``ctx.patched``) that records a late fire judged on time by its live owner."""
 MAX_BUFFERED: Final = 1000
 """Fire times ``buffer_all`` keeps waiting at most (later ones are counted as skipped)."""
 STEPS_PER_RUN: Final = 200
@@ -49,7 +61,8 @@ async def run_schedule(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         for entry in state["recent"]:
             if entry["id"] == child_id:
                 entry["status"] = status
-        changed()
+        if state["buffered"] and not state["running"]:
+            changed()  # a buffered fire may start now; otherwise the loop need not wake
 
     def act(action: dict[str, Any]) -> None:
         state["actions"].append(action)
@@ -64,38 +77,14 @@ async def run_schedule(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         act({"kind": "resume"})  # what fell due while paused is not caught up
 
     def update(changes_: dict[str, Any]) -> None:
-        for key in ("workflow", "args", "overlap", "catchup_window"):
-            if key in changes_:
-                state[key] = list(changes_[key]) if key == "args" else changes_[key]
-        if "spec" in changes_:
-            state["spec"] = as_spec(changes_["spec"])
+        checked = check_changes(changes_)  # as validated: all of it applies
+        state.update(checked)
+        if "spec" in checked:
             act({"kind": "resume"})  # the new spec counts from now
         changed()
 
-    def check_update(changes_: Any) -> None:
-        if not isinstance(changes_, dict) or not changes_:
-            raise InvalidRequest("update needs a dict of changes")
-        unknown = sorted(set(changes_) - {"workflow", "args", "overlap", "catchup_window", "spec"})
-        if unknown:
-            raise InvalidRequest(f"a schedule has no field(s) {', '.join(unknown)}")
-        if "overlap" in changes_ and changes_["overlap"] not in OVERLAP_POLICIES:
-            raise InvalidRequest(f"overlap must be one of {', '.join(OVERLAP_POLICIES)}")
-        if "spec" in changes_:
-            as_spec(changes_["spec"])
-        if "workflow" in changes_ and (not isinstance(changes_["workflow"], str) or not changes_["workflow"]):
-            raise InvalidRequest("workflow must be a workflow type name")
-        if "args" in changes_ and not isinstance(changes_["args"], (list, tuple)):
-            raise InvalidRequest("args must be a list")
-        window = changes_.get("catchup_window", 0.0)
-        if isinstance(window, bool) or not isinstance(window, (int, float)) or not window >= 0:
-            raise InvalidRequest("catchup_window must be a number of seconds, not negative")
-
-    def check_backfill(start: Any, end: Any) -> None:
-        for name, value in (("start", start), ("end", end)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise InvalidRequest(f"backfill {name} must be epoch seconds")
-        if end < start:
-            raise InvalidRequest("backfill end is before its start")
+    def backfill(start: float, end: float) -> None:
+        act({"kind": "backfill", "start": start, "end": end})
 
     def delete() -> None:
         state["deleted"] = True
@@ -105,8 +94,8 @@ async def run_schedule(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
     ctx.on_update("pause", pause)
     ctx.on_update("unpause", unpause)
     ctx.on_update("trigger", lambda: act({"kind": "trigger"}))
-    ctx.on_update("backfill", lambda start, end: act({"kind": "backfill", "start": start, "end": end}), check_backfill)
-    ctx.on_update("update", update, check_update)
+    ctx.on_update("backfill", backfill, lambda start, end: check_backfill(state["spec"], start, end))
+    ctx.on_update("update", update, check_changes)
     ctx.on_update("delete", delete)
     ctx.on_query("describe", lambda: _describe(sid, state))
 
@@ -121,6 +110,26 @@ async def run_schedule(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         state["fired"] += 1
         state["recent"] = [*state["recent"], {"id": wid, "nominal": nominal, "status": "running"}][-RECENT_KEPT:]
         return True
+
+    async def backfill_some(now: float) -> bool:
+        """Start up to ``BACKFILL_PER_TURN`` fire times of the backfills asked for (each
+        checked to span at most ``MAX_BACKFILL``), ``BREATH`` after the last ones at the
+        soonest, whatever woke the loop: True if any started."""
+        pending = state["backfills"]
+        if not pending or now < state.get("backfill_at", 0.0):
+            return False
+        state["backfill_at"] = now + BREATH
+        taken = 0
+        while pending and taken < BACKFILL_PER_TURN:
+            at, end = pending[0]
+            nominal = next_fire(state["spec"], at)
+            if nominal is None or nominal > end:
+                pending.pop(0)
+                continue
+            pending[0][0] = nominal
+            await start(nominal)  # one that started already is counted as skipped
+            taken += 1
+        return taken > 0
 
     async def fire(nominal: float, overlap: str) -> None:
         if not state["running"] or overlap == "allow_all":
@@ -143,47 +152,71 @@ async def run_schedule(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
             state["running"] = []
             await start(nominal)
 
-    for _ in range(STEPS_PER_RUN):
+    up_since: list[float] = []  # when this incarnation of the run first saw live time
+
+    async def clock() -> float:
         now = (await ctx.now()).timestamp()
+        if not up_since and not ctx.is_replaying:
+            up_since.append(now)
+        return now
+
+    async def on_time(now: float, wake: float) -> bool:
+        """Whether a fire due at ``wake`` starts, or came due while no engine ran this
+        schedule, longer ago than the catch-up window (missed). Lateness within the window
+        needs only recorded times; a later fire asks when this incarnation came up (live
+        only, so its verdict is recorded by a marker that every replay reads back)."""
+        tolerance = max(state["catchup_window"], TIMER_SLACK)
+        if now - wake <= tolerance:
+            return True
+        if ctx.is_replaying or (up_since[0] if up_since else now) - wake <= tolerance:
+            return await ctx.patched(ON_TIME)  # replaying: was it marked? live: mark it
+        return False
+
+    state.setdefault("backfills", [])
+    for _ in range(STEPS_PER_RUN):
+        now = await clock()
         if state["last"] is None:
             state["last"] = now  # created now: the first fire is the next time after this
+        worked = False
         while state["buffered"] and not state["running"]:
             await start(state["buffered"].pop(0))
+            worked = True
         actions, state["actions"] = state["actions"], []
         for action in actions:
             kind = action["kind"]
             if kind == "trigger":
                 await fire(now, state["overlap"])
+                worked = True
             elif kind == "backfill":
-                at, started = float(action["start"]) - 1e-6, 0
-                while started < MAX_BACKFILL:
-                    nominal = next_fire(state["spec"], at)
-                    if nominal is None or nominal > action["end"]:
-                        break
-                    started += await start(nominal)
-                    at = nominal
+                state["backfills"].append([float(action["start"]) - 1e-6, float(action["end"])])
             elif kind == "resume":
                 state["last"] = max(state["last"], now)
         if state["deleted"]:
             return _describe(sid, state)
+        worked = await backfill_some(now) or worked
         nominal = None if state["paused"] else next_fire(state["spec"], state["last"])
-        if nominal is not None and now - nominal - jitter_of(state["spec"], sid, nominal) > state["catchup_window"]:
-            # Down (or paused by an outage) past the catch-up window: those are missed.
-            count, latest = fires_between(state["spec"], state["last"], now - state["catchup_window"])
-            state["missed"] += count
-            state["last"] = latest if latest is not None else now
-            continue
-        seen = changes[0]
-        waits = [ctx.wait_condition(lambda: changes[0] != seen)]
-        if nominal is not None:
-            wake = nominal + jitter_of(state["spec"], sid, nominal)
-            waits.append(ctx.sleep(max(0.0, wake - now)))
-        index, _ = await ctx.race(waits)
-        if index == 1:
-            if (await ctx.now()).timestamp() - wake > state["catchup_window"]:
-                continue  # woken long after (an outage): the next turn counts what was missed
+        wake = None if nominal is None else nominal + jitter_of(state["spec"], sid, nominal)
+        if wake is not None and wake <= now and not worked:
+            if not await on_time(now, wake):
+                # Came due during downtime, before the catch-up window: those are missed.
+                cutoff = now - max(state["catchup_window"], TIMER_SLACK)
+                count, latest = fires_between(state["spec"], state["last"], cutoff)
+                state["missed"] += count
+                state["last"] = latest if latest is not None else cutoff
+                continue
             state["last"] = nominal
             await fire(nominal, state["overlap"])  # type: ignore[arg-type]
+            worked = True
+            nominal = None if state["paused"] else next_fire(state["spec"], state["last"])
+            wake = None if nominal is None else nominal + jitter_of(state["spec"], sid, nominal)
+        seen = changes[0]
+        waits = [ctx.wait_condition(lambda: changes[0] != seen)]
+        delays = [max(0.0, state.get("backfill_at", now) - now)] if state["backfills"] else []
+        if wake is not None:  # after work, what is due at once waits a breath: the inbox first
+            delays.append(max(BREATH if worked else 0.0, wake - now))
+        if delays:
+            waits.append(ctx.sleep(min(min(delays), MAX_WAIT)))
+        await ctx.race(waits)
     return ctx.continue_as_new(state)  # type: ignore[no-any-return]
 
 

@@ -19,13 +19,20 @@ from typing import Any, Callable, Final, Iterator
 import psycopg
 
 from ...errors import StorageError
+from .._disk import READ_ONLY
 from .._reads import Prefetch
+from ._lockwait import LockWait
+from ._outcome import Outcomes, resolve_commit
+from ._connect import CONNECT_LIMIT, SILENT_AFTER, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
 from ._txn import PgTxn, ranges_params, tails_query
 
 __all__ = ["PgEnvironment", "redact"]
 
 log = logging.getLogger("weft_actors.store")
 
+
+APPLICATION: Final = "weft_actors"
+"""Every connection's ``application_name`` outside a write (``_store.wait_label`` within one)."""
 
 LOCK_HOLD_LIMIT: Final = 2.0
 """Seconds a transaction of this store may keep the server waiting on it. The write lock is the
@@ -79,18 +86,21 @@ class PgEnvironment:
     (``on_reconnect`` re-takes them on its new connection). ``on_clock(server_now, sent,
     received)`` gets the server's clock as each transaction read it."""
 
-    def __init__(self, url: str, *, connect_timeout: float = 10.0, connect_now: bool = True, readonly: bool = False) -> None:
+    def __init__(self, url: str, *, connect_timeout: float = CONNECT_LIMIT, connect_now: bool = True, readonly: bool = False) -> None:
         self.url = url
         self.where = redact(url)
         self.readonly = readonly
         """Refuse every write transaction (a store opened read-only, as LMDB's can be)."""
         self._connect_timeout = connect_timeout
+        self._reachability = Reachability()
         self._local = threading.local()
         self._owner = threading.get_ident()
         self._all: list[psycopg.Connection[Any]] = []
         self._all_lock = threading.Lock()
         self.lock_key = 0
         self.on_clock: Callable[[float, float, float], None] | None = None
+        self.outcomes = Outcomes()
+        """Commits of unknown outcome (``_outcome``): a store shares one among its connections."""
         self.on_reconnect: Callable[[], None] | None = None
         """Called after the owner thread's connection replaces one that failed (its session
         locks went with it)."""
@@ -104,12 +114,16 @@ class PgEnvironment:
         conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
         if conn is not None and not conn.closed:
             return conn
+        wait = self._reachability.held_off()
+        if wait > 0.0:  # lost a moment ago: fail at once rather than wait out another attempt
+            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: it was lost; trying again in {wait:.1f} s", path=self.where, reason=UNREACHABLE)
+        began = time.monotonic()
         try:
-            conn = psycopg.connect(
-                self.url, autocommit=True, connect_timeout=max(1, int(self._connect_timeout)), application_name="weft_actors"
-            )
+            conn = open_connection(self.url, self._connect_timeout, autocommit=True, application_name=APPLICATION)
         except psycopg.Error as exc:
-            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where) from exc
+            self._reachability.lost(silent=time.monotonic() - began >= SILENT_AFTER)
+            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where, reason=UNREACHABLE) from exc
+        self._reachability.reached()
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
         # A generic plan made while a keyspace was empty (a new database) scans it whole for
         # ever after: ``k = ANY(...)`` of a batch then costs O(table). Plan each execution.
@@ -118,7 +132,18 @@ class PgEnvironment:
         row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write') & 2147483647").fetchone()
         self.lock_key = int(row[0]) if row else 0  # >= 0: pg_locks shows it as (classid 0, objid key)
         self._lock_timeout = f"SET LOCAL lock_timeout = {int(LOCK_HOLD_LIMIT * 1000)}"
-        self._lock_query = f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8, txid_current()"
+        self._lock_query = (
+            f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8, txid_current(), "
+            "extract(epoch FROM clock_timestamp() - statement_timestamp())::float8"
+        )
+        # The same, publishing the wait before it and the hold after it (``_take_lock``): a
+        # target list is evaluated in order, so the row is (label, lock, clock, xid, wait, label).
+        self._held_query = (
+            f"SELECT set_config('application_name', %s, true), pg_advisory_xact_lock({self.lock_key}), "
+            "extract(epoch FROM clock_timestamp())::float8, txid_current(), "
+            "extract(epoch FROM clock_timestamp() - statement_timestamp())::float8, set_config('application_name', %s || "
+            "round((%s::float8 + extract(epoch FROM clock_timestamp() - statement_timestamp())::float8)::numeric, 3)::text, true)"
+        )
         self._local.conn = conn
         with self._all_lock:
             self._all = [kept for kept in self._all if not kept.closed] + [conn]
@@ -177,25 +202,21 @@ class PgEnvironment:
         if write and self.readonly:
             raise StorageError(f"the store at {self.where} was opened read-only: nothing can be written", path=self.where)
         conn = self.connect()
-        xid: int | None = None
         try:
-            txn = PgTxn(conn, write)
-            if write:
-                sent = time.monotonic()
-                row = self._take_lock(conn, txn, prefetch, waiting)
-                if row is not None:
-                    xid = int(row[2])
-                    if self.on_clock is not None:
-                        self.on_clock(float(row[1]), sent, time.monotonic())
-            else:  # the snapshot and a reading of the server's clock in one round trip
-                sent = time.monotonic()
-                with conn.pipeline():
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-                    row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
-                if self.on_clock is not None and row is not None:
-                    self.on_clock(float(row[0]), sent, time.monotonic())
+            txn, xid = self._start(conn, write, prefetch, waiting)
         except psycopg.Error as exc:
-            raise self.failed(exc, "could not begin a transaction") from exc
+            if not conn.broken:
+                raise self.failed(exc, "could not begin a transaction") from exc
+            # The session had ended before this transaction began (a network blip, a restarted
+            # server, an administrator): nothing of it can have committed, so it begins once
+            # more on a new connection, which takes the engines' locks again (``on_reconnect``).
+            log.warning("store: PostgreSQL at %s: the connection had ended (%s); connecting again", self.where, exc)
+            self._drop()
+            conn = self.connect()
+            try:
+                txn, xid = self._start(conn, write, prefetch, waiting)
+            except psycopg.Error as again:
+                raise self.failed(again, "could not begin a transaction") from again
         try:
             yield txn
         except psycopg.Error as exc:
@@ -212,74 +233,80 @@ class PgEnvironment:
             else:
                 conn.execute("COMMIT")
         except psycopg.Error as exc:
-            if write and xid is not None and conn.broken and self._committed_after_all(xid):
-                return  # the connection was lost after the server committed
+            if write and xid is not None and conn.broken and resolve_commit(self, xid):
+                return  # the connection was lost after the server committed (unknown: ``OutcomeUnknown``)
             self._rollback(conn)
             raise self.failed(exc, "commit failed" if write else "read failed") from exc
 
-    def _committed_after_all(self, xid: int) -> bool:
-        """Whether transaction ``xid``, whose connection broke during its commit, committed:
-        asked of the server on a new connection (``txid_status``). The old session may still
-        be finishing it for a moment; if the answer cannot be had, the commit counts as failed
-        (the error says its outcome is unknown)."""
-        self._drop()
-        deadline = time.monotonic() + LOCK_HOLD_LIMIT
-        while True:
-            try:
-                row = self.connect().execute("SELECT txid_status(%s)", (xid,)).fetchone()
-            except (psycopg.Error, StorageError):
-                log.error("store: PostgreSQL at %s: the connection broke during a commit and its outcome is unknown", self.where)
-                return False
-            status = None if row is None else row[0]
-            if status == "committed":
-                log.warning("store: PostgreSQL at %s: the connection broke during a commit that the server had made", self.where)
-                return True
-            if status != "in progress" or time.monotonic() >= deadline:
-                return False
-            time.sleep(0.01)
+    def _start(self, conn: psycopg.Connection[Any], write: bool, prefetch: Prefetch | None, waiting: str | None) -> tuple[PgTxn, int | None]:
+        """Begin a transaction on ``conn``: for a write, take the lock (``_take_lock``); for a
+        read, a snapshot. Either reads the server's clock for ``on_clock``. Returns the
+        transaction and, for a write, its server transaction id."""
+        xid: int | None = None
+        txn = PgTxn(conn, write)
+        if write:
+            row, sent = self._take_lock(conn, txn, prefetch, waiting)
+            if row is not None:
+                xid = int(row[2])
+                if self.on_clock is not None:
+                    received = time.monotonic()
+                    # The reading was taken once the lock was held: the wait (row[3]) is
+                    # not network time, so it must not pull the midpoint back by half.
+                    self.on_clock(float(row[1]), min(sent + max(float(row[3]), 0.0), received), received)
+        else:  # the snapshot and a reading of the server's clock in one round trip
+            if self.outcomes.pending:  # nothing is read over a commit that may yet land
+                self.outcomes.settle(conn, self.where)
+            sent = time.monotonic()
+            with conn.pipeline():
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                row = conn.execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+            if self.on_clock is not None and row is not None:
+                self.on_clock(float(row[0]), sent, time.monotonic())
+        return txn, xid
 
-    def _take_lock(self, conn: psycopg.Connection[Any], txn: PgTxn, prefetch: Prefetch | None, waiting: str | None = None) -> Any:
+    def _take_lock(self, conn: psycopg.Connection[Any], txn: PgTxn, prefetch: Prefetch | None, waiting: str | None = None) -> tuple[Any, float]:
         """Begin, take the store's write lock, read the server's clock and what ``prefetch``
-        names, in one pipelined round trip; returns the lock statement's row.
+        names, in one pipelined round trip; returns the lock statement's row and the local
+        monotonic time that round trip was sent at (the clock reading lies after it by at
+        least the row's wait, ``row[3]``).
 
         The wait is bounded by ``LOCK_HOLD_LIMIT``: past it, the holder is ended if the server
-        has been waiting on it, not working for it, for that long (``_end_stalled_holder``)
-        and the lock is asked for again. Its process may have stopped between two messages
+        has been waiting on it, not working for it, for that long, the holders are named in a
+        warning (``_lockwait``), and the lock is asked for again. Its process may have stopped between two messages
         of a pipeline, where the server's own idle timer does not run, or its host may be
-        gone without a word. Ended, its transaction is rolled back: nothing it did commits."""
+        gone without a word. Ended, its transaction is rolled back: nothing it did commits.
+
+        ``waiting`` (``label:started``) is published before the wait; the statement that gets
+        the lock publishes ``label:-held`` (``started`` plus the server's wait, negated), as
+        LMDB's wait slot is negated: a peer or the supervisor then sees a process committing
+        what it waited for, not a silent one."""
+        wait: LockWait | None = None
         while True:
+            sent = time.monotonic()
             try:
                 with conn.pipeline():
                     conn.execute("BEGIN")
                     conn.execute(self._lock_timeout)
-                    if waiting is not None:
-                        conn.execute("SELECT set_config('application_name', %s, true)", (waiting,))
-                    lock = conn.execute(self._lock_query)
+                    if waiting is None:
+                        lock = conn.execute(self._lock_query)
+                    else:
+                        if wait is not None:  # its commit gives the session its plain name back
+                            conn.execute("SELECT set_config('application_name', %s, false)", (APPLICATION,))
+                        label, _, started = waiting.rpartition(":")
+                        lock = conn.execute(self._held_query, (waiting, label + ":-", float(started)))
                     reads = [] if prefetch is None else send_prefetch(conn, prefetch)
                     row = lock.fetchone()
                     if prefetch is not None:
                         receive_prefetch(txn, prefetch, reads)
-                return row
+                return (row if waiting is None or row is None else row[1:]), sent
             except psycopg.errors.LockNotAvailable:
-                conn.execute("ROLLBACK")
-                self._end_stalled_holder(conn)
-
-    def _end_stalled_holder(self, conn: psycopg.Connection[Any]) -> None:
-        ended = conn.execute(
-            "SELECT pg_terminate_backend(a.pid), a.pid, a.client_addr::text, a.application_name, a.state "
-            "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid = 0 AND l.objid = %s::oid "
-            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-            "AND a.wait_event = 'ClientRead' AND a.state_change < clock_timestamp() - make_interval(secs => %s) "
-            "AND a.pid <> pg_backend_pid()",
-            (self.lock_key, LOCK_HOLD_LIMIT),
-        ).fetchall()
-        for _, pid, client, application, state in ended:
-            log.warning(
-                "store: ended PostgreSQL session %s (client %s, %s, %s): it held the write lock and "
-                "sent nothing for %.0f s (a stopped process or a lost host); its transaction is rolled back",
-                pid, client or "local", application, state, LOCK_HOLD_LIMIT,
-            )
+                with conn.pipeline():  # still named as waiting between two requests (``_waits``)
+                    conn.execute("ROLLBACK")
+                    if waiting is not None:
+                        conn.execute("SELECT set_config('application_name', %s, false)", (waiting,))
+                if wait is None:
+                    wait = LockWait(self.lock_key, LOCK_HOLD_LIMIT, self.where)
+                wait.timed_out(conn)
 
     def _rollback(self, conn: psycopg.Connection[Any]) -> None:
         try:
@@ -293,4 +320,10 @@ class PgEnvironment:
         conn = self.connection()
         if isinstance(exc, psycopg.OperationalError) or conn is None or conn.broken:
             self._drop()
-        return StorageError(f"PostgreSQL at {self.where}: {what}: {type(exc).__name__}: {exc}".strip(), path=self.where)
+        reason = classify(exc)
+        if reason == READ_ONLY:
+            what += ": the server refuses writes (a standby, or default_transaction_read_only); retried until it takes them"
+        elif reason == UNREACHABLE:
+            self._reachability.lost(silent=isinstance(exc, NoAnswer))
+            what += ": the server cannot be reached; retried until it can"
+        return StorageError(f"PostgreSQL at {self.where}: {what}: {type(exc).__name__}: {exc}".strip(), path=self.where, reason=reason)

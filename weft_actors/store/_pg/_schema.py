@@ -14,6 +14,7 @@ import psycopg
 
 from ...errors import SchemaVersionError, StorageError
 from .._env import DATABASES, SCHEMA_VERSION as STORE_SCHEMA_VERSION
+from .._recent import fill_recent
 
 __all__ = ["SCHEMA_VERSION", "PgDatabases", "table_of", "migrate", "check_version", "require_store"]
 
@@ -46,13 +47,38 @@ def _create(conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"CREATE TABLE IF NOT EXISTS {table_of(name)} (k bytea PRIMARY KEY, v bytea NOT NULL)")
 
 
-_MIGRATIONS: Final = {FIRST_VERSION: _create}
+def _add_recent(conn: psycopg.Connection[Any]) -> None:
+    """Version 5: the ``recent`` table, filled from the visibility table (``_recent``)."""
+    _create(conn)
+    conn.execute(f"DELETE FROM {table_of('recent')}")
+    fill_recent(conn, table_of("visibility"), table_of("recent"))
+
+
+_MIGRATIONS: Final = {FIRST_VERSION: _create, 5: _add_recent}
 """version -> what brings a database of the version before it up to it."""
+
+
+def stored_version(conn: psycopg.Connection[Any]) -> int | None:
+    """The newest schema version recorded, or None where there is no store yet. Reads only."""
+    row = conn.execute("SELECT to_regclass('weft_migrations') IS NOT NULL").fetchone()
+    if not (row and row[0]):
+        return None
+    row = conn.execute("SELECT coalesce(max(version), 0) FROM weft_migrations").fetchone()
+    return int(row[0]) if row else 0
 
 
 def migrate(conn: psycopg.Connection[Any], where: str) -> int:
     """Create or upgrade the schema in one transaction (serialised across engines by a lock),
-    and return the version. ``SchemaVersionError`` for a database of a newer version."""
+    and return the version. ``SchemaVersionError`` for a database of a newer version.
+
+    A schema already current is only read: opening a store writes nothing then, so an engine
+    starts (and serves reads) on a server that refuses writes for now (a demoted primary, a
+    write freeze), where ``CREATE TABLE IF NOT EXISTS`` is refused even when it would do nothing."""
+    current = stored_version(conn)
+    if current is not None:
+        _refuse_newer(current, where)
+        if current == SCHEMA_VERSION:
+            return SCHEMA_VERSION
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema() || '/weft_actors/migrate'))")
         conn.execute(
@@ -75,9 +101,9 @@ def check_version(conn: psycopg.Connection[Any], where: str) -> int:
     """The schema version of a store opened read-only, which may create or upgrade nothing:
     ``StorageError`` if there is no store there or it needs an upgrade first,
     ``SchemaVersionError`` if it is newer than this code."""
-    require_store(conn, where, "nothing to open read-only")
-    row = conn.execute("SELECT coalesce(max(version), 0) FROM weft_migrations").fetchone()
-    stored = int(row[0]) if row else 0
+    stored = stored_version(conn)
+    if stored is None:
+        raise StorageError(f"no weft_actors store at {where} (nothing to open read-only)", path=where)
     _refuse_newer(stored, where)
     if stored < SCHEMA_VERSION:
         raise StorageError(

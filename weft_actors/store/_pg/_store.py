@@ -18,6 +18,7 @@ from typing import Any, Callable, Final
 import psycopg
 
 from ..._clock import Clock, SystemClock
+from ...codec import unpack_record
 from ...errors import StorageError, WeftError
 from .. import _engines
 from .._apply import DEFAULT_MAX_INBOX, TxnState
@@ -30,9 +31,12 @@ from .._migrate import adopt_lease_clock
 from .._ownership import Ownership
 from .._refusals import Refusals
 from ._clock import ServerClock
+from ._connect import HOLD_OFF_MAX, classify
 from ._env import PgEnvironment
 from ._writer import BatchWriter
 from ._hints import CHANNEL, Listener, notify_payload
+from ._liveness import relock_engine
+from ._waits import waiting_since
 from ._txn import MAX_KEY
 from ._schema import PgDatabases, check_version, migrate, require_store
 
@@ -49,12 +53,21 @@ class _PgOwnership(Ownership):
     """The registry transactions, with a session advisory lock where LMDB has a lock file.
 
     The engine's connection holds a lock named for the engine for as long as the engine is
-    registered; the server lets go of it when that connection ends, which a process's exit
-    does at once. So ``process_gone`` proves a death on any host, as the lock file does on
-    one. A stalled (SIGSTOP) process keeps its connection: its death is judged by expiry.
+    registered; the server lets go of it when that connection ends. Unlike a lock file, that
+    is no proof of death: a connection also ends under a live process (a network blip, a
+    restarted server, an administrator's ``pg_terminate_backend``), which then reconnects
+    and takes its lock again (``relock``). So a free lock is a hint only: ``process_gone``
+    holds an engine gone once its lock is free *and* its lease has expired on the judge's
+    lease clock (the server's), or it has no lease (``single`` mode, where a free lock is the
+    only sign a successor has). The engine's own supervisor confirms a death at once.
     A write transaction publishes its wait for the write lock as LMDB's wait slot does: it
     names its engine and the lease time it read before the wait in its ``application_name``
     (``wait_label``), which every session sees beside the lock it waits for (``pg_locks``)."""
+
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self._relock: set[str] = set()
+        """This instance's engines whose lock went with a failed connection, not taken again yet."""
 
     @property
     def _env(self) -> PgEnvironment:
@@ -71,6 +84,7 @@ class _PgOwnership(Ownership):
         self._locks[engine_id] = 0
 
     def _unlock(self, engine_id: str) -> None:
+        self._relock.discard(engine_id)  # released: not to be taken again
         if self._locks.pop(engine_id, None) is not None:
             conn = self._env.connection()
             if conn is not None:
@@ -87,44 +101,52 @@ class _PgOwnership(Ownership):
             self._unlock(engine_id)
 
     def relock(self) -> None:
-        """After a new connection: take again the locks of this instance's engines."""
-        for engine_id in list(self._locks):
-            del self._locks[engine_id]
-            self._lock_engine_file(engine_id)
+        """After a new connection: take again the locks of this instance's engines. A peer
+        probing one (``process_gone``) holds it for a moment: what cannot be had now is asked
+        for again at each maintenance pass (``restore_lock_files``)."""
+        self._relock.update(self._locks)
+        self._locks.clear()
+        self.restore_lock_files()
+
+    def restore_lock_files(self) -> None:
+        """Take the locks lost with a connection that failed and not taken again yet."""
+        for engine_id in list(self._relock):
+            if engine_id not in self.incarnations:
+                self._relock.discard(engine_id)  # released or never finished registering
+                continue
+            if relock_engine(self._env, self._engine_lock(engine_id)):
+                self._relock.discard(engine_id)
+                self._locks[engine_id] = 0
+                log.info("engine %s: its liveness lock is held again after a new connection", engine_id)
 
     def watch_peers(self) -> None:
         pass
 
     def waiting_since(self, engine_id: str) -> float:
         """When ``engine_id``'s process began to wait for the write lock, as its waiting
-        transaction published it (``wait_label``); 0.0 if no session of it waits now."""
-        env = self._env
-        try:
-            rows = env.conn.execute(
-                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                "WHERE l.locktype = 'advisory' AND NOT l.granted AND l.classid = 0 AND l.objid = %s::oid AND l.objsubid = 1 "
-                "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND a.application_name LIKE %s",
-                (env.lock_key, f"{_WAIT_LABEL}{engine_id}:%"),
-            ).fetchall()
-        except psycopg.Error:
-            return 0.0  # proves nothing either way: the lease alone judges
-        since = [float(name.rpartition(":")[2]) for (name,) in rows if name.rpartition(":")[2].replace(".", "", 1).isdigit()]
-        return min(since) if since else 0.0
+        transaction published it (``wait_label``, ``_waits``: an ``AttestedWait``); negated,
+        when it got the lock, while its transaction holds it (``PgEnvironment._take_lock``), as
+        LMDB's wait slot says; 0.0 if no session of it waits or holds now. A wait outranks a
+        hold."""
+        return waiting_since(self._env.conn, self._env.lock_key, _WAIT_LABEL, engine_id)
 
     def remove_files(self, engine_id: str) -> None:
         pass
 
-    def restore_lock_files(self) -> None:
-        pass
-
     def process_gone(self, engine_id: str) -> bool:
-        """True when a registered engine's lock is free: its connection, and so its process
-        or its registration, has ended. An id with no record proves nothing."""
-        if engine_id in self._locks:
+        """True when a registered engine's lock is free and its lease has expired (or it has
+        none): a free lock alone only says its connection ended (see the class docstring).
+        An id with no record proves nothing."""
+        if engine_id in self._locks or engine_id in self._relock:
             return False
         conn = self._env.conn  # maybe inside a write transaction (``register_engine``)
-        if conn.execute(f"SELECT 1 FROM {self.store.dbs.engines} WHERE k = %b", (engine_key(engine_id),)).fetchone() is None:
+        found = conn.execute(f"SELECT v FROM {self.store.dbs.engines} WHERE k = %b", (engine_key(engine_id),), binary=True).fetchone()
+        if found is None:
             return False
+        store = self.store
+        record = unpack_record(found[0])
+        if record["mode"] != "single" and _engines.counts_as_live(record, engine_id, store.clock.lease_now(), self.waiting_since, store._refusals.failed_at):
+            return False  # its lease holds: the lock may be free only for a moment
         row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", self._engine_lock(engine_id)).fetchone()
         if not (row and row[0]):
             return False
@@ -139,6 +161,14 @@ def wait_label(engine_id: str, started: float) -> str:
     """The ``application_name`` of a write transaction of ``engine_id`` that read the lease
     time ``started`` before it waited for the write lock (at most 63 bytes, the server's limit)."""
     return f"{_WAIT_LABEL}{engine_id}:{started:.3f}"
+
+
+def _label_time(name: str) -> float:
+    """The time a label of ``wait_label``'s form ends with (negative once the lock is held)."""
+    try:
+        return float(name.rpartition(":")[2])
+    except ValueError:
+        return 0.0
 
 
 def _int4(engine_id: str) -> int:
@@ -159,6 +189,9 @@ class PgStore(KeyspaceStore):
     dbs: Any
     reads_cost_round_trips = True
     """Callers that can read in bulk should (``load_many_for_replay``, ``_reads``)."""
+    rejoin_delay = HOLD_OFF_MAX
+    """Seconds an engine may take to find the server again after an outage (it is not asked
+    within a hold-off, ``_connect.Reachability``): silence that long after one is no hang."""
 
     def __init__(
         self,
@@ -194,7 +227,7 @@ class PgStore(KeyspaceStore):
                 clock = server_clock
         except psycopg.Error as exc:
             self.env.close()
-            raise StorageError(f"cannot open the store in PostgreSQL at {self.env.where}: {exc}", path=self.env.where) from exc
+            raise StorageError(f"cannot open the store in PostgreSQL at {self.env.where}: {exc}", path=self.env.where, reason=classify(exc)) from exc
         except BaseException:
             self.env.close()
             raise
@@ -247,7 +280,7 @@ class PgStore(KeyspaceStore):
         connection; a write among them waits for the store's lock like any other writer."""
         writer = self._writer
         if writer is None:
-            writer = self._writer = BatchWriter(self.url, self.clock)
+            writer = self._writer = BatchWriter(self.url, self.clock, self.env.outcomes)
 
         def run() -> tuple[list[Any], bool]:
             before = self.commits
@@ -278,6 +311,17 @@ class PgStore(KeyspaceStore):
 
     def within_reserve(self) -> bool:
         return False
+
+    def writes_refused(self) -> bool:
+        """Whether the server refuses writes now (a standby, ``default_transaction_read_only``)
+        or cannot be reached: then no engine can renew its lease, and none is hung for it."""
+        try:
+            row = self.env.conn.execute("SELECT current_setting('transaction_read_only') = 'on' OR pg_is_in_recovery()").fetchone()
+        except (psycopg.Error, StorageError) as exc:
+            if isinstance(exc, psycopg.Error):
+                self.env.failed(exc, "read failed")  # drops a broken connection
+            return True
+        return bool(row and row[0])
 
     def read(self) -> Any:
         return self.env.begin()
@@ -336,7 +380,7 @@ class PgStore(KeyspaceStore):
         except psycopg.Error as exc:
             error = self._write_failed(StorageError(f"PostgreSQL at {env.where}: {exc}", path=env.where))
             return [error] * len(intents)
-        except WeftError as exc:
+        except WeftError as exc:  # ``OutcomeUnknown`` too: its commit may yet land (``_outcome``)
             return [exc] * len(intents)
         self._batch_committed(state.promoted, written, len(intents))
         return results

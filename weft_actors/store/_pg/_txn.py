@@ -13,49 +13,16 @@ byte, as LMDB's keys do, so range scans come back in the same order.
 
 from __future__ import annotations
 
-import bisect
-from collections import deque
-from typing import Any, Iterator
+from typing import Any
 
 import psycopg
 
-__all__ = ["PgTxn", "PgCursor", "DELETED"]
+from ._cursor import PgCursor
+from ._overlay import DELETED, MAX_KEY, Overlay, Spans, between, between_keys, checked_key, ranges_params, ranges_query, tails_query
 
-DELETED: Any = object()
-"""An overlay value: the key was deleted in this transaction."""
-
-MAX_KEY = 511
-"""LMDB's longest key: keys are held to it here too, so both backends refuse the same input."""
-
-_PAGE = 128
-"""Rows a cursor fetches per step past its buffer (a prefix scan usually ends in the first)."""
-
-
-def _checked(key: bytes) -> bytes:
-    key = bytes(key)
-    if not key or len(key) > MAX_KEY:
-        raise ValueError(f"a key must be 1 to {MAX_KEY} bytes, not {len(key)}")
-    return key
-
-
-class _Overlay:
-    """The buffered writes of one keyspace: key -> value or ``DELETED``, and the keys sorted."""
-
-    __slots__ = ("values", "_sorted")
-
-    def __init__(self) -> None:
-        self.values: dict[bytes, Any] = {}
-        self._sorted: list[bytes] | None = None
-
-    def set(self, key: bytes, value: Any) -> None:
-        if key not in self.values and self._sorted is not None:
-            bisect.insort(self._sorted, key)
-        self.values[key] = value
-
-    def keys_sorted(self) -> list[bytes]:
-        if self._sorted is None:
-            self._sorted = sorted(self.values)
-        return self._sorted
+# The cursor and the overlay pieces live in ``_cursor`` and ``_overlay``; ``DELETED``, ``MAX_KEY``
+# and the range queries are named here too, for the modules that import them from this one.
+__all__ = ["PgTxn", "PgCursor", "DELETED", "MAX_KEY", "ranges_params", "tails_query"]
 
 
 class PgTxn:
@@ -67,7 +34,7 @@ class PgTxn:
     def __init__(self, conn: psycopg.Connection[Any], write: bool) -> None:
         self.conn = conn
         self.write = write
-        self._overlays: dict[str, _Overlay] = {}
+        self._overlays: dict[str, Overlay] = {}
         self._cache: dict[str, dict[bytes, bytes | None]] = {}
         """Rows read from the server in this transaction (``None``: absent). Nobody else
         writes while a write transaction holds the store's lock, and a read transaction is
@@ -77,13 +44,13 @@ class PgTxn:
         self._complete: dict[str, list[tuple[bytes, bytes]]] = {}
         """Key ranges ``[low, high)`` whose every stored row is in ``_cache``: a key there
         that the cache lacks is absent, with no statement to ask."""
-        self._spans: dict[str, _Spans] = {}
+        self._spans: dict[str, Spans] = {}
         """Stored rows of key ranges, read whole or by their tail, for the range reads."""
 
     # -- point operations ----------------------------------------------------------------
 
     def get(self, key: bytes, default: Any = None, db: str = "") -> bytes | None:
-        key = _checked(key)
+        key = checked_key(key)
         overlay = self._overlays.get(db)
         if overlay is not None:
             value = overlay.values.get(key)
@@ -128,7 +95,7 @@ class PgTxn:
 
     def fetch_ranges(self, db: str, bounds: list[tuple[bytes, bytes]]) -> None:
         """Read every stored row of each ``[low, high)`` of ``bounds``, in one statement."""
-        spans = self._spans.setdefault(db, _Spans())
+        spans = self._spans.setdefault(db, Spans())
         bounds = [bound for bound in bounds if spans.covering(*bound) is None]
         if bounds:
             cursor = self.conn.execute(ranges_query(db), ranges_params(bounds), binary=True)
@@ -142,18 +109,18 @@ class PgTxn:
         for position, key, value in rows:
             found[position - 1].append((key, value))
             cache[key] = value
-        spans = self._spans.setdefault(db, _Spans())
+        spans = self._spans.setdefault(db, Spans())
         for (low, high), span_rows in zip(bounds, found):
             span_rows.sort()
             whole = limit is None or len(span_rows) < limit
             spans.add(low, high, low if whole else span_rows[0][0], span_rows)
 
     def put(self, key: bytes, value: bytes, db: str = "", **_: Any) -> bool:
-        self._overlay(db).set(_checked(key), bytes(value))
+        self._overlay(db).set(checked_key(key), bytes(value))
         return True
 
     def delete(self, key: bytes, value: bytes = b"", db: str = "") -> bool:
-        self._overlay(db).set(_checked(key), DELETED)
+        self._overlay(db).set(checked_key(key), DELETED)
         return True
 
     def overlay_values(self, db: str) -> list[Any]:
@@ -189,12 +156,12 @@ class PgTxn:
         rows = self.conn.execute(f"SELECT k FROM {db} WHERE k = ANY(%b)", (keys,), binary=True)
         return {row[0] for row in rows}
 
-    def _overlay(self, db: str) -> _Overlay:
+    def _overlay(self, db: str) -> Overlay:
         if not self.write:
             raise psycopg.errors.ReadOnlySqlTransaction(f"write to {db} in a read transaction")
         overlay = self._overlays.get(db)
         if overlay is None:
-            overlay = self._overlays[db] = _Overlay()
+            overlay = self._overlays[db] = Overlay()
         return overlay
 
     # -- range reads -------------------------------------------------------------------------
@@ -205,7 +172,7 @@ class PgTxn:
         span = self._spans.get(db)
         known = None if span is None else span.covering(low, high)
         if known is not None and known[2] <= low:
-            stored = _between(known[3], low, high)
+            stored = between(known[3], low, high)
         else:
             stored = self.conn.execute(f"SELECT k, v FROM {db} WHERE k >= %b AND k < %b ORDER BY k", (low, high), binary=True).fetchall()
         return self._merged(db, stored, low, high)
@@ -217,11 +184,11 @@ class PgTxn:
         known = None if span is None else span.covering(low, high)
         if known is not None:
             start = max(low, known[2])
-            merged = self._merged(db, _between(known[3], start, high), start, high)
+            merged = self._merged(db, between(known[3], start, high), start, high)
             if known[2] <= low or len(merged) >= limit:
                 return merged[::-1][:limit]
         overlay = self._overlays.get(db)
-        pending = 0 if overlay is None else len(_between_keys(overlay.keys_sorted(), low, high))
+        pending = 0 if overlay is None else len(between_keys(overlay.keys_sorted(), low, high))
         stored = self.conn.execute(
             f"SELECT k, v FROM {db} WHERE k >= %b AND k < %b ORDER BY k DESC LIMIT %b", (low, high, limit + pending), binary=True
         ).fetchall()
@@ -235,7 +202,7 @@ class PgTxn:
         overlay = self._overlays.get(db)
         if overlay is None or not overlay.values:
             return list(stored)
-        pending = _between_keys(overlay.keys_sorted(), low, high)
+        pending = between_keys(overlay.keys_sorted(), low, high)
         if not pending:
             return list(stored)
         rows = {key: value for key, value in stored}
@@ -294,233 +261,3 @@ class PgTxn:
             written += len(deletes) + len(puts_k)
         self._overlays.clear()
         return written
-
-
-class PgCursor:
-    """LMDB's cursor operations that the store uses, over the stored rows merged with the
-    transaction's buffered writes. Positioned on one key, or unpositioned (``key() == b""``)."""
-
-    __slots__ = ("_txn", "_db", "_key", "_value", "_ahead", "_ahead_done", "_fetch_from")
-
-    def __init__(self, txn: PgTxn, db: str) -> None:
-        self._txn = txn
-        self._db = db
-        self._key = b""
-        self._value = b""
-        self._ahead: deque[tuple[bytes, bytes]] = deque()
-        """Stored rows past the current key, in order, contiguous from it."""
-        self._ahead_done = False
-        """No stored row lies past the last of ``_ahead``."""
-        self._fetch_from: tuple[bytes | None, bool] = (None, True)
-        """Where the next page of stored rows starts: (key, inclusive)."""
-
-    def key(self) -> bytes:
-        return self._key
-
-    def value(self) -> bytes:
-        return self._value
-
-    def item(self) -> tuple[bytes, bytes]:
-        return self._key, self._value
-
-    # -- moving ------------------------------------------------------------------------------
-
-    def first(self) -> bool:
-        return self._seek(None)
-
-    def set_range(self, key: bytes) -> bool:
-        return self._seek(bytes(key))
-
-    def next(self) -> bool:
-        if not self._key:
-            return self.first()
-        return self._land(self._key, inclusive=False)
-
-    def last(self) -> bool:
-        return self._back(None, inclusive=True)
-
-    def prev(self) -> bool:
-        if not self._key:
-            return self.last()
-        return self._back(self._key, inclusive=False)
-
-    def _seek(self, start: bytes | None) -> bool:
-        self._restart(start, True)
-        return self._land(start, inclusive=True)
-
-    def _restart(self, start: bytes | None, inclusive: bool) -> None:
-        self._ahead = deque()
-        self._ahead_done = False
-        self._fetch_from = (start, inclusive)
-
-    def _land(self, start: bytes | None, inclusive: bool) -> bool:
-        """Move to the first key past ``start`` among stored rows and buffered writes."""
-        overlay = self._txn._overlays.get(self._db)
-        while True:
-            stored = self._peek_stored(start, inclusive)
-            pending = _next_pending(overlay, start, inclusive)
-            if pending is not None and (stored is None or pending[0] <= stored[0]):
-                key, value = pending
-                if value is DELETED:
-                    start, inclusive = key, False
-                    continue
-                return self._at(key, value)
-            if stored is None:
-                return self._at(b"", b"")
-            return self._at(*stored)
-
-    def _peek_stored(self, start: bytes | None, inclusive: bool) -> tuple[bytes, bytes] | None:
-        ahead = self._ahead
-        while True:
-            while ahead:
-                key = ahead[0][0]
-                if start is None or key > start or (inclusive and key == start):
-                    return ahead[0]
-                ahead.popleft()
-            if self._ahead_done:
-                return None
-            after, after_inclusive = self._fetch_from
-            rows = self._txn.rows_from(self._db, after, after_inclusive, _PAGE)
-            ahead.extend(rows)
-            self._ahead_done = len(rows) < _PAGE
-            if rows:
-                self._fetch_from = (rows[-1][0], False)
-
-    def _back(self, before: bytes | None, inclusive: bool) -> bool:
-        """Move to the last key at/before ``before`` (from the end with ``None``)."""
-        overlay = self._txn._overlays.get(self._db)
-        while True:
-            rows = self._txn.rows_from(self._db, before, inclusive, 1, reverse=True)
-            stored = rows[0] if rows else None
-            pending = None
-            if overlay and overlay.values:
-                keys = overlay.keys_sorted()
-                if before is None:
-                    index = len(keys)
-                else:
-                    index = bisect.bisect_right(keys, before) if inclusive else bisect.bisect_left(keys, before)
-                if index > 0:
-                    pending = (keys[index - 1], overlay.values[keys[index - 1]])
-            if pending is not None and (stored is None or pending[0] >= stored[0]):
-                key, value = pending
-                if value is DELETED:
-                    before, inclusive = key, False
-                    continue
-                self._restart(key, False)
-                return self._at(key, value)
-            if stored is None:
-                self._restart(None, True)
-                return self._at(b"", b"")
-            self._restart(stored[0], False)
-            return self._at(*stored)
-
-    def _at(self, key: bytes, value: bytes) -> bool:
-        self._key, self._value = key, value
-        return bool(key)
-
-    # -- iterating ---------------------------------------------------------------------------
-
-    def iternext(self, keys: bool = True, values: bool = True) -> Iterator[Any]:
-        """From the current item (the first, if unpositioned) to the end, as LMDB's does."""
-        if not self._key and not self.first():
-            return
-        while self._key:
-            if keys and values:
-                yield self._key, self._value
-            elif keys:
-                yield self._key
-            else:
-                yield self._value
-            if not self._land(self._key, inclusive=False):
-                return
-
-    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
-        return self.iternext()
-
-    # -- writing -----------------------------------------------------------------------------
-
-    def put(self, key: bytes, value: bytes, **_: Any) -> bool:
-        self._txn.put(key, value, db=self._db)
-        if bytes(key) == self._key:
-            self._value = bytes(value)
-        return True
-
-    def delete(self) -> bool:
-        """Delete the current key and move to the next, as LMDB's does; False if unpositioned."""
-        if not self._key:
-            return False
-        self._txn.delete(self._key, db=self._db)
-        self._land(self._key, inclusive=False)
-        return True
-
-
-def _next_pending(overlay: _Overlay | None, start: bytes | None, inclusive: bool) -> tuple[bytes, Any] | None:
-    """The first buffered write past ``start``."""
-    if not overlay or not overlay.values:
-        return None
-    keys = overlay.keys_sorted()
-    if start is None:
-        index = 0
-    else:
-        index = bisect.bisect_left(keys, start) if inclusive else bisect.bisect_right(keys, start)
-    if index >= len(keys):
-        return None
-    key = keys[index]
-    return key, overlay.values[key]
-
-
-class _Spans:
-    """Key ranges of one keyspace whose stored rows were read: ``(low, high, whole_from,
-    rows)``, every stored row with ``whole_from <= k < high`` in ``rows`` (in order), kept
-    sorted by ``low``. Ranges read together never overlap; one that overlaps an earlier read
-    is only found by its own ``low``, which is never wrong, only a missed saving."""
-
-    __slots__ = ("lows", "spans")
-
-    def __init__(self) -> None:
-        self.lows: list[bytes] = []
-        self.spans: list[tuple[bytes, bytes, bytes, list[tuple[bytes, bytes]]]] = []
-
-    def add(self, low: bytes, high: bytes, whole_from: bytes, rows: list[tuple[bytes, bytes]]) -> None:
-        index = bisect.bisect_right(self.lows, low)
-        self.lows.insert(index, low)
-        self.spans.insert(index, (low, high, whole_from, rows))
-
-    def covering(self, low: bytes, high: bytes) -> tuple[bytes, bytes, bytes, list[tuple[bytes, bytes]]] | None:
-        """The span read that contains ``[low, high)``, if one does."""
-        index = bisect.bisect_right(self.lows, low) - 1
-        if index < 0:
-            return None
-        span = self.spans[index]
-        return span if high <= span[1] else None
-
-
-def _between(rows: list[tuple[bytes, bytes]], low: bytes, high: bytes) -> list[tuple[bytes, bytes]]:
-    """The rows of ``rows`` (in key order) with ``low <= k < high``."""
-    start = bisect.bisect_left(rows, (low,))
-    end = bisect.bisect_left(rows, (high,), lo=start)
-    return rows[start:end]
-
-
-def _between_keys(keys: list[bytes], low: bytes, high: bytes) -> list[bytes]:
-    return keys[bisect.bisect_left(keys, low) : bisect.bisect_left(keys, high)]
-
-
-def ranges_query(db: str) -> str:
-    """Every stored row of each range of ``ranges_params``, with its range's position."""
-    return (
-        f"SELECT b.i, t.k, t.v FROM unnest(%b::bytea[], %b::bytea[]) WITH ORDINALITY AS b(lo, hi, i) "
-        f"JOIN {db} t ON t.k >= b.lo AND t.k < b.hi"
-    )
-
-
-def tails_query(db: str) -> str:
-    """The last ``limit`` stored rows of each range of ``ranges_params`` (limit last)."""
-    return (
-        f"SELECT b.i, t.k, t.v FROM unnest(%b::bytea[], %b::bytea[]) WITH ORDINALITY AS b(lo, hi, i) "
-        f"CROSS JOIN LATERAL (SELECT k, v FROM {db} WHERE k >= b.lo AND k < b.hi ORDER BY k DESC LIMIT %b) t"
-    )
-
-
-def ranges_params(bounds: list[tuple[bytes, bytes]]) -> tuple[list[bytes], list[bytes]]:
-    return [low for low, _ in bounds], [high for _, high in bounds]

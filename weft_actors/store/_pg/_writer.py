@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..._clock import Clock
 from ._env import PgEnvironment
+from ._outcome import Outcomes
 
 __all__ = ["BatchWriter"]
 
@@ -24,9 +25,11 @@ _STOP: Any = object()
 
 
 class BatchWriter:
-    def __init__(self, url: str, clock: Clock) -> None:
+    def __init__(self, url: str, clock: Clock, outcomes: Outcomes | None = None) -> None:
         self._url = url
         self._clock = clock
+        self._outcomes = outcomes
+        """The store's commits of unknown outcome, shared with its other connections."""
         self.env: PgEnvironment | None = None
         """Made by the thread itself, so that its connection is the environment's owner's."""
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -44,6 +47,8 @@ class BatchWriter:
         observe = getattr(self._clock, "observe", None)
         if observe is not None:
             env.on_clock = observe
+        if self._outcomes is not None:
+            env.outcomes = self._outcomes
         self.env = env
         while True:
             job = self._jobs.get()
