@@ -115,7 +115,7 @@ class Faults:
     def stop_backend(self, seconds: float) -> dict[str, Any]:
         """SIGSTOP one client backend for ``seconds``, then SIGCONT: the one holding the
         store's write lock when one is caught holding it (tried for 10 s), else any."""
-        victim, holding = None, False
+        victim, holding, seen = None, False, None
         with self._connect() as conn:
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and not holding:
@@ -126,6 +126,7 @@ class Faults:
                 os.kill(row[0], signal.SIGSTOP)
                 if conn.execute(_WRITE_LOCK_HOLDER).fetchone() == row:
                     victim, holding = row[0], True
+                    seen = conn.execute("SELECT state, left(query, 80) FROM pg_stat_activity WHERE pid = %s", (victim,)).fetchone()
                 else:
                     os.kill(row[0], signal.SIGCONT)  # it let go in between: try again
             if victim is None:
@@ -138,4 +139,4 @@ class Faults:
             self._wait(seconds)
         finally:
             os.kill(victim, signal.SIGCONT)
-        return {"stopped_pid": victim, "held_write_lock": holding, "stopped_s": seconds}
+        return {"stopped_pid": victim, "held_write_lock": holding, "backend_state": list(seen) if seen else None, "stopped_s": seconds}
