@@ -102,7 +102,7 @@ def run_scenario(name: str, args: argparse.Namespace, bindir: str) -> dict[str, 
     with PostgresServer(bindir) as server, scratch_dir(prefix="weft-pg-faults-") as logs:
         env = {two_hosts_app.LOG_ENV: logs}
         hosts = [
-            RunningSupervisor(server.url, shards=args.shards, app=APP, args=(*TIMING, "--log-level", "WARNING"), env=env)
+            RunningSupervisor(server.url, shards=args.shards, app=APP, args=(*TIMING, "--log-level", args.log_level), env=env)
             for _ in range(2)
         ]
         stop = threading.Event()
@@ -190,6 +190,8 @@ def _describe_unfinished(store: Any, specs: list[Any]) -> list[str]:
         state = None if engine is None else {k: engine.get(k) for k in ("pid", "state", "expires_at")}
         status = None if record is None else record["status"]
         lines.append(f"{spec.wid}: {status}, holder {holder} (engine {state}) epoch {store.get_epoch(spec.wid)}, now {time.time():.1f}")
+    if lines:
+        lines.append("engines: " + ", ".join(f"{engine_id[:8]} {record.get('state')} pid {record.get('pid')}" for engine_id, record in engines.items()))
     return lines
 
 
@@ -230,6 +232,7 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=2, help="shards per supervisor (default 2)")
     parser.add_argument("--rate", type=float, default=4.0, help="workflow starts a second, over both front doors (default 4)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply every fault's durations (a quick look: 0.25)")
+    parser.add_argument("--log-level", default="WARNING", help="the supervisors' (kept for an unclean run; INFO names each engine and takeover)")
     parser.add_argument("--finish-timeout", type=float, default=180.0, help="seconds after the load for every acknowledged workflow to complete")
     args = parser.parse_args()
     from _postgres import find_bindir
