@@ -186,7 +186,7 @@ def _describe_unfinished(store: Any, specs: list[Any]) -> list[str]:
         if record is not None and record["status"] == "completed":
             continue
         holder = store.get_holder(spec.wid)
-        engine = engines.get(holder) if holder else None
+        engine = engines.get(holder[0]) if holder else None
         state = None if engine is None else {k: engine.get(k) for k in ("pid", "state", "expires_at")}
         status = None if record is None else record["status"]
         lines.append(f"{spec.wid}: {status}, holder {holder} (engine {state}) epoch {store.get_epoch(spec.wid)}, now {time.time():.1f}")
