@@ -85,8 +85,7 @@ class ChaosRun(FaultsMixin, IsolationMixin, QuarantineWatchMixin):
     ) -> None:
         self.data_dir = data_dir
         self.store_faults: Any = PgChaosStore() if postgres else StoreFaults(data_dir) if store_faults else None
-        self.location = self.store_faults.url if postgres else str(data_dir)
-        """The supervisor's store; the harness reads (and checks) ``read_location``."""
+        self.location = self.store_faults.url if postgres else str(data_dir)  # the supervisor's; the harness reads read_location
         self.read_location = self.store_faults.direct_url if postgres else str(data_dir)
         self.retryable = RETRYABLE + ((StorageError,) if postgres else ())
         self.clock_faults = ClockFaults() if clock_faults else None
