@@ -68,13 +68,22 @@ class PostgresServer:
         bin_ = self.bindir
         try:
             self._run(os.path.join(bin_, "initdb"), "-D", self.data, "-U", "weft", "--auth=trust", "--encoding=UTF8", "--no-instructions")
-            options = f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c max_connections=100" + "".join(f" -c {name}={value}" for name, value in self.settings.items())
-            self._run(os.path.join(bin_, "pg_ctl"), "-D", self.data, "-l", self.log, "-o", options, "-w", "-t", "60", "start", timeout=90)
+            self.start()
             self._run(os.path.join(bin_, "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "weft", "weft")
         except subprocess.CalledProcessError as exc:
             self.__exit__()
             raise RuntimeError(f"could not start PostgreSQL: {exc.stderr or exc.stdout}{self._log_tail()}") from None
         return self
+
+    def start(self) -> None:
+        """``pg_ctl start``, waiting until it accepts connections (again, after ``stop``)."""
+        options = f"-p {self.port} -k {self.sockets} -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on -c max_connections=100" + "".join(f" -c {name}={value}" for name, value in self.settings.items())
+        self._run(os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-l", self.log, "-o", options, "-w", "-t", "60", "start", timeout=90)
+
+    def stop(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m mode``: every session ends (``fast``: rolled back at once); the
+        server is down until ``start``. How a fault test restarts the database."""
+        self._run(os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-m", mode, "-w", "-t", "60", "stop", timeout=90)
 
     def _log_tail(self) -> str:
         try:

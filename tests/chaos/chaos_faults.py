@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from _processes import RunningSupervisor
-from chaos_faults_store import STORE_KINDS, STORE_WEIGHTS, open_reader
+from chaos_faults_store import open_reader
+from chaos_postgres import claim_epochs, psycopg_errors
 from weft_actors.errors import WeftError
+from weft_actors.store import is_store_url
 
 __all__ = ["FaultsMixin", "shard_pids", "HEARTBEAT", "TTL", "EXPIRY"]
 
@@ -58,6 +60,14 @@ def shard_pids(supervisor_pid: int) -> list[int]:
     return sorted(found)
 
 
+def _defer(forced: dict[int, str], index: int, kind: str) -> None:
+    """Forced fault ``kind`` could not run at ``index``: it goes next, and every forced fault
+    after it one later (none is dropped)."""
+    later = [forced.pop(i) for i in sorted(i for i in forced if i > index)]
+    for offset, name in enumerate([kind, *later]):
+        forced[index + 1 + offset] = name
+
+
 def _alive(pid: int) -> bool:
     stat = _proc_stat(pid)
     return stat is not None and stat[0] != "Z"
@@ -70,6 +80,7 @@ class FaultsMixin:
     sup: RunningSupervisor
     seed: int
     data_dir: Path
+    read_location: str
     fault_gap: tuple[float, float]
     stop_load: threading.Event
     stop_faults: threading.Event
@@ -101,13 +112,19 @@ class FaultsMixin:
         forced = {1: "hung", 2: "takeover", 3: "lock_stall"}
         takeovers = 0
         index = -1
-        store = getattr(self, "store_faults", None)  # chaos_faults_store: disk full, read-only
+        store = getattr(self, "store_faults", None)  # disk full, read-only; or chaos_postgres's
+        store_kinds: tuple[str, ...] = ()
         if store is not None and store.available:
-            kinds, weights = kinds + STORE_KINDS, weights + STORE_WEIGHTS
+            store_kinds = store.kinds
+            kinds, weights = kinds + store.kinds, weights + store.weights
+            # The store's own first, from the very first fault: a PostgreSQL takeover fault
+            # takes most of the CI budget, so a random one must not come before them.
+            early = list(store.forced) + [forced[i] for i in sorted(forced)]
+            forced = {i if store.forced else i + 1: kind for i, kind in enumerate(early)}
         clock = getattr(self, "clock_faults", None)  # chaos_faults_clock: wall-clock jumps
         if clock is not None and clock.available:
             kinds, weights = kinds + ("clock_jump",), weights + (8,)
-            forced[4] = "clock_jump"
+            forced[max(forced) + 1] = "clock_jump"
         while not self.stop_faults.wait(rng.uniform(*self.fault_gap)):
             index += 1
             if not any(i >= index for i in forced):
@@ -117,7 +134,7 @@ class FaultsMixin:
             pids = [pid for pid in self._track_shards() if _proc_stat(pid) is not None and _proc_stat(pid)[0] != "T"]
             if kind in ("kill", "stall", "short_stall", "hung", "lock_stall", "takeover") and len(pids) < 2:
                 if index in forced:
-                    forced[index + 1] = kind
+                    _defer(forced, index, kind)
                 continue  # keep one shard serving: the supervisor's backoff may hold the others
             if kind in ("stall", "hung"):
                 # Only a shard whose engine is registered and live: one still starting up would
@@ -125,8 +142,19 @@ class FaultsMixin:
                 live = self._live_engine_pids()
                 pids = [pid for pid in pids if pid in live]
                 if not pids:
+                    if index in forced:
+                        _defer(forced, index, kind)
                     continue
-            if kind in STORE_KINDS:
+            if kind in store_kinds and store.exclusive:
+                # Alone: a hung shard's kill bound or a poison's quarantine assume a working store.
+                if self.exclusive.acquire(timeout=20 if index in forced else 8):
+                    try:
+                        store.run(kind, rng, pids, self.sup, lambda name: self.summary.errors.update([f"fault:{name}"]), self.violation)
+                    finally:
+                        self.exclusive.release()
+                elif index in forced:
+                    _defer(forced, index, kind)
+            elif kind in store_kinds:
                 store.run(kind, rng, pids, self.sup, lambda name: self.summary.errors.update([f"fault:{name}"]), self.violation)
             elif kind == "kill":
                 victim = rng.choice(pids)
@@ -146,24 +174,25 @@ class FaultsMixin:
                     finally:
                         self.exclusive.release()
                 elif index in forced:
-                    forced[index + 1] = kind
+                    _defer(forced, index, kind)
             elif kind in ("lock_stall", "takeover"):
                 # Alone: no poison meanwhile, whose lost owners would blur "no other shard removed".
                 if not self.exclusive.acquire(timeout=20 if index in forced else 8):
                     if index in forced:
-                        forced[index + 1] = kind
+                        _defer(forced, index, kind)
                     continue
                 try:
                     if kind == "lock_stall":
                         happened = self._lock_stall(rng)
                     else:
-                        size = 300 if takeovers == 0 else rng.randint(300, 2000)
+                        first, most = getattr(store, "takeover_sizes", (300, 2000))
+                        size = first if takeovers == 0 else rng.randint(first, most)
                         happened = self._large_takeover(rng, size, takeovers)
                         takeovers += 1
                 finally:
                     self.exclusive.release()
                 if not happened and index in forced:
-                    forced[index + 1] = kind
+                    _defer(forced, index, kind)
             else:
                 with self.sup_lock:
                     if kind == "crash":
@@ -213,7 +242,7 @@ class FaultsMixin:
 
     def _live_engine_pids(self) -> set[int]:
         try:
-            with open_reader(self.data_dir) as store:
+            with open_reader(self.read_location) as store:
                 now = store.clock.lease_now()  # leases are judged on the lease clock
                 return {
                     record["pid"]
@@ -230,9 +259,12 @@ class FaultsMixin:
         previous: dict[bytes, int] = {}
         while not self.stop_load.wait(0.5):
             try:
-                with open_reader(self.data_dir) as store, store.env.begin() as txn:
-                    epochs = {bytes(key): unpack_u64(value)[0] for key, value in txn.cursor(db=store.dbs.claim_epoch)}
-            except WeftError:
+                if is_store_url(self.read_location):
+                    epochs = claim_epochs(self.read_location)
+                else:
+                    with open_reader(self.read_location) as store, store.env.begin() as txn:
+                        epochs = {bytes(key): unpack_u64(value)[0] for key, value in txn.cursor(db=store.dbs.claim_epoch)}
+            except (WeftError, psycopg_errors()):
                 continue
             self.count("epoch_samples")
             for key, epoch in previous.items():

@@ -45,12 +45,20 @@ it reads, and it reads torn trees (seen: epochs "vanishing", an LMDB assertion).
 
 
 @contextlib.contextmanager
-def open_reader(data_dir: Path) -> Iterator[Any]:
+def open_reader(data_dir: Path | str) -> Iterator[Any]:
     """A read-only ``LmdbStore`` on ``data_dir`` for the block, which holds ``READERS``
     throughout: no harness read is open while the directory is mounted read-only (an open
-    before the remount read after it tore a tree: ``MDB_PAGE_NOTFOUND``)."""
-    from weft_actors.store import LmdbStore
+    before the remount read after it tore a tree: ``MDB_PAGE_NOTFOUND``). A
+    ``postgresql://`` URL (the ``--postgres`` mode) opens a read-only ``PgStore`` instead."""
+    from weft_actors.store import LmdbStore, is_store_url, open_store
 
+    if is_store_url(str(data_dir)):
+        pg = open_store(str(data_dir), readonly=True)
+        try:
+            yield pg
+        finally:
+            pg.close()
+        return
     with READERS:
         store = LmdbStore(str(data_dir), readonly=True)
         try:
@@ -64,6 +72,12 @@ def _run(*command: str) -> bool:
 
 
 class StoreFaults:
+    kinds = STORE_KINDS
+    weights = STORE_WEIGHTS
+    forced: tuple[str, ...] = ()
+    exclusive = False
+    """Drawn among the other faults, not alone (``chaos_postgres`` runs its own alone)."""
+
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(data_dir)
         self.available = False

@@ -13,6 +13,7 @@ directly for longer runs::
 
     python tests/chaos/chaos_harness.py --seconds 300 [--seed N] [--runs K] [--shards 3]
     sudo python tests/chaos/chaos_harness.py --seconds 600 --store-faults --clock-faults
+    python tests/chaos/chaos_harness.py --seconds 600 --postgres   # chaos_postgres: the database's faults
 
 Clients tolerate faults the way a real client must: a request without an answer
 (``ServerUnavailable``, or an engine that stopped under it) may or may not have been applied,
@@ -24,12 +25,10 @@ invariant checker, not assumed.
 
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -47,12 +46,15 @@ from chaos_isolation import LOCK_FAILPOINT, IsolationMixin  # noqa: E402
 from chaos_summary import Acc, GaveUp, Summary  # noqa: E402
 from chaos_faults_store import StoreFaults  # noqa: E402
 from chaos_faults_clock import ClockFaults  # noqa: E402
+from chaos_postgres import PgChaosStore  # noqa: E402
+from chaos_quarantine import QuarantineWatchMixin  # noqa: E402
 from _processes import RunningSupervisor  # noqa: E402
 from weft_actors import Client  # noqa: E402
-from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, StorageFull, WeftError, WorkflowClosed  # noqa: E402
+from weft_actors.errors import EngineDeposed, EngineStopped, ServerUnavailable, StorageError, StorageFull, WeftError, WorkflowClosed  # noqa: E402
 
 RETRYABLE = (ServerUnavailable, EngineDeposed, EngineStopped, StorageFull)  # full: refused, not applied
-"""No answer, or the engine that took the request stopped under it: it may have been applied."""
+"""No answer, or the engine that took the request stopped under it: it may have been applied.
+With ``--postgres``, a ``StorageError`` too: the database refused or could not be reached."""
 
 OPS = ("acc", "signal", "update", "close", "query", "parent", "counter", "racer", "cancel", "terminate", "exit", "nap", "limited")
 WEIGHTS = (12, 34, 14, 7, 4, 11, 9, 9, 3, 3, 1, 2, 4)
@@ -63,7 +65,7 @@ MAX_OPEN = 6
 # -- the run ------------------------------------------------------------------------------------
 
 
-class ChaosRun(FaultsMixin, IsolationMixin):
+class ChaosRun(FaultsMixin, IsolationMixin, QuarantineWatchMixin):
     def __init__(
         self,
         data_dir: Path,
@@ -79,9 +81,13 @@ class ChaosRun(FaultsMixin, IsolationMixin):
         log: Callable[[str], None] = print,
         store_faults: bool = False,
         clock_faults: bool = False,
+        postgres: bool = False,
     ) -> None:
         self.data_dir = data_dir
-        self.store_faults = StoreFaults(data_dir) if store_faults else None
+        self.store_faults: Any = PgChaosStore() if postgres else StoreFaults(data_dir) if store_faults else None
+        self.location = self.store_faults.url if postgres else str(data_dir)  # the supervisor's; the harness reads read_location
+        self.read_location = self.store_faults.direct_url if postgres else str(data_dir)
+        self.retryable = RETRYABLE + ((StorageError,) if postgres else ())
         self.clock_faults = ClockFaults() if clock_faults else None
         self.seed = seed
         self.seconds = seconds
@@ -113,7 +119,7 @@ class ChaosRun(FaultsMixin, IsolationMixin):
         self.lock_marker.parent.mkdir(parents=True, exist_ok=True)
         self.lock_marker.write_text("")
         self.sup = RunningSupervisor(
-            data_dir,
+            self.location,
             shards=shards,
             app=app,
             args=(
@@ -148,7 +154,7 @@ class ChaosRun(FaultsMixin, IsolationMixin):
                 return fn()
             except tolerate as exc:
                 return exc
-            except RETRYABLE as exc:
+            except self.retryable as exc:
                 with self.lock:
                     self.summary.retries += 1
                     self.summary.errors[exc.code] += 1
@@ -192,7 +198,10 @@ class ChaosRun(FaultsMixin, IsolationMixin):
         import shutil
 
         (self.data_dir.parent / "supervisor.log").write_text("".join(self.sup.stderr_lines))
-        if self.store_faults is not None and self.store_faults.available:
+        keep = getattr(self.store_faults, "keep_evidence", None)  # chaos_postgres: the server's log
+        if keep is not None:
+            keep(self.data_dir.parent)
+        elif self.store_faults is not None and self.store_faults.available:
             shutil.copytree(self.data_dir, self.data_dir.parent / "data-copy", ignore=shutil.ignore_patterns("ballast"))
         self.log(f"evidence kept in {self.data_dir.parent}")
 
@@ -206,6 +215,7 @@ class ChaosRun(FaultsMixin, IsolationMixin):
         threads += faults
         threads.append(threading.Thread(target=self._guard(self._epochs), name="chaos-epochs", daemon=True))
         threads.append(threading.Thread(target=self._guard(self._watch_supervisor), name="chaos-supervisor", daemon=True))
+        threads.append(threading.Thread(target=self._guard(self._watch_quarantine), name="chaos-quarantine", daemon=True))
         for thread in threads:
             thread.start()
         while time.monotonic() < deadline and not self.stop_load.is_set():
@@ -364,7 +374,7 @@ class ChaosRun(FaultsMixin, IsolationMixin):
         if code != 0:
             self.violation(f"supervisor drain {when} exited {code}, not 0")
         checker = subprocess.run(
-            [sys.executable, "-m", "weft_actors.check", "--data", str(self.data_dir)],
+            [sys.executable, "-m", "weft_actors.check", "--data", self.read_location],
             capture_output=True, text=True, timeout=120, env=self.sup.env,
         )
         self.count("checker_runs")
@@ -434,35 +444,7 @@ class ChaosRun(FaultsMixin, IsolationMixin):
             self.violation(f"{wid}: a {seconds}s timer woke {after - before:.3f}s after it was set, on the wall clock")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=60.0, help="seconds of load and faults per run")
-    parser.add_argument("--seed", type=int, default=None, help="seed of the first run (default: random)")
-    parser.add_argument("--runs", type=int, default=1, help="runs, with seeds seed, seed+1, ...")
-    parser.add_argument("--shards", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--keep", action="store_true", help="keep each run's data directory")
-    parser.add_argument("--store-faults", action="store_true", help="add disk-full and read-only faults (root)")
-    parser.add_argument("--clock-faults", action="store_true", help="add wall-clock jumps of the whole machine (root; the clock is stepped back after each)")
-    args = parser.parse_args(argv)
-    seed = args.seed if args.seed is not None else random.randrange(1 << 31)
-    total = Summary(seed=seed, seconds=args.seconds, runs=0)
-    for run_index in range(args.runs):
-        data = Path(tempfile.mkdtemp(prefix=f"weft-chaos-{seed + run_index}-")) / "data"
-        summary = ChaosRun(data, seed + run_index, args.seconds, shards=args.shards, workers=args.workers, store_faults=args.store_faults, clock_faults=args.clock_faults).run()
-        total.merge(summary)
-        for violation in summary.violations:
-            print(f"  {violation}")
-        print(f"  errors retried: {dict(summary.errors)}")
-        if not args.keep and not summary.violations:
-            import shutil
-
-            shutil.rmtree(data.parent, ignore_errors=True)
-        elif summary.violations:
-            print(f"  data kept in {data}")
-    print("TOTAL " + total.line())
-    return 1 if total.violations else 0
-
-
 if __name__ == "__main__":
+    from chaos_cli import main  # the command line (many runs, --postgres) lives there
+
     sys.exit(main())

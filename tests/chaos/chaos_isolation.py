@@ -63,6 +63,7 @@ class IsolationMixin:
     seed: int
     shards: int
     data_dir: Path
+    read_location: str
     lock_marker: Path
     lock: threading.Lock
     sup_lock: threading.Lock
@@ -106,11 +107,11 @@ class IsolationMixin:
         return [pid for pid in self._track_shards() if (stat := _proc_stat(pid)) is not None and stat[0] != "T"]
 
     def _engines(self) -> dict[str, dict[str, Any]]:
-        with open_reader(self.data_dir) as store:
+        with open_reader(self.read_location) as store:
             return store.engines()
 
     def _held_by(self, engine_id: str) -> list[str]:
-        with open_reader(self.data_dir) as store:
+        with open_reader(self.read_location) as store:
             return store.held_by(engine_id)
 
     def _wait_gone(self, pid: int, what: str) -> float | None:

@@ -42,6 +42,9 @@ class Summary:
     quarantined: int = 0
     quarantine_lifted: int = 0
     quarantine_terminated: int = 0
+    quarantine_samples: int = 0
+    innocents_quarantined: int = 0
+    """Workflows seen quarantined that the injector did not make poison (each a violation)."""
     user_exits: int = 0
     hung_faults: int = 0
     hung_kills: int = 0
@@ -71,7 +74,8 @@ class Summary:
             f"terminates={self.terminates} naps={self.naps} (unjudged {self.naps_unjudged}) limited={self.limited} retries={self.retries} "
             f"maybe-applied-duplicates={self.duplicates} epoch-samples={self.epoch_samples} "
             f"checker-runs={self.checker_runs} "
-            f"poisons={self.poisons} (quarantined {self.quarantined}, lifted {self.quarantine_lifted}, terminated {self.quarantine_terminated}) "
+            f"poisons={self.poisons} (quarantined {self.quarantined}, lifted {self.quarantine_lifted}, terminated {self.quarantine_terminated}; "
+            f"innocents quarantined {self.innocents_quarantined} in {self.quarantine_samples} samples) "
             f"user-exits={self.user_exits} hung={self.hung_faults} lock-stalls={self.lock_stalls} "
             f"(killed {self.hung_kills}, slowest {self.hung_kill_max_s:.2f}s; supervisor hung kills {self.supervisor_hung_kills}) "
             f"large-takeovers={self.large_takeovers} clock-jumps={self.clock_jumps} "
