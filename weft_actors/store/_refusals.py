@@ -50,6 +50,13 @@ class Refusals:
         """When a whole transaction of this process last failed for the store (full map or
         disk, read-only, I/O): then no engine could renew its lease (``_engines.is_expired``)."""
 
+    def floor(self, since: float) -> None:
+        """No lease could be renewed before ``since`` (a database server started then: an
+        engine that saw nothing of its outage must not judge others by leases it stopped).
+        Counted as a failure then, for judging expiry only; nothing is written."""
+        if since > self.failed_at:
+            self.failed_at = since
+
     def note(self, failed: bool = False) -> None:
         """A refusal now; ``failed``: the whole transaction failed (not only growth refused)."""
         self.latest = self._clock.lease_now()

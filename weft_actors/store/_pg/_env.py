@@ -102,6 +102,10 @@ class PgEnvironment:
         self.outcomes = Outcomes()
         """Commits of unknown outcome (``_outcome``): a store shares one among its connections."""
         self.on_reconnect: Callable[[], None] | None = None
+        self.server_started = 0.0
+        """When the server last started (its clock), as this environment's newest connection
+        read it: nobody could renew a lease before then (``Refusals.floor``)."""
+        self.on_server_start: Callable[[float], None] | None = None
         """Called after the owner thread's connection replaces one that failed (its session
         locks went with it)."""
         self._owner_connected = False
@@ -125,12 +129,23 @@ class PgEnvironment:
             raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where, reason=UNREACHABLE) from exc
         self._reachability.reached()
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
-        # A generic plan made while a keyspace was empty (a new database) scans it whole for
-        # ever after: ``k = ANY(...)`` of a batch then costs O(table). Plan each execution.
-        conn.execute("SET plan_cache_mode = force_custom_plan")
-        conn.execute(f"SET idle_in_transaction_session_timeout = {int(LOCK_HOLD_LIMIT * 1000)}")
-        row = conn.execute("SELECT hashtext(current_schema() || '/weft_actors/write') & 2147483647").fetchone()
+        try:
+            # A generic plan made while a keyspace was empty (a new database) scans it whole for
+            # ever after: ``k = ANY(...)`` of a batch then costs O(table). Plan each execution.
+            conn.execute("SET plan_cache_mode = force_custom_plan")
+            conn.execute(f"SET idle_in_transaction_session_timeout = {int(LOCK_HOLD_LIMIT * 1000)}")
+            row = conn.execute(
+                "SELECT hashtext(current_schema() || '/weft_actors/write') & 2147483647, "
+                "extract(epoch FROM pg_postmaster_start_time())::float8"
+            ).fetchone()
+        except psycopg.Error as exc:  # a server shutting down as the session began
+            conn.close()
+            raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where, reason=UNREACHABLE) from exc
         self.lock_key = int(row[0]) if row else 0  # >= 0: pg_locks shows it as (classid 0, objid key)
+        if row is not None and float(row[1]) > self.server_started:
+            self.server_started = float(row[1])
+            if self.on_server_start is not None:
+                self.on_server_start(self.server_started)
         self._lock_timeout = f"SET LOCAL lock_timeout = {int(LOCK_HOLD_LIMIT * 1000)}"
         self._lock_query = (
             f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8, txid_current(), "

@@ -235,6 +235,11 @@ class PgStore(KeyspaceStore):
         self.path = _local_dir(url)
         """Where this host keeps what is its own (stall notes): the database holds the rest."""
         self._refusals = Refusals(self.clock)
+        on_server_start: Callable[[float], None] | None = None
+        if isinstance(clock, ServerClock):  # leases on the server's clock: none renewed before it started
+            on_server_start = self._refusals.floor
+            on_server_start(self.env.server_started)
+        self.env.on_server_start = on_server_start
         self.commits = 0
         self.writes = 0
         self.write_failure = None
@@ -280,7 +285,7 @@ class PgStore(KeyspaceStore):
         connection; a write among them waits for the store's lock like any other writer."""
         writer = self._writer
         if writer is None:
-            writer = self._writer = BatchWriter(self.url, self.clock, self.env.outcomes)
+            writer = self._writer = BatchWriter(self.url, self.clock, self.env.outcomes, self.env.on_server_start)
 
         def run() -> tuple[list[Any], bool]:
             before = self.commits

@@ -25,8 +25,11 @@ _STOP: Any = object()
 
 
 class BatchWriter:
-    def __init__(self, url: str, clock: Clock, outcomes: Outcomes | None = None) -> None:
+    def __init__(
+        self, url: str, clock: Clock, outcomes: Outcomes | None = None, on_server_start: Callable[[float], None] | None = None
+    ) -> None:
         self._url = url
+        self._on_server_start = on_server_start
         self._clock = clock
         self._outcomes = outcomes
         """The store's commits of unknown outcome, shared with its other connections."""
@@ -49,6 +52,7 @@ class BatchWriter:
             env.on_clock = observe
         if self._outcomes is not None:
             env.outcomes = self._outcomes
+        env.on_server_start = self._on_server_start
         self.env = env
         while True:
             job = self._jobs.get()
