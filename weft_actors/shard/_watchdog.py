@@ -165,10 +165,14 @@ class LoopWatchdog:
     def _watch(self) -> None:
         reported_for = 0.0  # the turn of the stall already reported (0: none)
         next_report = 0.0
+        stamped = 0.0
         while not self._stop.wait(self.interval):
             turn = self.last_turn
             late = time.monotonic() - turn - self.interval
             if self.slot is not None:
+                if turn != stamped:
+                    stamped = turn
+                    self.slot.turned(turn)  # the supervisor's proof that the loop turns
                 self._publish(self.slot, turn, late)
             if late <= self.threshold:
                 continue

@@ -25,7 +25,7 @@ from ._keys import STATUSES, TERMINAL, split_holder
 from ._messages import AppendAndConsume, RequestCancel, SignalWithStart
 from ._offers import describe_type_mismatch, offered_types, type_mismatches
 from ._quarantine import QUARANTINED, LiftQuarantine, QuarantineWorkflow, describe_reason, remove_stall_note, stall_note_path, write_stall_note
-from ._blame import LoopSlot, loop_slot_path, read_loop_slot
+from ._blame import LoopSlot, loop_slot_path, loop_turning, read_loop_slot
 from ._stallnotes import StallNotes, stall_notes
 from ._store import LmdbStore
 from ._base import ReplayRows
@@ -63,6 +63,7 @@ __all__ = [
     "LoopSlot",
     "StallNotes",
     "loop_slot_path",
+    "loop_turning",
     "read_loop_slot",
     "stall_notes",
     "stall_note_path",

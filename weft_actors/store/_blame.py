@@ -30,13 +30,17 @@ from ..codec import unpack_record
 from . import _engines
 from ._quarantine import read_stall_note, remove_stall_note, stall_note_path
 
-__all__ = ["LoopSlot", "loop_slot_path", "read_loop_slot", "death_blame", "remove_engine_notes", "stall_note_key", "blame_of"]
+__all__ = ["LoopSlot", "loop_slot_path", "read_loop_slot", "loop_turning", "death_blame", "remove_engine_notes", "stall_note_key", "blame_of"]
 
 _THRESHOLD: Final = struct.Struct("<d")
 _HEAD: Final = struct.Struct("<Bdqh")
 """At offset 8: busy flag, when the piece began (``time.monotonic``, one clock per machine),
 its op seq (-1: none), the body's length."""
 _HEAD_AT: Final = 8
+_TURNED: Final = struct.Struct("<d")
+"""At offset 32: when the loop last turned (``time.monotonic``; 0.0: not yet), for the
+supervisor's hang judgment (``loop_turning``)."""
+_TURNED_AT: Final = 32
 _BODY_AT: Final = 64
 SIZE: Final = 1024
 _BODY_MAX: Final = SIZE - _BODY_AT
@@ -88,6 +92,12 @@ class LoopSlot:
         buf[_BODY_AT : _BODY_AT + size] = body
         _HEAD.pack_into(buf, _HEAD_AT, 1, entered, _NONE if seq is None else seq, size)
 
+    def turned(self, at: float) -> None:
+        """Stamp that the loop turned at ``at`` (``time.monotonic``): written by the watchdog
+        thread, never the loop, so a loop that turns but cannot commit (its store's server
+        stalls) still shows the supervisor it is alive, and a stopped process shows nothing."""
+        _TURNED.pack_into(self._map, _TURNED_AT, at)
+
     def unpublish(self) -> None:
         """Nobody's code holds the loop."""
         self._map[_HEAD_AT] = 0
@@ -132,6 +142,22 @@ def read_loop_slot(path: str) -> dict[str, Any] | None:
             return _parse(source.read(SIZE))
     except OSError:
         return None
+
+
+def loop_turning(store_path: str, engine_id: str) -> bool:
+    """Whether the engine's loop turned within its stall threshold, by its slot's stamp (read
+    on this machine: one monotonic clock). False with no slot or no stamp yet: the judgment
+    then goes by the engine's heartbeat alone."""
+    try:
+        with open(loop_slot_path(store_path, engine_id), "rb") as source:
+            raw = source.read(_BODY_AT)
+    except OSError:
+        return False
+    if len(raw) < _BODY_AT:
+        return False
+    (threshold,) = _THRESHOLD.unpack_from(raw, 0)
+    (turned,) = _TURNED.unpack_from(raw, _TURNED_AT)
+    return turned > 0 and time.monotonic() - turned <= threshold
 
 
 def death_blame(store_path: str, engine_id: str) -> dict[str, Any] | None:

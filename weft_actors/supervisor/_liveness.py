@@ -1,7 +1,10 @@
 """Which shards are hung, and recording deaths without the watch loop ever waiting on a lock.
 
-A shard is hung when its engine renewed nothing for a whole ttl (``hung_reason``): the
-supervisor then kills it (SIGKILL) and restarts it through the normal path, which also frees
+A shard is hung when its loop does not turn: its engine renewed nothing for a whole ttl
+(``hung_reason``) and its loop slot's stamp (``store.loop_turning``, written by its watchdog
+thread) shows no turn within its stall threshold; a loop that turns but cannot commit (its own
+PostgreSQL backend stopped while holding the write lock) is kept from its store, not hung. The
+supervisor kills a hung shard (SIGKILL) and restarts it through the normal path, which also frees
 the store's write lock if it stalled holding it. A shard that only waits for that lock is not
 hung: each shard publishes when it began to wait (the wait slot in its engine's lock file,
 ``LmdbStore.waiting_since``), and such a shard is left alone for ``LOCK_WAIT_GRACE`` ttls,
@@ -24,22 +27,24 @@ import zmq
 
 from ..bus import encode_hint, publisher
 from ..errors import WeftError
-from ..store import LOCK_WAIT_GRACE, AttestedWait, writes_refused
+from ..store import LOCK_WAIT_GRACE, AttestedWait, loop_turning, writes_refused
 
 __all__ = ["DeathRecorder", "Judgement", "hung_reason", "judge_shards", "judge_sparing_refusals", "store_refuses_writes", "LOCK_WAIT_GRACE"]
 
 log = logging.getLogger("weft_actors.supervisor")
 
 
-def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float, ttl: float, ready_at: float = 0.0) -> str | None:
+def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float, ttl: float, ready_at: float = 0.0, turning: bool = False) -> str | None:
     """Why a ready shard whose engine record is ``record`` should be killed, or ``None``.
 
     ``waiting_since``: when it began to wait for the write lock, negated once it holds it
     (until that transaction commits), 0.0 outside a write;
     ``wall``: the time now on the records' lease clock (``Clock.lease_now``, blind to jumps of
     the wall clock); ``ready_at``: when the shard said it was
-    ready (it has a whole ttl from then to heartbeat, however long its start took). A
-    record that is not live (another engine took over from it) means the shard is deposed
+    ready (it has a whole ttl from then to heartbeat, however long its start took);
+    ``turning``: its loop turned within its stall threshold (``store.loop_turning``): hung
+    means a loop that does not turn, so a silent shard whose loop turns is only kept from its
+    store (a server that stalls its writes) and is spared, however long. A record that is not live (another engine took over from it) means the shard is deposed
     and should be gone already.
     """
     if record is None:
@@ -47,7 +52,7 @@ def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float
     if record["state"] != "live":
         return f"its engine is marked {record['state']}"
     silent = wall - max(record["expires_at"] - record["ttl"], ready_at)
-    if silent <= ttl:
+    if silent <= ttl or turning:
         return None
     if waiting_since > 0 and (wall - waiting_since < LOCK_WAIT_GRACE * ttl or isinstance(waiting_since, AttestedWait)):
         return None  # blocked behind another process's transaction (or a stalled server), not hung itself
@@ -73,11 +78,16 @@ def judge_shards(store: Any, watched: Sequence[tuple[str, float]], ttl: float, r
     shard let through the lock a moment ago (its stalled holder just killed) showed the
     stale record and no wait, and was killed too. ``refused_at``: when the store's
     filesystem last refused writes (lease clock): nobody could heartbeat then, so each shard
-    has a whole ttl from that moment. Raises what ``store.engines()`` raises."""
+    has a whole ttl from that moment. A shard whose loop slot shows its loop turning is
+    spared (``hung_reason``'s ``turning``). Raises what ``store.engines()`` raises."""
     waits = [store.waiting_since(engine_id) for engine_id, _ in watched]
+    turning = [loop_turning(store.path, engine_id) for engine_id, _ in watched]
     records = store.engines()
     wall = store.clock.lease_now()  # the records' lease clock, blind to wall-clock jumps
-    reasons = [hung_reason(records.get(engine_id), waiting, wall, ttl, max(ready_at, refused_at)) for (engine_id, ready_at), waiting in zip(watched, waits)]
+    reasons = [
+        hung_reason(records.get(engine_id), waiting, wall, ttl, max(ready_at, refused_at), turns)
+        for (engine_id, ready_at), waiting, turns in zip(watched, waits, turning)
+    ]
     return Judgement(records, wall, reasons)
 
 
