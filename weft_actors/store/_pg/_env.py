@@ -248,8 +248,11 @@ class PgEnvironment:
             else:
                 conn.execute("COMMIT")
         except psycopg.Error as exc:
-            if write and xid is not None and conn.broken and resolve_commit(self, xid):
-                return  # the connection was lost after the server committed (unknown: ``OutcomeUnknown``)
+            # The session ended during COMMIT (broken, or the server's last word before it
+            # hung up, e.g. ``AdminShutdown``, read before its hang-up): the server may have
+            # made the commit, so it is asked, never guessed (unknown: ``OutcomeUnknown``).
+            if write and xid is not None and (conn.broken or classify(exc) == UNREACHABLE) and resolve_commit(self, xid):
+                return
             self._rollback(conn)
             raise self.failed(exc, "commit failed" if write else "read failed") from exc
 
