@@ -15,7 +15,6 @@ supervisor with two shards on a dedicated server (``_postgres``; ``pg_ctl stop``
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import time
 from typing import Iterator
@@ -34,16 +33,7 @@ TIMING = ("--heartbeat", "0.5", "--ttl", "1.5", "--restart-limit", "3", "--resta
 
 
 class Server(PostgresServer):
-    """A dedicated server this test may stop, start and make read-only."""
-
-    def stop(self) -> None:
-        self._opts = open(os.path.join(self.data, "postmaster.opts")).read()
-        self._run(os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-m", "fast", "-w", "stop", timeout=60)
-
-    def start(self) -> None:
-        argv = shlex.split(self._opts)[1:]
-        options = [arg for index, arg in enumerate(argv) if arg != "-D" and (index == 0 or argv[index - 1] != "-D")]
-        self._run(os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-l", self.log, "-o", shlex.join(options), "-w", "-t", "60", "start", timeout=90)
+    """A dedicated server this test may stop, start (``PostgresServer``) and make read-only."""
 
     def read_only(self, on: bool) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
