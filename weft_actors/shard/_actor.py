@@ -28,7 +28,6 @@ from ..store import CancelOther, Finish, StepCommit, TerminateOther, TimerRef
 from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, cancelled_record, error_record
 from . import _events as events
 from ._activities import DecidedFailure, Finished, timed_out
-from ._committer import answers_in_pass
 from ._ending import EndingMixin, finish_of as _finish_of
 from ._inbox import InboxMixin
 from ._on_loop import turn
@@ -234,10 +233,7 @@ class Actor(InboxMixin, EndingMixin):
     def _commit_writes(self, w: Writes, finish: Finish | None = None) -> None:
         self._commit(tuple(w.ops), tuple(w.consume), tuple(w.timers_put), tuple(w.timers_del), finish, w.fields, tuple(w.effects))
 
-    @answers_in_pass
     def _committed(self, result: Any) -> None:
-        """In the commit's pass: answer who waited for this commit (queries, an update, the
-        result of a run that ended); going on may run user code, so it waits for their replies."""
         self.busy = False
         ahead = self.ahead
         if ahead is not None:
@@ -253,14 +249,6 @@ class Actor(InboxMixin, EndingMixin):
         if after is not None:
             self.after = None
             after()
-        if not self._ended_here(result):
-            self.busy = True  # nothing else records before it goes on
-            self.engine.committer.after_replies(self._go_on, result)
-
-    def _go_on(self, result: Any) -> None:
-        self.busy = False
-        if self.closed:
-            return
         if result is not None:
             self.engine.after_step(self, result)
         if self.stuck:

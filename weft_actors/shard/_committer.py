@@ -14,27 +14,19 @@ behind the answered callers' own steps, and ``before_wake`` sends their replies 
 first turn that blocks the loop can never turn a committed start into ``OutcomeUnknown``. A
 batch of actor steps alone resumes at once, and so does everything in an embedded engine,
 whose callers share its loop (nothing to send: they run once the loop is free anyway).
-
-A batch of steps answers callers too (a run that ended: its ``result`` and ``execute``
-waiters; an update's answer, committed with its handler's op; a query that waited for the
-commit). While any caller waits for a reply (``callers``), every batch resumes in the same
-two steps, and an actor's callback (``answers_in_pass``) is called in the commit's pass: it
-gives its own answers there and hands what runs user code to ``after_replies``. So no actor's
-user code runs before the replies of every answer that commit settles have left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from types import MethodType
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable
 
 from ..errors import EngineDeposed, OutcomeUnknown, WeftError
 from ..store import LmdbStore
 from ._failpoints import failpoint_from_env
 
-__all__ = ["GroupCommitter", "answers_in_pass"]
+__all__ = ["GroupCommitter"]
 
 log = logging.getLogger("weft_actors.shard")
 
@@ -44,20 +36,6 @@ ASYNC_BATCH_LIMIT = 2000
 """Intents at most in one batch of an ``apply_async`` store: the applying of a batch happens
 inside the store's transaction, which the server ends if it idles too long (PostgreSQL's
 ``LOCK_HOLD_LIMIT``); the rest goes in the next batch."""
-
-
-_F = TypeVar("_F", bound=Callable[..., Any])
-
-_IN_PASS: set[Callable[..., Any]] = set()
-"""The methods marked ``answers_in_pass`` (filled at import)."""
-
-
-def answers_in_pass(method: _F) -> _F:
-    """Mark ``method``, a commit callback bound to its object, as one the answer pass calls:
-    it gives its callers' answers at once and defers all it does that may run user code with
-    ``after_replies``. Every other callback of an answering batch waits for the wake pass."""
-    _IN_PASS.add(method)
-    return method
 
 
 class _Answer:
@@ -87,7 +65,7 @@ class GroupCommitter:
     __slots__ = (
         "_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "on_promoted",
         "batches", "intents", "failpoint", "_apply_async", "_in_flight", "_drained", "_submitted", "_answered",
-        "_answers", "_wakes", "before_wake", "on_unknown", "callers",
+        "_answers", "_wakes", "before_wake", "on_unknown",
     )
 
     def __init__(
@@ -123,9 +101,6 @@ class GroupCommitter:
         self.before_wake: Callable[[], None] | None = None
         """Sends the replies the answered callers queued (the shard's reply flush); None (an
         embedded engine): answers and wakes run in one pass."""
-        self.callers: Callable[[], int] | None = None
-        """How many callers wait for a reply (the shard's requests in flight): while any does,
-        a batch of steps may answer one, and resumes in two steps too."""
         self.failpoint = failpoint_from_env()
         if self.failpoint is not None:
             store.before_commit = lambda: self.failpoint.hit("after-apply")  # type: ignore[union-attr]
@@ -219,7 +194,7 @@ class GroupCommitter:
             self.intents += len(intents)
             if self.failpoint is not None:
                 self.failpoint.hit("after-commit")
-        if self.before_wake is not None and (answering or self._wakes is not None or (self.callers is not None and self.callers())):
+        if self.before_wake is not None and (answering or self._wakes is not None):
             self._answer(callbacks, results)  # nothing runs user code before the replies leave
         else:
             for callback, result in zip(callbacks, results):
@@ -238,15 +213,13 @@ class GroupCommitter:
             self.on_unknown(intents, first)  # the failure path only: one class test per batch
 
     def _answer(self, callbacks: list[Callback], results: list[Any]) -> None:
-        """Give this batch's answers now (callers' callbacks, and actors', which defer their
-        going on themselves); queue every other callback, in order, for ``_wake``, which runs
-        one loop turn later: after the steps of the callers just answered (their futures'
-        wake-ups were queued first), so their replies are queued by then."""
+        """Give this batch's answers now; queue every other callback, in order, for ``_wake``,
+        which runs one loop turn later: after the steps of the callers just answered (their
+        futures' wake-ups were queued first), so their replies are queued by then."""
         wakes: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
         self._wakes = wakes  # a wake pass still pending keeps its own list
         for callback, result in zip(callbacks, results):
-            kind = callback.__class__
-            if kind is _Answer or (kind is MethodType and callback.__func__ in _IN_PASS):  # type: ignore[attr-defined]
+            if callback.__class__ is _Answer:
                 try:
                     callback(result)
                 except Exception:

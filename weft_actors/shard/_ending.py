@@ -40,13 +40,6 @@ def finish_of(cmd: Command, limit: int) -> Finish:
     return Finish("cancelled" if error.get("kind") == "cancelled" else "failed", None, error)
 
 
-def _after_step(engine: Engine, actor: Any, result: Any) -> None:
-    """What a run's last commit did elsewhere, acted on unless the engine stopped meanwhile
-    (its claims are released then, and whoever takes them over acts)."""
-    if engine.state in ("running", "stopping"):
-        engine.after_step(actor, result)
-
-
 class EndingMixin:
     if not TYPE_CHECKING:  # slots for the runtime; type checkers would flag every attribute
         __slots__ = ()  # the concrete class declares them
@@ -62,7 +55,6 @@ class EndingMixin:
     stuck: bool
     finish: Finish | None
     next_run: tuple[str, bytes] | None
-    held: list[Command] | None
 
     # provided by Actor
     def _commit(self, ops: Any = (), consume: Any = (), timers_put: Any = (), timers_del: Any = (), finish: Any = None, fields: Any = None, effects: Any = ()) -> None:
@@ -99,19 +91,6 @@ class EndingMixin:
             self._commit(finish=finish)
         else:
             self._commit_writes(writes, finish)
-
-    def _ended_here(self, result: Any) -> bool:
-        """Whether the run ended (not continued as new) in the commit just made, whose result
-        is ``result``: then its result waiters are answered now, in the commit's pass, and
-        what the commit did elsewhere (children started, a parent's inbox) is acted on once
-        their replies have left (``after_replies``: it may run user code)."""
-        if self.held is not None or self.next_run is not None or self.stuck or self.run.outcome is None:
-            return False
-        engine = self.engine
-        engine.actor_finished(self)  # type: ignore[arg-type]
-        if result is not None:
-            engine.committer.after_replies(_after_step, engine, self, result)
-        return True
 
     def _stop_work(self, writes: Writes | None) -> None:
         """Cancel attempts in flight and drop timers (deleting the durable ones if ``writes``)."""

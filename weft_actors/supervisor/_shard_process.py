@@ -122,7 +122,6 @@ class ShardServer:
         # A commit's replies leave before the user code it wakes runs (a first turn that
         # blocks the loop must not hold back the answer to its start).
         self.engine.committer.before_wake = self._flush_replies
-        self.engine.committer.callers = self._tasks.__len__  # any batch may answer one of them
         self.ops = ShardOps(self.engine)
         self.dealer = self.context.socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.IDENTITY, shard_identity(config.slot))
