@@ -119,9 +119,6 @@ class ShardServer:
         if not await open_when_reachable(self.engine, self.control, config.slot):
             self.context.destroy(linger=0)
             return 0  # drained while it waited for its store
-        # A commit's replies leave before the user code it wakes runs (a first turn that
-        # blocks the loop must not hold back the answer to its start).
-        self.engine.committer.before_wake = self._flush_replies
         self.ops = ShardOps(self.engine)
         self.dealer = self.context.socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.IDENTITY, shard_identity(config.slot))
