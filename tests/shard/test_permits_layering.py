@@ -8,35 +8,24 @@ late import still ties the two files together for a reader.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from _structure import sibling_imports
 
 SHARD = Path(__file__).resolve().parents[2] / "weft_actors" / "shard"
 
 pytestmark = pytest.mark.timeout(10)
 
 
-def _sibling_imports(path: Path) -> set[str]:
-    """The sibling modules ``path`` imports (``from . import _x``, ``from ._x import y``)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module is None:
-                found.update(alias.name for alias in node.names)
-            else:
-                found.add(node.module.split(".")[0])
-    return found
-
-
 def test_the_runner_imports_the_gate_and_not_the_reverse() -> None:
-    assert "_permits" in _sibling_imports(SHARD / "_activities.py")
-    assert "_activities" not in _sibling_imports(SHARD / "_permits.py")
+    assert "_permits" in sibling_imports(SHARD / "_activities.py")
+    assert "_activities" not in sibling_imports(SHARD / "_permits.py")
 
 
 def test_the_import_reader_sees_type_checking_imports(tmp_path: Path) -> None:
     """The check above can fail: an import under ``if TYPE_CHECKING:`` is an edge too."""
     probe = tmp_path / "_probe.py"
     probe.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._activities import ActivityRunner\n")
-    assert _sibling_imports(probe) == {"_activities"}
+    assert sibling_imports(probe) == {"_activities"}

@@ -7,27 +7,16 @@ back.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from _structure import sibling_imports
 
 SUPERVISOR = Path(__file__).resolve().parents[2] / "weft_actors" / "supervisor"
 MAX_LINES = 450
 
 pytestmark = pytest.mark.timeout(10)
-
-
-def _sibling_imports(path: Path) -> set[str]:
-    """The sibling modules ``path`` imports (``from . import _x``, ``from ._x import y``)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module is None:
-                found.update(alias.name for alias in node.names)
-            else:
-                found.add(node.module.split(".")[0])
-    return found
 
 
 def test_no_supervisor_module_is_over_the_line_limit() -> None:
@@ -37,7 +26,7 @@ def test_no_supervisor_module_is_over_the_line_limit() -> None:
 
 def test_no_part_of_the_supervisor_imports_it_back() -> None:
     modules = {path.stem: path for path in SUPERVISOR.glob("*.py") if path.stem not in ("__init__", "__main__")}
-    parts = _sibling_imports(SUPERVISOR / "_supervisor.py") & modules.keys()
+    parts = sibling_imports(SUPERVISOR / "_supervisor.py") & modules.keys()
     assert {"_slot", "_live", "_ipc", "_counts"} <= parts
-    back = {name for name, path in modules.items() if name != "_supervisor" and "_supervisor" in _sibling_imports(path)}
+    back = {name for name, path in modules.items() if name != "_supervisor" and "_supervisor" in sibling_imports(path)}
     assert back == set()

@@ -7,10 +7,11 @@ knows its run by a small protocol, so the driver that builds it is the only one 
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from _structure import sibling_imports
 
 WORKFLOW = Path(__file__).resolve().parents[2] / "weft_actors" / "workflow"
 MAX_LINES = 450
@@ -18,21 +19,9 @@ MAX_LINES = 450
 pytestmark = pytest.mark.timeout(10)
 
 
-def _sibling_imports(path: Path) -> set[str]:
-    """The sibling modules ``path`` imports (``from . import _x``, ``from ._x import y``)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module is None:
-                found.update(alias.name for alias in node.names)
-            else:
-                found.add(node.module.split(".")[0])
-    return found
-
-
 def _graph() -> dict[str, set[str]]:
     modules = {path.stem: path for path in sorted(WORKFLOW.glob("*.py")) if path.stem != "__init__"}
-    return {name: _sibling_imports(path) & modules.keys() - {name} for name, path in modules.items()}
+    return {name: sibling_imports(path) & modules.keys() - {name} for name, path in modules.items()}
 
 
 def _first_circle(graph: dict[str, set[str]]) -> list[str] | None:
