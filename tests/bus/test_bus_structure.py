@@ -7,10 +7,11 @@ no module of the package reaches back into one that imports it.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
+
+from _structure import sibling_imports
 
 BUS = Path(__file__).resolve().parents[2] / "weft_actors" / "bus"
 MAX_LINES = 450
@@ -18,18 +19,6 @@ MAX_LINES = 450
 
 def _modules() -> dict[str, Path]:
     return {path.stem: path for path in sorted(BUS.glob("*.py"))}
-
-
-def _bus_imports(path: Path) -> set[str]:
-    """The sibling modules ``path`` imports (``from . import _x``, ``from ._x import y``)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module is None:
-                found.update(alias.name for alias in node.names)
-            else:
-                found.add(node.module.split(".")[0])
-    return found
 
 
 @pytest.mark.timeout(10)
@@ -41,7 +30,7 @@ def test_no_bus_module_is_over_the_line_limit() -> None:
 @pytest.mark.timeout(10)
 def test_bus_imports_form_no_circle() -> None:
     modules = _modules()
-    graph = {name: _bus_imports(path) & modules.keys() - {"__init__"} for name, path in modules.items() if name != "__init__"}
+    graph = {name: sibling_imports(path) & modules.keys() - {"__init__"} for name, path in modules.items() if name != "__init__"}
     visiting: list[str] = []
     done: set[str] = set()
 
@@ -62,7 +51,7 @@ def test_bus_imports_form_no_circle() -> None:
 @pytest.mark.timeout(10)
 def test_the_clients_are_shells_over_one_request_core() -> None:
     """Neither client imports the other, nor the other's transport; both stand on the core."""
-    sync, asynchronous = _bus_imports(BUS / "_client.py"), _bus_imports(BUS / "_async_client.py")
+    sync, asynchronous = sibling_imports(BUS / "_client.py"), sibling_imports(BUS / "_async_client.py")
     assert "_request_core" in sync and "_request_core" in asynchronous
     assert not sync & {"_async_client", "_async_transport"}
     assert not asynchronous & {"_client", "_sync_transport"}
