@@ -13,7 +13,7 @@ import time
 import pytest
 
 from _support import eventually, run
-from weft_actors import Engine, activity, workflow
+from weft_actors import ActivityInfo, Engine, activity, workflow
 from weft_actors.store import loop_slot_path, read_loop_slot
 
 RELEASE = threading.Event()
@@ -118,5 +118,37 @@ def test_workflow_code_and_a_query_handler_are_named_and_a_thread_activity_is_no
             assert (kept.written[1]["wid"], kept.written[1]["kind"], kept.written[1]["name"]) == ("slow", "query", "state")
             RELEASE.set()
             assert await slow.result(timeout=10) == "released"
+
+    run(main())
+
+
+@pytest.mark.timeout(30)
+def test_code_that_comes_on_late_in_a_stall_of_engine_code_is_not_named(tmp_path):
+    """A stall of the engine's own code (a large replay, a big commit) names nobody, though a
+    step of user code comes on just as the stall crosses the threshold: the slot says how long
+    that piece itself held the loop, not how long since the loop last turned. (Before, such a
+    step was noted as holding the loop for the whole stall, and a takeover quarantined it.)"""
+
+    async def main():
+        async with Engine(str(tmp_path), app=APP, stall_threshold=0.5, heartbeat=1.0, ttl=5.0) as engine:
+            kept = _watching(engine)
+            slot = engine.activities.on_loop
+            assert slot is not None
+            step = ActivityInfo("k", "innocent", "run-1", 3, 1, "quick")
+            time.sleep(0.45)  # engine code: nobody's on the loop
+            slot.current = step  # a step comes on as the stall passes the threshold ...
+            time.sleep(0.3)  # ... and holds the loop for less than it
+            slot.current = None
+            await asyncio.sleep(0.3)
+            assert engine.watchdog.stalls == 1  # the stall was seen
+            assert kept.written == []
+            time.sleep(0.1)  # a step that holds the loop past the threshold itself is named
+            slot.current = step
+            time.sleep(0.8)
+            slot.current = None
+            await eventually(lambda: kept.written, timeout=5)
+            [note] = kept.written
+            assert (note["wid"], note["kind"], note["name"], note["seq"]) == ("innocent", "activity", "quick", 3)
+            assert 0.5 <= note["held"] <= 0.8
 
     run(main())

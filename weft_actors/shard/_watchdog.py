@@ -120,6 +120,12 @@ class LoopWatchdog:
         self._stop = threading.Event()
         self._published: Any = None
         self._published_at = 0.0
+        self._seen_since = 0.0
+        """When this thread first saw ``_published`` on the loop: the piece held it since then
+        at least (it may have come on up to a tick earlier, never before: blame only what is
+        seen to hold the loop, not whatever came on last in a stall of engine code)."""
+        self._noted: tuple[Any, float] | None = None
+        """The piece (and loop turn) the last stall note was left for: one note per piece."""
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -176,6 +182,7 @@ class LoopWatchdog:
                 self._publish(self.slot, turn, late)
             if late <= self.threshold:
                 continue
+            self._note(late)
             if turn != reported_for:
                 reported_for, next_report = turn, late * 4
                 self.stalls += 1
@@ -193,6 +200,7 @@ class LoopWatchdog:
         if current is self._published and turn == self._published_at:
             return
         self._published, self._published_at = current, turn
+        self._seen_since = time.monotonic()
         try:
             found = None if current is None else describe(current)
         except Exception:  # a record changing under us: name nobody rather than the wrong one
@@ -200,7 +208,26 @@ class LoopWatchdog:
         if found is None:
             slot.unpublish()
         else:
-            slot.publish(*found, entered=turn)
+            slot.publish(*found, entered=self._seen_since)
+
+    def _note(self, late: float) -> None:
+        """Leave the stall note once the piece named in the slot has itself held the loop past
+        the threshold (once per piece): engine code that stalled the loop before it names
+        nobody, and a takeover then charges no workflow for it."""
+        if self.slot is None or self.notes is None or self._published is None:
+            return
+        piece = (self._published, self._published_at)
+        if self._noted is not None and self._noted[0] is piece[0] and self._noted[1] == piece[1]:
+            return
+        on_loop = self.slot.read()
+        if on_loop is None or on_loop["held"] < self.threshold:
+            return
+        self._noted = piece
+        try:
+            self.notes.write({**on_loop, "at": time.time(), "stalled": late})
+            self.noted = True
+        except OSError as exc:
+            log.warning("could not leave the stall note of this engine: %s", exc)
 
     def _report(self, late: float, again: bool) -> None:
         frame = sys._current_frames().get(self._loop_thread)
@@ -209,13 +236,6 @@ class LoopWatchdog:
             who = culprit(found)
         except Exception as exc:  # a frame changing under us: still say that the loop stalls
             found, who = None, f"unknown ({type(exc).__name__})"
-        on_loop = self.slot.read() if self.slot is not None and not again else None
-        if on_loop is not None and self.notes is not None:
-            try:
-                self.notes.write({**on_loop, "at": time.time(), "stalled": late})
-                self.noted = True
-            except OSError as exc:
-                log.warning("could not leave the stall note of this engine: %s", exc)
         stack = "".join(traceback.format_stack(frame, limit=40)) if frame is not None else "(no stack)"
         log.warning(
             "event loop %s for %.1f s (threshold %.1f s): %s is running on it; every other "

@@ -239,6 +239,12 @@ class PgStore(KeyspaceStore):
         if isinstance(clock, ServerClock):  # leases on the server's clock: none renewed before it started
             on_server_start = self._refusals.floor
             on_server_start(self.env.server_started)
+            # Nor, as far as this process knows, before it opened: it saw none of an outage
+            # that ended just now (a read-only spell, a server that took no writes), so it
+            # judges a lease lapsed only once its holder has had a ttl of writable store in
+            # its sight to renew it. A dead engine's claims do not wait: they go by its
+            # death record, not its lease.
+            self._refusals.floor(clock.lease_now())
         self.env.on_server_start = on_server_start
         self.commits = 0
         self.writes = 0
