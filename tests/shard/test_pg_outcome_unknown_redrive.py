@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable
 import psycopg
 import pytest
 
-from _commit_cutter import CommitCutter, release_commit, release_once_held, slow_commits
+from _commit_cutter import CommitCutter, held_for, release_commit, release_once_held, slow_commits
 from _support import eventually, run
 from weft_actors import Engine, examples, workflow
 from weft_actors.errors import OutcomeUnknown
@@ -81,6 +81,7 @@ def test_a_child_started_by_a_step_answered_outcome_unknown_that_landed_runs(sch
             handle = await engine.start(parent_of_one, id="wf-parent")
             await eventually(cutter.cut.is_set, timeout=10.0)  # the step's commit reply was lost
             releaser.join(10.0)
+            await eventually(lambda: held_for(schema_url) == 0.0, timeout=5.0)  # made (reads refuse until then)
             assert await handle.result(timeout=15.0) == 4
             child: Any = engine.store.get_workflow(CHILD)
             assert child["status"] == "completed"
@@ -107,14 +108,16 @@ def held_start(schema_url: str, monkeypatch: pytest.MonkeyPatch, lands: bool, th
         async with Engine(store=cutter.url(schema_url), app=examples, heartbeat=0.2, ttl=5.0) as engine:
             slow_commits(schema_url, WID)  # its tables exist once the engine has opened the store
             cutter.cut_held_commit(schema_url)
-            # Released from a thread: the engine's own heartbeat waits for the write lock that
-            # the held commit keeps, so its loop cannot be counted on until then.
+            # Released from a thread: the test's own waits below hold the loop.
             releaser = release_once_held(schema_url, HELD, lands)
             with pytest.raises(OutcomeUnknown) as caught:
                 await engine.start("three_steps", 1, id=WID)
             assert caught.value.code == "outcome_unknown"
             assert cutter.cut.is_set()  # the start's commit reply was lost
             releaser.join(10.0)
+            # The server ends the held commit a moment after its release (its trigger polls):
+            # until then reads of this store refuse (``_outcome``), so look once it has.
+            await eventually(lambda: held_for(schema_url) == 0.0, timeout=5.0)
             await then(engine)
             await eventually(lambda: engine.stats()["claims_active"] == 0, timeout=5.0)  # nothing of it left claimed
             assert engine.state == "running"

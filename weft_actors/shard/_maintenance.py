@@ -4,11 +4,19 @@
 Liveness is per engine: one heartbeat write per interval, whatever the number of claims (a
 hinted pass in between writes none). The feed poll is the correctness path for messages to
 this engine's workflows; hints only make it sooner.
+
+On a store that commits off the loop (``apply_async``: PostgreSQL) the heartbeat is written
+from a thread of its own too. Its write waits for the store's write lock, and on the loop a
+wait behind a stalled holder (a backend stopped mid-transaction, a server that stalls) stopped
+the loop for seconds: the supervisor, which tells a hung shard by a loop that does not turn,
+killed a shard that was only kept from its store. LMDB beats on the loop (a writer thread
+beside a busy loop convoys on the GIL; its write lock is local and never stalls that way).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -54,6 +62,10 @@ class Maintenance:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = threading.get_ident()
         self._wake = asyncio.Event()
+        self._beater: concurrent.futures.ThreadPoolExecutor | None = None
+        """The heartbeat's own thread, on a store that commits off the loop (None: on the loop)."""
+        if getattr(engine.store, "apply_async", None) is not None:
+            self._beater = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-heartbeat")
 
     # -- scheduling -----------------------------------------------------------------------
 
@@ -77,11 +89,18 @@ class Maintenance:
                 await task
             except asyncio.CancelledError:
                 pass
+        self._stop_beater()
 
     def cancel(self) -> None:
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        self._stop_beater()
+
+    def _stop_beater(self) -> None:
+        beater, self._beater = self._beater, None
+        if beater is not None:
+            beater.shutdown(wait=False)  # a beat under way ends with its bounded wait
 
     async def _run(self) -> None:
         engine = self.engine
@@ -102,14 +121,27 @@ class Maintenance:
             beat = loop.time() >= next_beat
             if beat:
                 next_beat = loop.time() + engine.heartbeat
+                beater = self._beater
+                if beater is not None:
+                    try:
+                        await loop.run_in_executor(beater, self._beat)
+                    except EngineDeposed as exc:
+                        engine.depose(str(exc))
+                        return
+                    except RuntimeError:  # shut down as the engine stops
+                        return
+                    if engine.state != "running":
+                        return
             try:
-                self.run_pass(heartbeat=beat)
+                self.run_pass(heartbeat=beat, beaten=self._beater is not None)
             except Exception:
                 _FAILURES.log(logging.ERROR, "pass", "maintenance pass failed", exc_info=True)
 
     # -- the pass -------------------------------------------------------------------------
 
-    def run_pass(self, heartbeat: bool = True) -> None:
+    def run_pass(self, heartbeat: bool = True, beaten: bool = False) -> None:
+        """One pass; ``heartbeat``: an interval's pass (it renews the lease, unless ``beaten``:
+        its heartbeat was written already, off the loop)."""
         engine = self.engine
         started = time.perf_counter()
         try:
@@ -119,7 +151,7 @@ class Maintenance:
             return
         engine.store.restore_lock_files()
         try:
-            if heartbeat:
+            if heartbeat and not beaten:
                 self._beat()
             self.reclaimer.run()
         except EngineDeposed as exc:
