@@ -20,7 +20,7 @@ from __future__ import annotations
 import random
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterable, Protocol
 
 from ..codec import encode
 from ..errors import PayloadTooLarge, SerializationError, WeftError
@@ -28,15 +28,16 @@ from ..store import CancelOther, Finish, StepCommit, TerminateOther, TimerRef
 from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, cancelled_record, error_record
 from . import _events as events
 from ._activities import DecidedFailure, Finished, timed_out
-from ._ending import EndingMixin, finish_of as _finish_of
-from ._inbox import InboxMixin
+from ._ending import EndingHost, EndingMixin, finish_of as _finish_of
+from ._inbox import InboxHost, InboxMixin
 from ._on_loop import turn
 from ._writes import Writes
 
 if TYPE_CHECKING:
-    from ._engine import Engine
+    from ..store import StepResult
+    from ._committer import GroupCommitter
 
-__all__ = ["Actor"]
+__all__ = ["Actor", "StepHost"]
 
 
 _ENCODED_NONE = encode(None)
@@ -66,8 +67,36 @@ class _NoTable(dict):  # type: ignore[type-arg]
 _NO_TABLE: Final = _NoTable()
 
 
+class StepHost(InboxHost, EndingHost, Protocol):
+    """The engine as its actors see it: what the inbox and ending parts need, plus the
+    committer their steps go through, the guard a wake passes, the activity counter, and the
+    calls that carry news up (a commit failed, a step committed, the run continued or ended).
+    Declared here, below the engine, which satisfies it; an actor never imports the engine."""
+
+    @property
+    def engine_id(self) -> str: ...
+
+    @property
+    def committer(self) -> GroupCommitter: ...
+
+    activities_started: int
+
+    def wake_guard(self, actor: Actor, kind: str) -> bool: ...
+
+    def commit_failed(self, actor: Actor, error: WeftError) -> None: ...
+
+    def after_step(self, actor: Actor, result: StepResult) -> None: ...
+
+    def continue_run(self, actor: Actor, epoch: int) -> None: ...
+
+    def actor_finished(self, actor: Actor) -> None: ...
+
+
 class Actor(InboxMixin, EndingMixin):
     """Owns one run of workflow ``wid`` at claim ``epoch``; built by the engine only."""
+
+    if TYPE_CHECKING:  # one host for both parts (each declares the part of it it uses)
+        engine: StepHost
 
     __slots__ = (
         "engine",
@@ -94,7 +123,7 @@ class Actor(InboxMixin, EndingMixin):
         "ahead",
     )
 
-    def __init__(self, engine: Engine, wid: str, run_id: str, epoch: int, run: WorkflowRun) -> None:
+    def __init__(self, engine: StepHost, wid: str, run_id: str, epoch: int, run: WorkflowRun) -> None:
         self.engine = engine
         self.wid = wid
         self.run_id = run_id
