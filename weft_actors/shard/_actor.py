@@ -20,23 +20,23 @@ from __future__ import annotations
 import random
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Final, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from ..codec import encode
-from ..errors import PayloadTooLarge, SerializationError, WeftError
+from ..errors import WeftError
 from ..store import CancelOther, Finish, StepCommit, TerminateOther, TimerRef
-from ..workflow import ActivityInfo, ActivityOp, Command, WorkflowRun, cancelled_record, error_record
-from . import _events as events
-from ._activities import DecidedFailure, Finished, timed_out
-from ._ending import EndingMixin, finish_of as _finish_of
-from ._inbox import InboxMixin
+from ..workflow import Command, WorkflowRun, cancelled_record
+from ._attempts import NO_TABLE as _NO_TABLE, AttemptHost, AttemptsMixin
+from ._ending import EndingHost, EndingMixin, finish_of as _finish_of
+from ._inbox import InboxHost, InboxMixin
 from ._on_loop import turn
 from ._writes import Writes
 
 if TYPE_CHECKING:
-    from ._engine import Engine
+    from ..store import StepResult
+    from ._committer import GroupCommitter
 
-__all__ = ["Actor"]
+__all__ = ["Actor", "StepHost"]
 
 
 _ENCODED_NONE = encode(None)
@@ -52,22 +52,31 @@ def _answer_all(answers: list[Callable[[bool], None]], committed: bool) -> None:
         answer(committed)
 
 
-class _NoTable(dict):  # type: ignore[type-arg]
-    """The empty ``timers``/``attempts`` table shared by every actor that has none, so a parked
-    actor keeps no empty dict of its own. Reading, popping and clearing it are fine; a first
-    entry goes into a new table of the actor's own, and an emptied one is dropped again."""
+class StepHost(InboxHost, EndingHost, AttemptHost, Protocol):
+    """The engine as its actors see it: what the inbox, ending and attempt parts need, plus
+    the committer their steps go through, the guard a wake passes, and the calls that carry
+    news up (a commit failed, a step committed, the run continued or ended). Declared here,
+    below the engine, which satisfies it; an actor never imports the engine."""
 
-    __slots__ = ()
+    @property
+    def committer(self) -> GroupCommitter: ...
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        raise TypeError("the shared empty table takes no entries")
+    def wake_guard(self, actor: Actor, kind: str) -> bool: ...
+
+    def commit_failed(self, actor: Actor, error: WeftError) -> None: ...
+
+    def after_step(self, actor: Actor, result: StepResult) -> None: ...
+
+    def continue_run(self, actor: Actor, epoch: int) -> None: ...
+
+    def actor_finished(self, actor: Actor) -> None: ...
 
 
-_NO_TABLE: Final = _NoTable()
-
-
-class Actor(InboxMixin, EndingMixin):
+class Actor(InboxMixin, EndingMixin, AttemptsMixin):
     """Owns one run of workflow ``wid`` at claim ``epoch``; built by the engine only."""
+
+    if TYPE_CHECKING:  # one host for its three parts (each declares the part of it it uses)
+        engine: StepHost
 
     __slots__ = (
         "engine",
@@ -94,7 +103,7 @@ class Actor(InboxMixin, EndingMixin):
         "ahead",
     )
 
-    def __init__(self, engine: Engine, wid: str, run_id: str, epoch: int, run: WorkflowRun) -> None:
+    def __init__(self, engine: StepHost, wid: str, run_id: str, epoch: int, run: WorkflowRun) -> None:
         self.engine = engine
         self.wid = wid
         self.run_id = run_id
@@ -384,106 +393,6 @@ class Actor(InboxMixin, EndingMixin):
         del self.ops[seq]
         self._writes().ops.append((seq, self.run.record_outcome(seq, ok=payload, at1=now)))
 
-    def _run_attempt(self, cmd: Command, attempt: int) -> Finished | None:
-        """Start an attempt of ``cmd``'s activity; its ``Finished`` outcome if it ended inline,
-        else None (``on_activity_done`` gets the outcome later, and the attempt's start time,
-        read once it is under way: an attempt that ends inline takes no time to stamp)."""
-        op: ActivityOp = cmd.op  # type: ignore[assignment]
-        self.token += 1
-        token = self.token
-        seq = cmd.seq
-        info = _new_tuple(ActivityInfo, (f"{self.wid}/{self.run_id}/{seq}", self.wid, self.run_id, seq, attempt, op.name))
-        self.engine.activities_started += 1
-
-        def done(value: Any, error: BaseException | None) -> None:
-            self.on_activity_done(token, seq, value, error)
-
-        started = self.engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
-        if started.__class__ is Finished:  # ended inline: no attempt to track
-            return started  # type: ignore[return-value]
-        if self.attempts is _NO_TABLE:
-            self.attempts = {}
-        self.attempts[seq] = [token, started, self.engine.clock.now()]
-        return None
-
-    def _activity_outcome(self, cmd: Command, value: Any, error: BaseException | None, at0: float | None) -> None:
-        """Record the outcome of an attempt that started at ``at0`` (None: it ended inline,
-        in the turn it started): the op's result, its failure, or a retry. The op's ``at0`` is
-        its first attempt's start (kept on its record across retries), ``at1`` the time its
-        outcome is recorded: wall-clock stamps for ``describe``, never read by replay. An op
-        whose only attempt ended inline records ``at1`` alone: it took no time."""
-        seq = cmd.seq
-        op: ActivityOp = cmd.op  # type: ignore[assignment]
-        previous = self.run.history.get(seq)
-        if previous is not None:
-            attempts = previous.get("attempts", 0) + 1
-            at0 = previous.get("at0") or at0
-        else:
-            attempts = 1
-        now = self.engine.clock.now()
-        if error is None:
-            try:
-                payload = encode(value, "activity result")
-                if len(payload) > self.engine.payload_limit:
-                    limit = self.engine.payload_limit
-                    raise PayloadTooLarge(f"result of activity {op.name!r} is {len(payload)} bytes; the limit is {limit}", size=len(payload), limit=limit)
-            except (SerializationError, PayloadTooLarge) as exc:
-                error = exc
-                payload = None  # not kept while the failure commits
-            else:
-                del self.ops[seq]
-                if at0 is None:
-                    packed = self.run.record_outcome(seq, ok=payload, attempts=attempts, at1=now)
-                else:
-                    packed = self.run.record_outcome(seq, ok=payload, attempts=attempts, at0=at0, at1=now)
-                if self.timers:
-                    timers = self._clear_timer(seq)
-                elif not self.ops and not self.wakes and not self.inbox and self.run.waiting_seq == seq:
-                    self._commit_ahead(((seq, packed),))
-                    return
-                else:
-                    timers = ()
-                self._commit(ops=((seq, packed),), timers_del=timers)
-                return
-        previous = previous or {}
-        if error.__class__ is DecidedFailure:  # this attempt's failure, its commit refused before
-            failure, retry_at, first_at = error.failure, error.retry_at, error.first_at  # type: ignore[attr-defined]
-        else:
-            first_at = previous.get("first_at", now)
-            retry = op.retry
-            delay = retry.delay(attempts)
-            retryable = (
-                attempts < retry.max_attempts
-                and retry.retryable(error)
-                and not isinstance(error, (SerializationError, PayloadTooLarge))
-                and (op.schedule_to_close is None or now + delay < first_at + op.schedule_to_close)
-            )
-            failure = error_record(error, "activity")
-            failure["activity"] = op.name
-            failure["attempts"] = attempts
-            retry_at = now + delay if retryable else None
-            self._log_failed_attempt(seq, op.name, attempts, error, None if retry_at is None else delay)
-        if retry_at is not None:
-            ref = TimerRef(retry_at, seq, "retry")
-            started = self.run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"], at0=now if at0 is None else at0)
-            stale = self._clear_timer(seq)
-            self._schedule_timer(ref)
-            self._commit(ops=((seq, started),), timers_put=(ref,), timers_del=stale)
-            return
-        del self.ops[seq]
-        if at0 is None:
-            packed = self.run.record_outcome(seq, err=failure, attempts=attempts, at1=now)
-        else:
-            packed = self.run.record_outcome(seq, err=failure, attempts=attempts, at0=at0, at1=now)
-        self._commit(ops=((seq, packed),), timers_del=self._clear_timer(seq))
-
-    def _log_failed_attempt(self, seq: int, activity: str, attempt: int, error: BaseException, retry_in: float | None) -> None:
-        """Once per attempt that failed, when it is decided (not again for the decision a
-        refused commit kept): the failure, and the retry if one follows."""
-        engine_id, wf_type = self.engine.engine_id, self.run.workflow_type
-        events.activity_attempt_failed(engine_id, self.wid, wf_type, self.run_id, seq, activity, attempt, error, timed_out=timed_out(error), final=retry_in is None)
-        if retry_in is not None:
-            events.activity_retry_scheduled(engine_id, self.wid, wf_type, self.run_id, seq, activity, attempt + 1, retry_in)
 
     def _commit_ahead(self, ops: tuple[tuple[int, bytes], ...]) -> None:
         """Commit ``ops`` (the outcome of the only op awaited) with the run already moved past

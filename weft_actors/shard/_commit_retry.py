@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .._ratelimit import RateLimitedLog
 from ..errors import StorageFull, WeftError
 from ..store import CreateChild, CreateWorkflow, FireStart, SignalWithStart, StepCommit
 
 if TYPE_CHECKING:
-    from ._engine import Engine
+    from ..store import LmdbStore
+    from ._committer import GroupCommitter
 
 __all__ = ["CommitRetry", "MAX_BACKOFF", "started_by"]
 
@@ -44,12 +45,33 @@ MAX_BACKOFF: Final = 30.0
 """Seconds between two drives of a workflow whose steps keep being refused, at most."""
 
 
+class RetryHost(Protocol):
+    """What the retries need of their engine: its loop (through the committer), its heartbeat
+    (the unit of backoff), whether it runs, the orphan set the reclaim pass drives, and the
+    store to probe for room."""
+
+    @property
+    def committer(self) -> GroupCommitter: ...
+
+    @property
+    def heartbeat(self) -> float: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def orphans(self) -> set[str]: ...
+
+    @property
+    def store(self) -> LmdbStore: ...
+
+
 class CommitRetry:
     """Per workflow: refusals in a row and the timer of its next drive."""
 
     __slots__ = ("_engine", "_failures", "_last", "_handles", "_probe")
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: RetryHost) -> None:
         self._engine = engine
         self._failures: dict[str, int] = {}
         self._last: dict[str, float] = {}

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Mapping, Protocol
 
 if TYPE_CHECKING:
-    from ..store import ReplayRows
-    from ._engine import Engine
+    from ..store import LmdbStore, ReplayRows
+    from ._committer import GroupCommitter
 
 __all__ = ["Driver", "DRIVE_SLICE"]
 
@@ -47,10 +47,60 @@ TAKEOVER: Final = ""
 """The wake kind of a queued drive that is not a revival (a takeover, a fired start)."""
 
 
+class _Held(Protocol):
+    @property
+    def epoch(self) -> int: ...
+
+
+class _Reclaims(Protocol):
+    """The reclaimer, as the driver asks it for more when its queue runs dry."""
+
+    @property
+    def untaken(self) -> bool: ...
+
+    def take_more(self) -> int: ...
+
+
+class _Maintained(Protocol):
+    @property
+    def reclaimer(self) -> _Reclaims: ...
+
+
+class _Revives(Protocol):
+    def revived(self, wid: str, epoch: int, kind: str) -> object: ...
+
+
+class DriveHost(Protocol):
+    """What the driver needs of its engine: whether it runs, its loop (through the committer),
+    the store to read ahead from, the live actors (by their epoch), a drive, a revival, and the
+    reclaimer's backlog. The reclaimer and the evictor sit above the driver and feed it; it
+    knows them only by these members."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def committer(self) -> GroupCommitter: ...
+
+    @property
+    def store(self) -> LmdbStore: ...
+
+    @property
+    def actors(self) -> Mapping[str, _Held]: ...
+
+    @property
+    def maintenance(self) -> _Maintained: ...
+
+    @property
+    def eviction(self) -> _Revives: ...
+
+    def drive_or_orphan(self, wid: str, epoch: int) -> bool | None: ...
+
+
 class Driver:
     """The queue of workflows this engine holds and has yet to drive, and its slices."""
 
-    def __init__(self, engine: Engine, background: bool) -> None:
+    def __init__(self, engine: DriveHost, background: bool) -> None:
         self.engine = engine
         self.background = background
         self.queue: dict[str, tuple[int, str]] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import PayloadTooLarge
 from ..store import ContinueRun, Finish, TimerRef
@@ -19,9 +19,9 @@ from ._writes import Writes
 
 if TYPE_CHECKING:
     from ..workflow import WorkflowRun
-    from ._engine import Engine
+    from ._timers import TimerService
 
-__all__ = ["EndingMixin", "finish_of"]
+__all__ = ["EndingHost", "EndingMixin", "finish_of"]
 
 log = logging.getLogger("weft_actors.shard")
 
@@ -40,11 +40,21 @@ def finish_of(cmd: Command, limit: int) -> Finish:
     return Finish("cancelled" if error.get("kind") == "cancelled" else "failed", None, error)
 
 
+class EndingHost(Protocol):
+    """What ending a run needs of the engine: the result size limit and the timers to drop."""
+
+    @property
+    def payload_limit(self) -> int: ...
+
+    @property
+    def timers(self) -> TimerService: ...
+
+
 class EndingMixin:
     if not TYPE_CHECKING:  # slots for the runtime; type checkers would flag every attribute
         __slots__ = ()  # the concrete class declares them
 
-    engine: Engine
+    engine: EndingHost
     wid: str
     run: WorkflowRun
     ops: dict[int, Command]

@@ -28,13 +28,14 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Final
-
-from ._hosting import resolve
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
     from ._actor import Actor
-    from ._engine import Engine
+    from ._committer import GroupCommitter
+    from ._driving import Driver
+    from ._metrics import EngineMetrics
+    from ._timers import TimerService
 
 __all__ = ["Evictor", "is_parked"]
 
@@ -92,10 +93,39 @@ def earliest_timer(actor: Actor) -> float | None:
     return min(times, default=None)
 
 
+class EvictionHost(Protocol):
+    """What eviction needs of its engine: the table of live actors (in recency order), whether
+    it runs, its loop (through the committer), the timers that wake an evicted workflow, the
+    driver that queues revivals, a drive, the waiters to wake when a wake is discarded, and
+    the counters."""
+
+    @property
+    def actors(self) -> dict[str, Actor]: ...
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def committer(self) -> GroupCommitter: ...
+
+    @property
+    def timers(self) -> TimerService: ...
+
+    @property
+    def driver(self) -> Driver: ...
+
+    @property
+    def metrics(self) -> EngineMetrics: ...
+
+    def drive_or_orphan(self, wid: str, epoch: int) -> bool | None: ...
+
+    def wake_waiters(self, wid: str) -> None: ...
+
+
 class Evictor:
     """The evicted workflows of one engine, and the passes that evict and revive them."""
 
-    def __init__(self, engine: Engine, max_live: int) -> None:
+    def __init__(self, engine: EvictionHost, max_live: int) -> None:
         if max_live < 1:
             raise ValueError("max_live_actors must be >= 1")
         self.engine = engine
@@ -209,8 +239,7 @@ class Evictor:
         if not driven:  # the wake guard: the claim moved, or the workflow ended elsewhere
             engine.metrics.wake_discarded(kind)
             engine.metrics.claim("deposed")
-            for future in engine._waiters.get(wid, ()):
-                resolve(future, None)
+            engine.wake_waiters(wid)
             return None
         self.revivals += 1
         return engine.actors.get(wid)

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Coroutine
-
-if TYPE_CHECKING:
-    from ._engine import Engine
+from typing import Any, Coroutine, Protocol
 
 __all__ = ["WorkflowHandle"]
+
+
+class Calls(Protocol):
+    """What a handle needs of its engine: the per-workflow client calls, nothing more (the
+    engine above satisfies it; declared here so this file never imports the engine)."""
+
+    async def signal(self, workflow_id: str, name: str, payload: Any = None, *, request_id: str | None = None) -> None: ...
+
+    async def query(self, workflow_id: str, name: str, *args: Any) -> Any: ...
+
+    async def result(self, workflow_id: str, timeout: float | None = None) -> Any: ...
+
+    async def describe(self, workflow_id: str, *, input_encoded: bool = False) -> dict[str, Any]: ...
+
+    async def update(self, workflow_id: str, name: str, *args: Any, request_id: str | None = None) -> Any: ...
+
+    async def cancel(self, workflow_id: str) -> None: ...
+
+    async def terminate(self, workflow_id: str, reason: str | None = None) -> None: ...
+
+    async def lift_quarantine(self, workflow_id: str) -> None: ...
 
 
 class WorkflowHandle:
@@ -16,7 +34,7 @@ class WorkflowHandle:
 
     __slots__ = ("_engine", "id", "run_id")
 
-    def __init__(self, engine: Engine, workflow_id: str, run_id: str | None = None) -> None:
+    def __init__(self, engine: Calls, workflow_id: str, run_id: str | None = None) -> None:
         self._engine = engine
         self.id = workflow_id
         self.run_id = run_id

@@ -10,7 +10,7 @@ consumption is deleted in the transaction that records what it did: exactly-once
 from __future__ import annotations
 
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from ..codec import count_args, decode_args, encode, unpack_record
 from ..errors import InvalidRequest, UpdateRejected, WorkflowAlreadyExists
@@ -23,17 +23,42 @@ from ._validate import new_id
 from ._writes import Writes, child_error, child_id_for
 
 if TYPE_CHECKING:
-    from ..workflow import ChildOp, WorkflowRun
-    from ._engine import Engine
+    from .._clock import Clock
+    from ..store import LmdbStore
+    from ..workflow import ChildOp, WorkflowDefinition, WorkflowRun
+    from ._activities import ActivityRunner
 
-__all__ = ["InboxMixin"]
+__all__ = ["InboxHost", "InboxMixin"]
+
+
+class InboxHost(Protocol):
+    """What taking messages and starting children needs of the engine: the clock for records,
+    the store (a child's existing record), the registered types (a child of one is claimed
+    here), the payload limit, the loop slot (through the activities) and the update answer."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def store(self) -> LmdbStore: ...
+
+    @property
+    def workflows(self) -> Mapping[str, WorkflowDefinition]: ...
+
+    @property
+    def payload_limit(self) -> int: ...
+
+    @property
+    def activities(self) -> ActivityRunner: ...
+
+    def update_answered(self, wid: str, request_id: str) -> None: ...
 
 
 class InboxMixin:
     if not TYPE_CHECKING:  # slots for the runtime; type checkers would flag every attribute
         __slots__ = ()  # the concrete class declares (a mixin's own __slots__ names none)
 
-    engine: Engine
+    engine: InboxHost
     wid: str
     run_id: str
     epoch: int

@@ -20,14 +20,16 @@ import concurrent.futures
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, Mapping, Protocol
 
 from .._ratelimit import RateLimitedLog
 from ..errors import EngineDeposed, StorageError, StorageFull, WeftError
-from ._reclaim import Reclaimer
+from ._reclaim import ReclaimHost, Reclaimer
 
 if TYPE_CHECKING:
-    from ._engine import Engine
+    from ._actor import Actor
+    from ._eviction import Evictor
+    from ._watchdog import LoopWatchdog
 
 __all__ = ["Maintenance"]
 
@@ -50,8 +52,46 @@ EXPIRY_MARGIN: Final = 0.01
 is expired strictly after its time, and the pass reads the lease clock again."""
 
 
+class MaintenanceHost(ReclaimHost, Protocol):
+    """What the maintenance pass needs of its engine, besides what its reclaimer does: whether
+    it runs, its ownership mode and retention settings, the watchdog whose stall note a live
+    heartbeat clears, the evictor, the live actors the feed poll delivers to, and the call that
+    deposes the engine when its lease is lost."""
+
+    @property
+    def state(self) -> str: ...
+
+    @property
+    def ownership(self) -> str: ...
+
+    @property
+    def prune_interval(self) -> float: ...
+
+    @property
+    def retention(self) -> float: ...
+
+    @property
+    def feed_retention(self) -> float: ...
+
+    @property
+    def engine_retention(self) -> float: ...
+
+    @property
+    def watchdog(self) -> LoopWatchdog | None: ...
+
+    @property
+    def eviction(self) -> Evictor: ...
+
+    @property
+    def actors(self) -> Mapping[str, Actor]: ...
+
+    def deliver_messages(self, actor: Actor, messages: list[tuple[int, dict[str, Any]]]) -> None: ...
+
+    def depose(self, reason: str) -> None: ...
+
+
 class Maintenance:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: MaintenanceHost) -> None:
         self.engine = engine
         self.reclaimer = Reclaimer(engine)
         self.feed_cursor = engine.store.feed_head()

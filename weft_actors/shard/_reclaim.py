@@ -24,7 +24,7 @@ them first, which rotates the epoch and deposes the owner).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Mapping, Protocol
 
 from .._placement import preferred
 from ..errors import WeftError
@@ -33,7 +33,12 @@ from ..workflow import SYSTEM_TYPES
 from . import _events as events
 
 if TYPE_CHECKING:
-    from ._engine import Engine
+    from .._clock import Clock
+    from ..store import LmdbStore
+    from ._committer import GroupCommitter
+    from ._driving import Driver
+    from ._metrics import EngineMetrics
+    from ._reuse import RefusedOutcomes
 
 __all__ = ["Reclaimer", "MAX_TAKEOVER_TRIES", "TAKE_CHUNK"]
 
@@ -49,8 +54,53 @@ SCAN_LIMIT: Final = 4 * TAKE_CHUNK
 """Candidates one read of the backlog returns at most (the read costs ~4 µs a candidate)."""
 
 
+class ReclaimHost(Protocol):
+    """What the reclaim pass needs of its engine: who it is and what it runs, its lease
+    timing, the store, the committer (delayed starts, deadlines), the driver that drives what
+    it takes, the orphans it retries, the outcomes kept for them, and the call that follows
+    up a close it committed."""
+
+    @property
+    def engine_id(self) -> str: ...
+
+    @property
+    def workflows(self) -> Mapping[str, object]: ...
+
+    @property
+    def heartbeat(self) -> float: ...
+
+    @property
+    def probe_peers(self) -> bool: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def store(self) -> LmdbStore: ...
+
+    @property
+    def committer(self) -> GroupCommitter: ...
+
+    @property
+    def metrics(self) -> EngineMetrics: ...
+
+    @property
+    def driver(self) -> Driver: ...
+
+    @property
+    def actors(self) -> Mapping[str, object]: ...
+
+    @property
+    def orphans(self) -> set[str]: ...
+
+    @property
+    def refused(self) -> RefusedOutcomes: ...
+
+    def closed_externally(self, workflow_id: str, result: dict[str, Any]) -> None: ...
+
+
 class Reclaimer:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: ReclaimHost) -> None:
         self.engine = engine
         self._first_seen: dict[str, float] = {}
         """Candidates preferred by another engine -> when this engine first saw them."""

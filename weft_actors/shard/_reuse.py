@@ -23,14 +23,15 @@ something is kept.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..codec import decode, encode
 from ._activities import DecidedFailure, Finished
 from ._actor import _DONE, Actor
 
 if TYPE_CHECKING:
-    from ._engine import Engine
+    from ..store import LmdbStore
+    from ._metrics import EngineMetrics
 
 __all__ = ["RefusedOutcomes", "ReusingActor", "MAX_KEPT", "MAX_KEPT_BYTES"]
 
@@ -57,12 +58,23 @@ class ReusingActor(Actor):
         return Actor._run_attempt(self, cmd, attempt)
 
 
+class KeepHost(Protocol):
+    """What keeping outcomes needs of the engine: the store (to tell committed records from
+    not) and the counters of outcomes reused and dropped."""
+
+    @property
+    def store(self) -> LmdbStore: ...
+
+    @property
+    def metrics(self) -> EngineMetrics: ...
+
+
 class RefusedOutcomes:
     """wid -> (run id, {(seq, attempt): (outcome, size)}), oldest workflow first."""
 
     __slots__ = ("_engine", "kept", "_count", "_bytes")
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: KeepHost) -> None:
         self._engine = engine
         self.kept: dict[str, tuple[str, dict[_Key, tuple[Finished, int]]]] = {}
         self._count = 0
