@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pwd
 import uuid
+from pathlib import Path
 from typing import Iterator
 
 import psycopg
@@ -43,3 +44,17 @@ def schema_url(postgres_url: str) -> Iterator[str]:
             conn.execute(f"DROP SCHEMA {schema} CASCADE")
     except psycopg.Error:
         pass
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests of the slow tier's files ``slow`` (``_tiers``)."""
+    from _tiers import SLOW_FILES
+
+    root = Path(__file__).parent
+    for item in items:
+        try:
+            relative = Path(str(item.path)).relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if relative in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
