@@ -9,7 +9,7 @@ import weft_actors.errors as errors
 
 PUBLIC = {
     "ActivityInfo", "AsyncClient", "AsyncClientHandle", "Client", "ClientHandle", "Context",
-    "Engine", "RetryPolicy", "ScheduleHandle", "WeftError", "WorkflowHandle", "activity", "errors", "register_type", "workflow",
+    "Engine", "EngineOptions", "RetryPolicy", "ScheduleHandle", "WeftError", "WorkflowHandle", "activity", "errors", "register_type", "workflow",
 }
 
 CODES = {

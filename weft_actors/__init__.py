@@ -11,7 +11,7 @@ from .bus import AsyncClient, AsyncClientHandle, Client, ClientHandle
 from .codec import register_type
 from .errors import WeftError
 from ._schedule_handle import ScheduleHandle
-from .shard import Engine, WorkflowHandle
+from .shard import Engine, EngineOptions, WorkflowHandle
 from .workflow import ActivityInfo, Context, RetryPolicy, activity, workflow
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "ClientHandle",
     "Context",
     "Engine",
+    "EngineOptions",
     "RetryPolicy",
     "ScheduleHandle",
     "WeftError",

@@ -2,6 +2,7 @@
 
 from ._engine import Engine
 from ._handle import WorkflowHandle
+from ._options import EngineOptions
 from ._validate import validate_timing
 
-__all__ = ["Engine", "WorkflowHandle", "validate_timing"]
+__all__ = ["Engine", "EngineOptions", "WorkflowHandle", "validate_timing"]

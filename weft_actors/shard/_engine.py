@@ -10,11 +10,12 @@ workflows of a dead or stalled engine move to live ones (``_reclaim``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 import os
 import uuid
-from typing import Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from .._clock import Clock, SystemClock
 from ..codec import encode
@@ -43,11 +44,15 @@ from ._hosting import ActorHost, resolve
 from ._maintenance import Maintenance
 from ._messages import WorkflowMessages
 from ._metrics import EngineMetrics
+from ._options import EngineOptions, EngineSettings
 from ._outcome import raise_for_outcome
 from ._reads import WorkflowReads
 from ._timers import TimerService
-from ._validate import OWNERSHIP_MODES, validate_id, validate_name, validate_timing
+from ._validate import validate_id, validate_name
 from ._watchdog import LoopWatchdog, open_slot
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Engine"]
 
@@ -67,54 +72,14 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
     engines on several hosts share). A later engine on the same store takes over whatever this
     one leaves running, after a crash too.
 
-    Ownership options: ``heartbeat``/``ttl`` time the engine's lease (checked at once: both
-    > 0, ``heartbeat < ttl``, ``ttl >= 3 * heartbeat``); ``ownership`` is ``"workflow-lease"``
-    (many engines) or ``"single"`` (one engine, no heartbeats); ``probe_peers`` lets the
-    reclaim pass confirm a dead peer process on this machine by its lock file instead of
-    waiting for its lease to expire; ``on_commit_hint(kind, workflow_id)`` is called after an
+    Options (``EngineOptions``: timing and ownership, limits, admission, retention,
+    quarantine; validated when the engine is made) are given as keywords, or as one record,
+    ``options=``. The callbacks: ``on_commit_hint(kind, workflow_id)`` is called after an
     inbox append commits (``"workflow-touched"``) and after a workflow ends
     (``"workflow-done"``), so a hint publisher can be plugged in; ``on_done_interest(
     workflow_id, True/False)`` when callers here start (and stop) waiting for the end of a
     workflow this engine does not hold, so a hint subscriber can take that workflow's done
-    hints only. ``feed_retention`` and ``engine_retention`` (seconds) bound the change feed
-    and the registry of ended engines.
-
-    ``retention`` (seconds, default 7 days): a finished workflow keeps its record and result
-    for good, but its op log and leftover inbox are pruned once it ended that long ago (checked
-    every ``prune_interval``). ``max_live_actors`` caps the actors kept in memory: parked ones
-    beyond it are evicted least recently used first, keeping their claims, and replayed from
-    the store on their next wake (``_eviction``).
-
-    Limits (each refusal is a ``LimitExceeded`` naming the limit, and writes nothing):
-    ``max_active_workflows`` (default ``max(200_000, 2 * max_live_actors)``) is a hard cap on
-    the actors in memory: when a client start finds that many and an eviction pass cannot
-    make room (none is parked), it is refused. Reclaims, child starts, continue-as-new and
-    delayed starts (accepted, and when they fire) are never refused: those workflows exist
-    or make no actor yet, and must run somewhere. ``max_inbox`` (default 10,000) caps the
-    signals and updates pending in one workflow's inbox; a retried update (a known request
-    id), a cancel request and a child's completion are always taken.
-    ``max_inflight_activities`` (default 1,000) caps the activity attempts running at once:
-    beyond it attempts wait in a FIFO queue (backpressure, never a failure).
-
-    Admission: ``max_running`` (default None: no bound, an embedding caller paces its own
-    calls; the supervisor's shards use 10,000) bounds the workflows in flight, that is
-    running rather than parked, measured as the activity attempts running and queued plus
-    the writes waiting for this turn's commit. A client start (or signal-with-start) that
-    finds that many is refused at once with ``Overloaded``, writing nothing, so that accepted
-    work keeps a bounded latency instead of every start queueing without end. The same
-    starts as for ``max_active_workflows`` are never refused.
-
-    Poison workflows: a workflow charged with ``quarantine_after`` (default 1) lost owners
-    without progress (only the workflow whose code held a lost owner's loop is charged:
-    ``store._blame``) is parked as ``quarantined`` (``lift_quarantine`` puts it back). With
-    ``background``, a watchdog thread logs a WARNING naming the workflow and activity that
-    keeps the loop from turning for more than ``stall_threshold`` seconds (default the lesser
-    of 1 s and ttl / 3: it must name the culprit, and leave its stall note, well before the
-    lease runs out and the supervisor kills the stalled shard).
-
-    The engine's record names the workflow types its app registers; with
-    ``warn_type_mismatch`` (a supervisor's shards leave it to the supervisor) ``open`` logs a
-    WARNING naming the live engines on the store that register other types, and those types.
+    hints only.
     """
 
     def __init__(
@@ -124,92 +89,53 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         *,
         store: str | None = None,
         clock: Clock | None = None,
-        heartbeat: float = 0.5,
-        ttl: float = 3.0,
-        ownership: str = "workflow-lease",
         engine_id: str | None = None,
         slot: int | None = None,
-        max_activity_threads: int = 32,
-        payload_limit: int = 1 << 20,
-        sync: bool = True,
-        map_size: int | None = None,
-        tune_gc: bool = False,
-        background: bool = True,
-        probe_peers: bool = True,
         on_commit_hint: CommitHint | None = None,
         on_done_interest: DoneInterest | None = None,
-        feed_retention: float = 3600.0,
-        engine_retention: float = 3600.0,
-        prune_interval: float = 60.0,
-        retention: float = 7 * 86400.0,
-        max_live_actors: int = 100_000,
-        max_active_workflows: int | None = None,
-        max_inbox: int = 10_000,
-        max_inflight_activities: int = 1000,
-        max_running: int | None = None,
-        quarantine_after: int = 1,
-        stall_threshold: float | None = None,
-        warn_type_mismatch: bool = True,
+        options: EngineOptions | None = None,
+        **settings: Unpack[EngineSettings],
     ) -> None:
-        validate_timing(heartbeat, ttl)
-        if ownership not in OWNERSHIP_MODES:
-            raise ValueError(f"ownership must be one of {OWNERSHIP_MODES}, not {ownership!r}")
-        if feed_retention < 0 or engine_retention < 0 or prune_interval <= 0:
-            raise ValueError("feed_retention and engine_retention must be >= 0, prune_interval > 0")
-        if not retention >= 0:
-            raise ValueError("retention must be >= 0")
+        if options is None:
+            options = EngineOptions(**settings)
+        elif settings:
+            options = dataclasses.replace(options, **settings)
         location = store if store is not None else data_dir
         if location is None or (store is not None and data_dir is not None and store != data_dir):
             raise ValueError("give the store once: a data directory (LMDB) or store='postgresql://...'")
+        self.options = options
         self.data_dir = location
         """Where the store is: an LMDB directory or a PostgreSQL URL (``store.open_store``)."""
         self.workflows: dict[str, WorkflowDefinition] = with_system_workflows(collect_workflows(app))
         self.clock: Clock = clock or SystemClock()
-        self.heartbeat = heartbeat
-        self.ttl = ttl
-        self.ownership = ownership
         self.engine_id = engine_id or uuid.uuid4().hex
         self.slot = slot
-        self.payload_limit = payload_limit
-        self.probe_peers = probe_peers
-        self.feed_retention = feed_retention
-        self.engine_retention = engine_retention
-        self.prune_interval = prune_interval
-        self.retention = retention
+        # The settings its collaborators read, as plain attributes (read on hot paths).
+        self.heartbeat = options.heartbeat
+        self.ttl = options.ttl
+        self.ownership = options.ownership
+        self.payload_limit = options.payload_limit
+        self.probe_peers = options.probe_peers
+        self.feed_retention = options.feed_retention
+        self.engine_retention = options.engine_retention
+        self.prune_interval = options.prune_interval
+        self.retention = options.retention
+        self.max_active_workflows: int = cast(int, options.max_active_workflows)
+        self.max_running = options.max_running
+        self.max_inbox = options.max_inbox
+        self.max_inflight_activities = options.max_inflight_activities
+        self.quarantine_after = options.quarantine_after
+        self.stall_threshold: float = cast(float, options.stall_threshold)
+        self.warn_type_mismatch = options.warn_type_mismatch
         self._on_commit_hint = on_commit_hint
         self._on_done_interest = on_done_interest
         self._watched: set[str] = set()
-        self._max_threads = max_activity_threads
-        self._sync = sync
-        self._map_size = map_size
-        self._tune_gc = tune_gc
-        self._background = background
         self.actors: dict[str, Actor] = {}
         self.orphans: set[str] = set()
-        self.eviction = Evictor(self, max_live_actors)
+        self.eviction = Evictor(self, options.max_live_actors)
         self.commit_retry = CommitRetry(self)
         self.refused = RefusedOutcomes(self)
-        self.max_active_workflows = max(200_000, 2 * max_live_actors) if max_active_workflows is None else max_active_workflows
-        if self.max_active_workflows <= max_live_actors:
-            raise ValueError(
-                f"max_active_workflows ({self.max_active_workflows}) must exceed max_live_actors "
-                f"({max_live_actors}): parked actors are evicted down to the latter to admit starts"
-            )
-        if max_inbox < 1 or max_inflight_activities < 1 or (max_running is not None and max_running < 1):
-            raise ValueError("max_inbox, max_inflight_activities and max_running must be >= 1")
-        self.max_running = max_running
         self.starts_overloaded = 0
-        self.max_inbox = max_inbox
-        self.max_inflight_activities = max_inflight_activities
-        if isinstance(quarantine_after, bool) or not isinstance(quarantine_after, int) or quarantine_after < 1:
-            raise ValueError("quarantine_after must be an integer >= 1")
-        if stall_threshold is None:
-            stall_threshold = min(1.0, ttl / 3)
-        if not stall_threshold > 0:
-            raise ValueError("stall_threshold must be > 0")
-        self.quarantine_after = quarantine_after
-        self.stall_threshold = stall_threshold
-        self.warn_type_mismatch = warn_type_mismatch
         self.watchdog: LoopWatchdog | None = None
         self.metrics = EngineMetrics()
         self.activities_started = 0
@@ -239,9 +165,10 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         background tasks the replay of what it takes goes on after ``open`` returns, in
         bounded slices of loop time (``_driving``); without, it is done before."""
         loop = asyncio.get_running_loop()
-        kwargs: dict[str, Any] = {} if self._map_size is None else {"map_size": self._map_size}
+        options = self.options
+        kwargs: dict[str, Any] = {} if options.map_size is None else {"map_size": options.map_size}
         # A PgStore has LmdbStore's methods (the conformance suite holds both to them).
-        self.store = cast(LmdbStore, open_store(self.data_dir, clock=self.clock, sync=self._sync, max_inbox=self.max_inbox, **kwargs))
+        self.store = cast(LmdbStore, open_store(self.data_dir, clock=self.clock, sync=options.sync, max_inbox=self.max_inbox, **kwargs))
         self.clock = self.store.clock  # on PostgreSQL, leases go by the server's clock
         listen = getattr(self.store, "listen", None)  # PostgreSQL: hints from other hosts' engines
         try:
@@ -259,13 +186,13 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         self.committer = GroupCommitter(self.store, self.engine_id, loop, on_unknown=self.commit_retry.may_have_landed)
         self.committer.on_deposed = lambda error: self.depose(str(error))
         self.timers = TimerService(loop, self.clock)
-        self.activities = ActivityRunner(loop, self._max_threads, self.max_inflight_activities)
+        self.activities = ActivityRunner(loop, options.max_activity_threads, self.max_inflight_activities)
         self.activities.use_permits(self.committer, self.timers, self.clock)  # activity rate and concurrency limits
-        self.driver = Driver(self, self._background)
+        self.driver = Driver(self, options.background)
         self.maintenance = Maintenance(self)
         self.committer.on_promoted = self.maintenance.reclaimer.fire_promoted
         self.state = "running"
-        if self._tune_gc:
+        if options.tune_gc:
             gc.collect()
             gc.freeze()
             # Generation 0 is collected after GEN0_THRESHOLD net allocations. The engine frees
@@ -275,7 +202,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
             # (15%) in collections that found nothing. Cycles only wait longer to be freed.
             gc.set_threshold(GEN0_THRESHOLD, 50, 100)
         self.maintenance.run_pass(heartbeat=False)
-        if self._background:
+        if options.background:
             self.maintenance.start(loop)
             self.activities.on_loop = slot = open_slot(self.store.path, self.engine_id, self.stall_threshold)
             self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], slot=slot, notes=stall_notes(self.store, self.engine_id))
