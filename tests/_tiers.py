@@ -24,6 +24,7 @@ SLOW_FILES = frozenset(
         "shard/test_eviction.py",
         "shard/test_on_loop.py",
         "shard/test_ownership_processes.py",
+        "shard/test_pg_down_no_spin.py",
         "shard/test_pg_heartbeat_off_loop.py",
         "shard/test_pg_outcome_unknown_redrive.py",
         "shard/test_recovery.py",

@@ -150,7 +150,9 @@ class Maintenance:
             wait = next_beat - loop.time()
             expiry = self.reclaimer.next_expiry
             if expiry is not None:  # a peer that stopped renewing is taken over when it expires
-                wait = min(wait, expiry - engine.clock.lease_now() + EXPIRY_MARGIN)
+                until = expiry - engine.clock.lease_now() + EXPIRY_MARGIN
+                if until > 0.0:  # past: its pass ran, and a pass that failed (the store down)
+                    wait = min(wait, until)  # is retried at the heartbeat, never in a spin
             try:
                 await asyncio.wait_for(self._wake.wait(), max(0.0, wait))
             except asyncio.TimeoutError:
