@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import weft_actors.store
+from _structure import circles
 from weft_actors.store._dispatch import APPLIER_OF
 
 pytestmark = pytest.mark.timeout(30)
@@ -60,62 +61,20 @@ def _graph() -> dict[str, set[str]]:
     }
 
 
-def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[list[str]] = []
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, edges = work[-1]
-            for nxt in edges:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph[nxt]))))
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
-                if low[node] == index[node]:
-                    component = []
-                    while True:
-                        member = stack.pop()
-                        on_stack.discard(member)
-                        component.append(member)
-                        if member == node:
-                            break
-                    if len(component) > 1:
-                        out.append(sorted(component))
-    return out
-
-
 def _ours(module: str) -> bool:
     return module in INSIDE_PG or not module.startswith(OUTSIDE)
 
 
 def test_no_import_circle_in_the_store() -> None:
     graph = _graph()
-    circles = [c for c in _circles(graph) if any(_ours(m) for m in c)]
-    assert circles == []
+    found = [c for c in circles(graph) if any(_ours(m) for m in c)]
+    assert found == []
 
 
 def test_the_circle_finder_finds_a_circle() -> None:
     """The check above can fail: a two-module circle and a three-module one are both found."""
     graph = {"a": {"b"}, "b": {"a", "c"}, "c": set(), "x": {"y"}, "y": {"z"}, "z": {"x"}}
-    assert sorted(_circles(graph)) == [["a", "b"], ["x", "y", "z"]]
+    assert sorted(circles(graph)) == [["a", "b"], ["x", "y", "z"]]
 
 
 def test_no_store_file_over_450_lines() -> None:
