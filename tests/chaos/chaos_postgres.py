@@ -36,6 +36,11 @@ __all__ = ["PgChaosStore", "PG_KINDS", "PG_WEIGHTS", "HARNESS_APP", "claim_epoch
 
 PG_KINDS = ("pg_terminate", "pg_restart", "net_cut")
 PG_WEIGHTS = (12, 3, 4)
+SETTLE = 1.5
+"""Seconds after a database fault still counted as its own: the service finds the server again."""
+SILENT_KILL = "is hung: it has not heartbeated"
+"""The supervisor's line for a shard it kills as silent (one deposed meanwhile is no violation:
+a cut longer than the lease costs the lease)."""
 HARNESS_APP = "weft-chaos-harness"
 """``application_name`` of the harness's own connections: never a drop's victim."""
 
@@ -114,6 +119,7 @@ class PgChaosStore:
     # -- faults ----------------------------------------------------------------------------
 
     def run(self, kind: str, rng: random.Random, pids: list[int], supervisor: Any, count: Callable[[str], None], violation: Callable[[str], None]) -> None:
+        mark = len(supervisor.stderr_lines)
         if kind == "pg_terminate":
             if self.terminate_backends(rng, rng.randint(1, 2)):
                 hold_watching(0.5, supervisor, violation, "connection drop")
@@ -125,6 +131,12 @@ class PgChaosStore:
             self.cut(rng.uniform(1.0, 4.0), supervisor, violation)
         self.done[kind] += 1
         count(kind)
+        # The fault runs alone: a shard killed as hung during it, or while the service finds
+        # the server again, was silent for the database's sake, not hung.
+        hold_watching(SETTLE, supervisor, violation, f"settling after a {kind}")
+        for line in supervisor.stderr_lines[mark:]:
+            if SILENT_KILL in line:
+                violation(f"{kind}: a shard was killed as hung for the database's outage: {line.strip()}")
 
     def terminate_backends(self, rng: random.Random, n: int) -> int:
         """``pg_terminate_backend`` of ``n`` of the clients' sessions; how many were ended."""
