@@ -108,6 +108,8 @@ class PgEnvironment:
         self.on_server_start: Callable[[float], None] | None = None
         """Called after the owner thread's connection replaces one that failed (its session
         locks went with it)."""
+        self.on_stall: Callable[[], None] | None = None
+        """Called after a round trip of any of its connections waited past ``STALLED``."""
         self._owner_connected = False
         self._owner_pid: int | None = None
         if connect_now:  # else the first transaction connects (and a failure is that transaction's)
@@ -128,6 +130,7 @@ class PgEnvironment:
             self._reachability.lost(silent=time.monotonic() - began >= SILENT_AFTER)
             raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where, reason=UNREACHABLE) from exc
         self._reachability.reached()
+        conn.on_stall = self._stalled
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
         try:
             # A generic plan made while a keyspace was empty (a new database) scans it whole for
@@ -168,6 +171,10 @@ class PgEnvironment:
                 self.on_reconnect()
             self._owner_connected = True
         return conn
+
+    def _stalled(self) -> None:
+        if self.on_stall is not None:
+            self.on_stall()
 
     def backend_pid(self) -> int | None:
         """The server pid of the owner thread's connection (whichever thread asks)."""
