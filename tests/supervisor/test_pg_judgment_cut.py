@@ -70,3 +70,28 @@ def test_a_judgment_held_up_by_a_cut_that_ends_kills_nobody_and_a_silent_shard_i
             proxy.resume()
             supervisor.close()
             shard.close()
+
+
+def test_a_judgment_right_after_a_cut_that_held_up_another_read_kills_nobody(schema_url):
+    """The cut held up a read of the supervisor's other than the judgment's (its loop serving
+    something else meanwhile): the judgment that follows gets fast answers, yet the shards
+    were as cut off as that read."""
+    with PausableProxy(urlsplit(schema_url).port or 5432) as proxy:
+        shard, supervisor = PgStore(schema_url), PgStore(_through(schema_url, proxy.port))
+        engine_id = uuid.uuid4().hex
+        try:
+            shard.register_engine(engine_id, heartbeat=HEARTBEAT, ttl=TTL)
+            watched = [(engine_id, 0.0)]
+            judged, refused_at = judge_sparing_refusals(supervisor, watched, TTL, 0.0)
+            assert judged is not None and judged.reasons == [None]
+            proxy.pause()
+            ends = threading.Timer(CUT, proxy.resume)
+            ends.start()
+            supervisor.feed_head()  # waits out the cut
+            ends.join()
+            judged, refused_at = judge_sparing_refusals(supervisor, watched, TTL, refused_at)
+            assert judged is not None and judged.reasons == [None], f"killed for a cut it did not cause: {judged.reasons}"
+        finally:
+            proxy.resume()
+            supervisor.close()
+            shard.close()

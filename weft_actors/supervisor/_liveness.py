@@ -108,7 +108,8 @@ def judge_sparing_refusals(store: Any, watched: Sequence[tuple[str, float]], ttl
     whole ttl from that moment, and a shard is never killed for an outage of the store. Reads
     that got their answers only after more than ``SLOW_JUDGMENT`` of the ttl count as such an
     outage, ending at the answer: a probe held up by a network cut answers "writable" once the
-    cut ends, and the shards' silence during it was the store's. ``None`` for no judgment:
+    cut ends, and the shards' silence during it was the store's; so does any round trip of this
+    process that stalled before (``renewals_blocked_until``). ``None`` for no judgment:
     meanwhile nothing can be judged (and a lost server's reads would each wait out their bound
     on the supervisor's loop)."""
     # Once it is back, the shards may find it only after a hold-off (``rejoin_delay``).
@@ -117,6 +118,11 @@ def judge_sparing_refusals(store: Any, watched: Sequence[tuple[str, float]], ttl
     began = store.clock.monotonic()
     if store_refuses_writes(store):
         return None, refusing
+    # Any read of this process that the store kept waiting (another thread's, or one on the
+    # loop before this judgment) kept the shards' renewals waiting too.
+    blocked = getattr(store, "renewals_blocked_until", None)
+    if blocked is not None:
+        refused_at = max(refused_at, blocked())
     try:
         judged = judge_shards(store, watched, ttl, refused_at)
     except Exception as exc:  # a read; the store may be briefly unreadable
