@@ -24,7 +24,7 @@ from psycopg import errors
 
 from .._disk import READ_ONLY, UNREACHABLE
 
-__all__ = ["READ_LIMIT", "CONNECT_LIMIT", "KEEPALIVE", "UNREACHABLE", "BoundedConnection", "NoAnswer", "Reachability", "classify", "open_connection"]
+__all__ = ["READ_LIMIT", "CONNECT_LIMIT", "KEEPALIVE", "STALLED", "UNREACHABLE", "BoundedConnection", "NoAnswer", "Reachability", "classify", "open_connection"]
 
 log = logging.getLogger("weft_actors.store")
 

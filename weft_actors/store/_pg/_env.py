@@ -23,7 +23,7 @@ from .._disk import READ_ONLY
 from .._reads import Prefetch
 from ._lockwait import LockWait
 from ._outcome import Outcomes, resolve_commit
-from ._connect import CONNECT_LIMIT, SILENT_AFTER, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
+from ._connect import CONNECT_LIMIT, SILENT_AFTER, STALLED, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
 from ._txn import PgTxn, ranges_params, tails_query
 
 __all__ = ["PgEnvironment", "redact"]
@@ -131,6 +131,8 @@ class PgEnvironment:
             raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where, reason=UNREACHABLE) from exc
         self._reachability.reached()
         conn.on_stall = self._stalled
+        if time.monotonic() - began > STALLED:  # held up as a round trip can be (``_connect``)
+            self._stalled()
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
         try:
             # A generic plan made while a keyspace was empty (a new database) scans it whole for
