@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 from types import FrameType
-from typing import Any
+from typing import Any, Callable
 
 from ..store import LoopSlot, StallNotes, loop_slot_path
 from ..workflow import ActivityInfo, WorkflowRun
@@ -98,9 +98,20 @@ class LoopWatchdog:
     """Start on the loop's thread; ``stop`` from it (idempotent)."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, threshold: float = 1.0, *, name: str = "", interval: float | None = None, slot: LoopSlot | None = None, notes: StallNotes | None = None
+        self,
+        loop: asyncio.AbstractEventLoop,
+        threshold: float = 1.0,
+        *,
+        name: str = "",
+        interval: float | None = None,
+        slot: LoopSlot | None = None,
+        notes: StallNotes | None = None,
+        waiting: Callable[[], bool] | None = None,
     ) -> None:
         self.loop = loop
+        self.waiting = waiting
+        """Whether the loop's thread is in a round trip to its store's server now (PostgreSQL:
+        ``PgEnvironment.waiting_on_server``): a loop held there waits, it is not hung."""
         self.slot = slot
         self.notes = notes
         self.noted = False
@@ -179,6 +190,8 @@ class LoopWatchdog:
                 if turn != stamped:
                     stamped = turn
                     self.slot.turned(turn)  # the supervisor's proof that the loop turns
+                elif self.waiting is not None and self.waiting():
+                    self.slot.turned(time.monotonic())  # it waits on its store's server: not hung
                 self._publish(self.slot, turn, late)
             if late <= self.threshold:
                 continue

@@ -66,10 +66,13 @@ class BoundedConnection(psycopg.Connection[Any]):
 
     read_limit: float = READ_LIMIT
     on_stall: Callable[[], None] | None = None
+    waiting_since: float = 0.0
+    """When the round trip under way began (``time.monotonic``; 0.0: none), for another thread
+    to see that this connection's thread waits on the server (``PgEnvironment.waiting_on_server``)."""
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         bounded = timeout is None
-        began = time.monotonic()
+        began = self.waiting_since = time.monotonic()
         try:
             return super().wait(gen, interval, self.read_limit if bounded else timeout)
         except errors._WaitTimeout:
@@ -78,6 +81,7 @@ class BoundedConnection(psycopg.Connection[Any]):
             self.pgconn.finish()
             raise NoAnswer(f"no answer from the server in {self.read_limit:g} s (connection dropped)") from None
         finally:
+            self.waiting_since = 0.0
             if bounded and self.on_stall is not None and time.monotonic() - began > STALLED:
                 self.on_stall()
 
