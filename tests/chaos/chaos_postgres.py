@@ -36,7 +36,7 @@ __all__ = ["PgChaosStore", "PG_KINDS", "PG_WEIGHTS", "HARNESS_APP", "claim_epoch
 
 PG_KINDS = ("pg_terminate", "pg_restart", "net_cut")
 PG_WEIGHTS = (12, 3, 4)
-SETTLE = 1.5
+SETTLE = 1.0
 """Seconds after a database fault still counted as its own: the service finds the server again."""
 SILENT_KILL = "is hung: it has not heartbeated"
 """The supervisor's line for a shard it kills as silent (one deposed meanwhile is no violation:

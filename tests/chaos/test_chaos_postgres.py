@@ -6,7 +6,7 @@ result is exact, the supervisor never exits, the checker is clean, no workflow i
 quarantined that the injector did not make poison, and no shard is killed as hung for a
 database fault.
 
-The budget is short by default (CI: 20 s of load and faults, about 45 s in all on two cores);
+The budget is short by default (CI: 25 s of load and faults, about 45 s in all on two cores);
 ``WEFT_CHAOS_PG_SECONDS`` runs it longer and ``WEFT_CHAOS_SEED`` replays a seed. Long runs:
 ``python tests/chaos/chaos_harness.py --postgres``. Skipped where PostgreSQL is not installed.
 """
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from chaos_harness import ChaosRun  # noqa: E402
 from chaos_postgres import PG_KINDS, postgres_available  # noqa: E402
 
-SECONDS = float(os.environ.get("WEFT_CHAOS_PG_SECONDS") or 20)
+SECONDS = float(os.environ.get("WEFT_CHAOS_PG_SECONDS") or 25)
 SEED = int(os.environ.get("WEFT_CHAOS_SEED") or random.randrange(1 << 31))
 
 pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL (initdb, pg_ctl) is not installed")
