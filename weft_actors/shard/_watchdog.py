@@ -186,16 +186,20 @@ class LoopWatchdog:
         while not self._stop.wait(self.interval):
             turn = self.last_turn
             late = time.monotonic() - turn - self.interval
+            # Held in a round trip to its store's server: the loop waits, it is not hung, and
+            # no code of it is to blame (nor is a note written through a cut meanwhile).
+            waits = self.waiting is not None and self.waiting()
             if self.slot is not None:
                 if turn != stamped:
                     stamped = turn
                     self.slot.turned(turn)  # the supervisor's proof that the loop turns
-                elif self.waiting is not None and self.waiting():
-                    self.slot.turned(time.monotonic())  # it waits on its store's server: not hung
-                self._publish(self.slot, turn, late)
+                elif waits:
+                    self.slot.turned(time.monotonic())
+                self._publish(self.slot, turn, 0.0 if waits else late)
             if late <= self.threshold:
                 continue
-            self._note(late)
+            if not waits:
+                self._note(late)
             if turn != reported_for:
                 reported_for, next_report = turn, late * 4
                 self.stalls += 1
