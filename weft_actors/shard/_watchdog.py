@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 from types import FrameType
-from typing import Any
+from typing import Any, Callable
 
 from ..store import LoopSlot, StallNotes, loop_slot_path
 from ..workflow import ActivityInfo, WorkflowRun
@@ -98,9 +98,20 @@ class LoopWatchdog:
     """Start on the loop's thread; ``stop`` from it (idempotent)."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, threshold: float = 1.0, *, name: str = "", interval: float | None = None, slot: LoopSlot | None = None, notes: StallNotes | None = None
+        self,
+        loop: asyncio.AbstractEventLoop,
+        threshold: float = 1.0,
+        *,
+        name: str = "",
+        interval: float | None = None,
+        slot: LoopSlot | None = None,
+        notes: StallNotes | None = None,
+        waiting: Callable[[], bool] | None = None,
     ) -> None:
         self.loop = loop
+        self.waiting = waiting
+        """Whether the loop's thread is in a round trip to its store's server now (PostgreSQL:
+        ``PgEnvironment.waiting_on_server``): a loop held there waits, it is not hung."""
         self.slot = slot
         self.notes = notes
         self.noted = False
@@ -175,14 +186,20 @@ class LoopWatchdog:
         while not self._stop.wait(self.interval):
             turn = self.last_turn
             late = time.monotonic() - turn - self.interval
+            # Held in a round trip to its store's server: the loop waits, it is not hung, and
+            # no code of it is to blame (nor is a note written through a cut meanwhile).
+            waits = self.waiting is not None and self.waiting()
             if self.slot is not None:
                 if turn != stamped:
                     stamped = turn
                     self.slot.turned(turn)  # the supervisor's proof that the loop turns
-                self._publish(self.slot, turn, late)
+                elif waits:
+                    self.slot.turned(time.monotonic())
+                self._publish(self.slot, turn, 0.0 if waits else late)
             if late <= self.threshold:
                 continue
-            self._note(late)
+            if not waits:
+                self._note(late)
             if turn != reported_for:
                 reported_for, next_report = turn, late * 4
                 self.stalls += 1

@@ -124,6 +124,12 @@ class KeyspaceStore(UpkeepMixin, RequestsMixin):
         with self.env.begin() as txn:
             return last_refusal(txn, self.dbs)
 
+    def renewals_blocked_until(self) -> float:
+        """Lease-clock time up to which, as far as this process saw, no engine could renew its
+        lease: its last transaction that failed for the store, round trip that stalled
+        (PostgreSQL) or server start (``Refusals.failed_at``). Silence counts from no earlier."""
+        return self._refusals.failed_at
+
     def write_state(self) -> str:
         """``ok``, or why the last write failed: ``disk_full``/``map_full``, ``read_only``, ``error``."""
         failure = self.write_failure

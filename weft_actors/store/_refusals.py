@@ -57,6 +57,12 @@ class Refusals:
         if since > self.failed_at:
             self.failed_at = since
 
+    def floor_now(self) -> None:
+        """``floor`` at the lease clock's time now: this process waited so long on its store
+        (a PostgreSQL round trip that stalled, ``_pg._connect.STALLED``) that, as far as it
+        knows, nobody could renew a lease meanwhile."""
+        self.floor(self._clock.lease_now())
+
     def note(self, failed: bool = False) -> None:
         """A refusal now; ``failed``: the whole transaction failed (not only growth refused)."""
         self.latest = self._clock.lease_now()

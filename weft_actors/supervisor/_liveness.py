@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Final, NamedTuple, Sequence
 
 import zmq
 
@@ -29,9 +29,13 @@ from ..bus import encode_hint, publisher
 from ..errors import WeftError
 from ..store import LOCK_WAIT_GRACE, AttestedWait, loop_turning, writes_refused
 
-__all__ = ["DeathRecorder", "Judgement", "hung_reason", "judge_shards", "judge_sparing_refusals", "store_refuses_writes", "LOCK_WAIT_GRACE"]
+__all__ = ["DeathRecorder", "Judgement", "hung_reason", "judge_shards", "judge_sparing_refusals", "store_refuses_writes", "LOCK_WAIT_GRACE", "SLOW_JUDGMENT"]
 
 log = logging.getLogger("weft_actors.supervisor")
+
+SLOW_JUDGMENT: Final = 0.25
+"""Share of the ttl that the hang judgment's reads may take: past it, the store (its server,
+or the way to it) was out of reach meanwhile, for the shards as much as for the supervisor."""
 
 
 def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float, ttl: float, ready_at: float = 0.0, turning: bool = False) -> str | None:
@@ -101,18 +105,37 @@ def store_refuses_writes(store: Any) -> bool:
 def judge_sparing_refusals(store: Any, watched: Sequence[tuple[str, float]], ttl: float, refused_at: float) -> tuple[Judgement | None, float]:
     """``judge_shards``, unless the store refuses writes or cannot be read now, and when it
     last did (returned, for the next call): nobody could heartbeat then, so every shard has a
-    whole ttl from that moment, and a shard is never killed for an outage of the store.
-    ``None`` for no judgment: meanwhile nothing can be judged (and a lost server's reads
-    would each wait out their bound on the supervisor's loop)."""
+    whole ttl from that moment, and a shard is never killed for an outage of the store. Reads
+    that got their answers only after more than ``SLOW_JUDGMENT`` of the ttl count as such an
+    outage, ending at the answer: a probe held up by a network cut answers "writable" once the
+    cut ends, and the shards' silence during it was the store's; so does any round trip of this
+    process that stalled before (``renewals_blocked_until``). ``None`` for no judgment:
+    meanwhile nothing can be judged (and a lost server's reads would each wait out their bound
+    on the supervisor's loop)."""
     # Once it is back, the shards may find it only after a hold-off (``rejoin_delay``).
-    refusing = store.clock.lease_now() + getattr(store, "rejoin_delay", 0.0)
+    rejoin = getattr(store, "rejoin_delay", 0.0)
+    refusing = store.clock.lease_now() + rejoin
+    began = store.clock.monotonic()
     if store_refuses_writes(store):
         return None, refusing
+    # Any read of this process that the store kept waiting (another thread's, or one on the
+    # loop before this judgment) kept the shards' renewals waiting too.
+    blocked = getattr(store, "renewals_blocked_until", None)
+    if blocked is not None:
+        refused_at = max(refused_at, blocked())
     try:
-        return judge_shards(store, watched, ttl, refused_at), refused_at
+        judged = judge_shards(store, watched, ttl, refused_at)
     except Exception as exc:  # a read; the store may be briefly unreadable
         log.warning("cannot read the engine records: %s", exc)
         return None, refusing
+    waited = store.clock.monotonic() - began
+    if waited > ttl * SLOW_JUDGMENT:
+        # The server kept these reads waiting (a network cut that ended while they were in
+        # flight, a stalled server): it kept the shards' heartbeats waiting as long, so their
+        # silence says nothing, and each has a whole ttl from the answer, as after a refusal.
+        log.info("the store took %.2f s to answer the hang judgment's reads: no judgment, every shard has a ttl from now", waited)
+        return None, store.clock.lease_now() + rejoin
+    return judged, refused_at
 
 
 class DeathRecorder:

@@ -11,10 +11,15 @@ Wall time (``now()``: records, timers) stays the host's, as on LMDB.
 from __future__ import annotations
 
 import time
+from typing import Final
 
 from ..._clock import Clock, SystemClock
 
-__all__ = ["ServerClock"]
+__all__ = ["ServerClock", "SHARP"]
+
+SHARP: Final = 0.05
+"""Seconds of round trip within which a reading of the server's clock is taken as it is (its
+midpoint at most 25 ms off): a loopback or LAN round trip is a millisecond or less."""
 
 
 class ServerClock:
@@ -25,14 +30,23 @@ class ServerClock:
 
     def __init__(self, cluster: str, server_now: float, sent_at: float, received_at: float, host: Clock | None = None) -> None:
         self.lease_clock = f"postgresql:{cluster}"
-        self._offset = 0.0
+        self._offset = server_now - (sent_at + received_at) / 2
         self._host: Clock = host or SystemClock()
         """Wall and monotonic time come from here: the host's (the engine's clock)."""
-        self.observe(server_now, sent_at, received_at)
 
     def observe(self, server_now: float, sent_at: float, received_at: float) -> None:
-        """A server reading taken between the local monotonic times ``sent_at`` and ``received_at``."""
-        self._offset = server_now - (sent_at + received_at) / 2
+        """A server reading taken between the local monotonic times ``sent_at`` and ``received_at``.
+
+        A round trip within ``SHARP`` is taken at its midpoint. A slower one (held by a network
+        cut, a queue, a stalled server) says only that the reading was taken somewhere in it:
+        the offset lies between ``server_now - received_at`` and ``server_now - sent_at``. Its
+        midpoint would be off by up to half the delay -- after a 2 s cut, a lease clock a second
+        ahead, which judges this engine's own lease and its peers' lapsed early -- so the current
+        estimate is kept if it fits that range, else moved to its nearest end."""
+        if received_at - sent_at <= SHARP:
+            self._offset = server_now - (sent_at + received_at) / 2
+        else:
+            self._offset = min(max(self._offset, server_now - received_at), server_now - sent_at)
 
     def now(self) -> float:
         return self._host.now()

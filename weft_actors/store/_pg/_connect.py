@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Final
+from typing import Any, Callable, Final
 
 import psycopg
 from psycopg import errors
 
 from .._disk import READ_ONLY, UNREACHABLE
 
-__all__ = ["READ_LIMIT", "CONNECT_LIMIT", "KEEPALIVE", "UNREACHABLE", "BoundedConnection", "NoAnswer", "Reachability", "classify", "open_connection"]
+__all__ = ["READ_LIMIT", "CONNECT_LIMIT", "KEEPALIVE", "STALLED", "UNREACHABLE", "BoundedConnection", "NoAnswer", "Reachability", "classify", "open_connection"]
 
 log = logging.getLogger("weft_actors.store")
 
@@ -50,15 +50,29 @@ class NoAnswer(psycopg.OperationalError):
     """A round trip that got no answer within its bound: the server, or the way to it, is lost."""
 
 
+STALLED: Final = 0.25
+"""Seconds past which a round trip counts as a stall of the server or of the way to it."""
+
+
 class BoundedConnection(psycopg.Connection[Any]):
     """A psycopg connection whose every round trip gives up after ``read_limit`` seconds
     (``psycopg`` funnels each one through ``wait``): the connection is then closed, as its
-    protocol state is unknown, and the caller gets an ``OperationalError``."""
+    protocol state is unknown, and the caller gets an ``OperationalError``.
+
+    A round trip that waited past ``STALLED`` (answered or not) calls ``on_stall``: the server
+    or the way to it kept this process waiting, a network cut that ended, say, and every other
+    engine's renewals may have waited as long, so their leases are not judged by that time
+    (``Refusals.floor_now``). A loopback or LAN round trip takes a millisecond or less."""
 
     read_limit: float = READ_LIMIT
+    on_stall: Callable[[], None] | None = None
+    waiting_since: float = 0.0
+    """When the round trip under way began (``time.monotonic``; 0.0: none), for another thread
+    to see that this connection's thread waits on the server (``PgEnvironment.waiting_on_server``)."""
 
     def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
         bounded = timeout is None
+        began = self.waiting_since = time.monotonic()
         try:
             return super().wait(gen, interval, self.read_limit if bounded else timeout)
         except errors._WaitTimeout:
@@ -66,6 +80,10 @@ class BoundedConnection(psycopg.Connection[Any]):
                 raise  # the caller's own timeout (``notifies``): not a lost server
             self.pgconn.finish()
             raise NoAnswer(f"no answer from the server in {self.read_limit:g} s (connection dropped)") from None
+        finally:
+            self.waiting_since = 0.0
+            if bounded and self.on_stall is not None and time.monotonic() - began > STALLED:
+                self.on_stall()
 
 
 def open_connection(url: str, connect_timeout: float, **kwargs: Any) -> BoundedConnection:

@@ -23,7 +23,7 @@ from .._disk import READ_ONLY
 from .._reads import Prefetch
 from ._lockwait import LockWait
 from ._outcome import Outcomes, resolve_commit
-from ._connect import CONNECT_LIMIT, SILENT_AFTER, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
+from ._connect import CONNECT_LIMIT, READ_LIMIT, SILENT_AFTER, STALLED, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
 from ._txn import PgTxn, ranges_params, tails_query
 
 __all__ = ["PgEnvironment", "redact"]
@@ -108,8 +108,11 @@ class PgEnvironment:
         self.on_server_start: Callable[[float], None] | None = None
         """Called after the owner thread's connection replaces one that failed (its session
         locks went with it)."""
+        self.on_stall: Callable[[], None] | None = None
+        """Called after a round trip of any of its connections waited past ``STALLED``."""
         self._owner_connected = False
         self._owner_pid: int | None = None
+        self._owner_conn: Any = None
         if connect_now:  # else the first transaction connects (and a failure is that transaction's)
             self.connect()
 
@@ -128,6 +131,9 @@ class PgEnvironment:
             self._reachability.lost(silent=time.monotonic() - began >= SILENT_AFTER)
             raise StorageError(f"cannot connect to PostgreSQL at {self.where}: {exc}".strip(), path=self.where, reason=UNREACHABLE) from exc
         self._reachability.reached()
+        conn.on_stall = self._stalled
+        if time.monotonic() - began > STALLED:  # held up as a round trip can be (``_connect``)
+            self._stalled()
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
         try:
             # A generic plan made while a keyspace was empty (a new database) scans it whole for
@@ -164,10 +170,23 @@ class PgEnvironment:
             self._all = [kept for kept in self._all if not kept.closed] + [conn]
         if threading.get_ident() == self._owner:
             self._owner_pid = conn.info.backend_pid
+            self._owner_conn = conn
             if self._owner_connected and self.on_reconnect is not None:
                 self.on_reconnect()
             self._owner_connected = True
         return conn
+
+    def _stalled(self) -> None:
+        if self.on_stall is not None:
+            self.on_stall()
+
+    def waiting_on_server(self) -> bool:
+        """Whether the owner thread (an engine's loop) is in a round trip to the server now,
+        begun within its bound: it waits on its store and is not hung; its watchdog stamps its
+        loop as turning meanwhile (a network cut held it up, or a stalled server)."""
+        conn = self._owner_conn
+        since = 0.0 if conn is None else conn.waiting_since
+        return since > 0.0 and time.monotonic() - since <= READ_LIMIT + 1.0
 
     def backend_pid(self) -> int | None:
         """The server pid of the owner thread's connection (whichever thread asks)."""

@@ -239,12 +239,12 @@ class PgStore(KeyspaceStore):
         if isinstance(clock, ServerClock):  # leases on the server's clock: none renewed before it started
             on_server_start = self._refusals.floor
             on_server_start(self.env.server_started)
-            # Nor, as far as this process knows, before it opened: it saw none of an outage
-            # that ended just now (a read-only spell, a server that took no writes), so it
-            # judges a lease lapsed only once its holder has had a ttl of writable store in
-            # its sight to renew it. A dead engine's claims do not wait: they go by its
-            # death record, not its lease.
+            # Nor before it opened (it saw none of an outage that ended just now: a read-only spell,
+            # a server that took no writes), nor while its own round trips stalled (``on_stall``):
+            # a lease lapses only once its holder had a ttl of reachable, writable store in this
+            # process's sight. A dead engine's claims do not wait: they go by its death record.
             self._refusals.floor(clock.lease_now())
+            self.env.on_stall = self._refusals.floor_now
         self.env.on_server_start = on_server_start
         self.commits = 0
         self.writes = 0
@@ -291,7 +291,7 @@ class PgStore(KeyspaceStore):
         connection; a write among them waits for the store's lock like any other writer."""
         writer = self._writer
         if writer is None:
-            writer = self._writer = BatchWriter(self.url, self.clock, self.env.outcomes, self.env.on_server_start)
+            writer = self._writer = BatchWriter(self.url, self.clock, self.env.outcomes, self.env.on_server_start, self.env.on_stall)
 
         def run() -> tuple[list[Any], bool]:
             before = self.commits

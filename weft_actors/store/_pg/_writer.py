@@ -26,10 +26,16 @@ _STOP: Any = object()
 
 class BatchWriter:
     def __init__(
-        self, url: str, clock: Clock, outcomes: Outcomes | None = None, on_server_start: Callable[[float], None] | None = None
+        self,
+        url: str,
+        clock: Clock,
+        outcomes: Outcomes | None = None,
+        on_server_start: Callable[[float], None] | None = None,
+        on_stall: Callable[[], None] | None = None,
     ) -> None:
         self._url = url
         self._on_server_start = on_server_start
+        self._on_stall = on_stall
         self._clock = clock
         self._outcomes = outcomes
         """The store's commits of unknown outcome, shared with its other connections."""
@@ -53,6 +59,7 @@ class BatchWriter:
         if self._outcomes is not None:
             env.outcomes = self._outcomes
         env.on_server_start = self._on_server_start
+        env.on_stall = self._on_stall
         self.env = env
         while True:
             job = self._jobs.get()
