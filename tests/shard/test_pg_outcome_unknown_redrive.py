@@ -38,6 +38,9 @@ async def parent_of_one(ctx: Any) -> int:
 @pytest.mark.timeout(60)
 def test_a_start_answered_outcome_unknown_whose_commit_lands_is_driven_to_completion(schema_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     async def then(engine: Engine) -> None:
+        # The server makes the held commit a moment after its release (its trigger polls):
+        # until then reads of this store refuse (``_outcome``), so look once it has.
+        await eventually(lambda: held_for(schema_url) == 0.0, timeout=5.0)
         landed = time.monotonic()
         result = await engine.get_handle(WID).result(timeout=10.0)
         assert result == 4
@@ -115,9 +118,6 @@ def held_start(schema_url: str, monkeypatch: pytest.MonkeyPatch, lands: bool, th
             assert caught.value.code == "outcome_unknown"
             assert cutter.cut.is_set()  # the start's commit reply was lost
             releaser.join(10.0)
-            # The server ends the held commit a moment after its release (its trigger polls):
-            # until then reads of this store refuse (``_outcome``), so look once it has.
-            await eventually(lambda: held_for(schema_url) == 0.0, timeout=5.0)
             await then(engine)
             await eventually(lambda: engine.stats()["claims_active"] == 0, timeout=5.0)  # nothing of it left claimed
             assert engine.state == "running"
