@@ -75,6 +75,7 @@ SLOW_FILES = frozenset(
         "test_docs.py",
         "test_operator_tools_postgres.py",
         "test_overload.py",
+        "test_pausable_proxy.py",
         "test_refused_outcomes.py",
         "test_storage_full.py",
         "test_typing.py",
