@@ -1,0 +1,88 @@
+"""Replies given in their commit's own pass.
+
+A client call whose answer is its own commit's (a start, a signal, a terminate...) hands the
+engine's committer its reply (``answer_reply``): the commit's answer pass builds and queues
+it, and the committer sends it (the shard's reply flush) before that pass runs any user code.
+So a new workflow's first turn, or a signalled workflow's next step, that blocks the loop
+cannot hold back the reply to a call that is already committed. The request's coroutine
+still runs to its end (its follow-ups), and sends nothing more.
+
+Each op's reply is built here from the commit's intent and result, exactly as the engine's
+call would return it: a ``WeftError`` result is the error the call raises.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from ..bus import encode_error, encode_reply
+from ..errors import WeftError
+from ..shard import answer_reply
+
+__all__ = ["CommitReply", "commit_reply"]
+
+log = logging.getLogger("weft_actors.supervisor")
+
+Send = Callable[[bytes, bytes, Any, "str | None"], None]
+
+
+def _handle(intent: Any, result: Any) -> dict[str, Any]:
+    """``start``: the new (or existing) run's handle (``CreateWorkflow``, ``Created``)."""
+    return {"id": intent.wid, "run_id": result.run_id}
+
+
+def _signalled_handle(intent: Any, result: Any) -> dict[str, Any]:
+    """``signal_with_start``: the handle of the run signalled (``SignalWithStart``)."""
+    return {"id": intent.create.wid, "run_id": result[0].run_id}
+
+
+def _nothing(intent: Any, result: Any) -> None:
+    return None
+
+
+SHAPES: dict[str, Callable[[Any, Any], Any]] = {
+    "start": _handle,
+    "signal_with_start": _signalled_handle,
+    "signal": _nothing,
+    "cancel": _nothing,
+    "terminate": _nothing,
+    "lift_quarantine": _nothing,
+}
+"""The ops answered by their own commit, and how each one's reply value is made from it.
+Not ``execute``, ``update`` or ``result``: a later commit (a run's ending, the update's
+handler) gives their answers."""
+
+
+class CommitReply:
+    """One request's reply, sent from its commit's answer pass (``sent`` then); called by the
+    committer with the commit's intent and result."""
+
+    __slots__ = ("send", "client", "request_id", "shape", "sent")
+
+    def __init__(self, send: Send, client: bytes, request_id: Any, shape: Callable[[Any, Any], Any]) -> None:
+        self.send = send
+        self.client = client
+        self.request_id = request_id
+        self.shape = shape
+        self.sent = False
+
+    def __call__(self, intent: Any, result: Any) -> None:
+        request_id = self.request_id
+        if isinstance(result, WeftError):
+            reply, code = encode_error(request_id, result), result.code
+        else:
+            reply, code = encode_reply(request_id, self.shape(intent, result)), None
+        self.sent = True
+        self.send(self.client, reply, request_id, code)
+
+
+def commit_reply(send: Send, client: bytes, request: dict[str, Any]) -> CommitReply | None:
+    """Hand the committer ``request``'s reply if its op is answered by its own commit (sets
+    ``answer_reply`` in the calling task's context: call it from the request's own task)."""
+    shape = SHAPES.get(request["op"])
+    if shape is None:
+        return None
+    reply = CommitReply(send, client, request["id"], shape)
+    answer_reply.set([reply])
+    return reply
