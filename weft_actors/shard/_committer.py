@@ -49,13 +49,15 @@ list, so nothing the request started later can take it again)."""
 
 class _Answer:
     """A caller's callback (``submit_answer``) and the reply it carries, if any: called in
-    the commit's own pass, before any callback that may run user code."""
+    the commit's own pass, before any callback that may run user code; or (``in_pass``
+    False: ``reply_with_last``) a callback that runs after the replies, like any other."""
 
-    __slots__ = ("callback", "reply")
+    __slots__ = ("callback", "reply", "in_pass")
 
-    def __init__(self, callback: Callback, reply: Reply | None) -> None:
+    def __init__(self, callback: Callback, reply: Reply | None, in_pass: bool = True) -> None:
         self.callback = callback
         self.reply = reply
+        self.in_pass = in_pass
 
     def __call__(self, result: Any) -> None:
         self.callback(result)
@@ -75,7 +77,7 @@ class GroupCommitter:
     __slots__ = (
         "_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "on_promoted",
         "batches", "intents", "failpoint", "_apply_async", "_in_flight", "_drained", "_submitted", "_answered",
-        "_replies", "_wakes", "after_answers", "on_unknown",
+        "_replies", "_wakes", "after_answers", "on_unknown", "waiting_replies",
     )
 
     def __init__(
@@ -112,6 +114,11 @@ class GroupCommitter:
         self.after_answers: Callable[[], None] | None = None
         """Sends the replies a batch's answers queued (the shard's reply flush); None (an
         embedded engine): no reply to send, so every callback runs in order."""
+        self.waiting_replies: dict[Any, list[Callable[[dict[str, Any]], None]]] = {}
+        """Replies waiting here for a later commit, given in its pass (``reply_with_last``):
+        by workflow id, for its run's ending (a shard's ``result`` and ``execute`` callers,
+        called with the ending's outcome); by (workflow id, request id), for an update's
+        answer (called with the answer as stored)."""
         self.failpoint = failpoint_from_env()
         if self.failpoint is not None:
             store.before_commit = lambda: self.failpoint.hit("after-apply")  # type: ignore[union-attr]
@@ -134,6 +141,12 @@ class GroupCommitter:
             reply = holder.pop()
             self._replies += 1
         self.submit(intent, _Answer(callback, reply))
+
+    def reply_with_last(self, reply: Reply) -> None:
+        """The intent just submitted gives ``reply`` in its commit's pass, with the callers'
+        answers; its own callback runs after their replies have left, in order with the rest."""
+        self._callbacks[-1] = _Answer(self._callbacks[-1], reply, False)
+        self._replies += 1
 
     def submit_and_wait(self, intent: Any) -> asyncio.Future[Any]:
         """A future for one intent's result (for client-facing calls, not the hot path)."""
@@ -237,10 +250,13 @@ class GroupCommitter:
         try:
             for intent, callback, result in zip(intents, callbacks, results):
                 if callback.__class__ is _Answer:
-                    try:
-                        callback(result)
-                    except Exception:
-                        log.exception("commit callback failed")
+                    if not callback.in_pass:  # type: ignore[attr-defined]
+                        wakes.append((callback.callback, (result,)))  # type: ignore[attr-defined]
+                    else:
+                        try:
+                            callback(result)
+                        except Exception:
+                            log.exception("commit callback failed")
                     reply = callback.reply  # type: ignore[attr-defined]
                     if reply is not None:
                         try:

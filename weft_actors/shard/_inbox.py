@@ -10,6 +10,7 @@ consumption is deleted in the transaction that records what it did: exactly-once
 from __future__ import annotations
 
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..codec import count_args, decode_args, encode, unpack_record
@@ -27,6 +28,15 @@ if TYPE_CHECKING:
     from ._engine import Engine
 
 __all__ = ["InboxMixin"]
+
+
+def _answer_update(replies: dict[Any, list[Callable[[dict[str, Any]], None]]], key: Any, answer: dict[str, Any], intent: Any, result: Any) -> None:
+    """In the pass of the commit that stores an update's ``answer``: give the replies waiting
+    for it here, before any user code of that pass runs (none if the commit failed)."""
+    if isinstance(result, WeftError):
+        return
+    for reply in tuple(replies.get(key, ())):
+        reply(answer)
 
 
 class InboxMixin:
@@ -221,6 +231,7 @@ class InboxMixin:
             effects = (PutRequest(request_id, answer),) if request_id else ()
             self._answer_after(request_id)
             self._commit(consume=(inbox_seq,), effects=effects)
+            self._reply_update(request_id, answer)
             return
         run, engine = self.run, self.engine
         seq, packed, record = running(engine, run, UPDATE, name, run.record_update, name, args, message["payload"], inbox_seq, request_id, engine.payload_limit, at1=engine.clock.now())
@@ -228,11 +239,19 @@ class InboxMixin:
         effects = (PutRequest(request_id, answer),) if request_id else ()
         self._answer_after(request_id)
         self._commit(ops=((seq, packed),), consume=(inbox_seq,), effects=effects)
+        self._reply_update(request_id, answer)
 
     def _answer_after(self, request_id: str | None) -> None:
         if request_id is not None:
             engine, wid = self.engine, self.wid
             self.after = lambda: engine.update_answered(wid, request_id)
+
+    def _reply_update(self, request_id: str | None, answer: dict[str, Any]) -> None:
+        """Callers waiting here for this update's answer (a shard's ``update``) are replied
+        to in the pass of the commit just submitted, which stores it."""
+        committer = self.engine.committer
+        if committer.waiting_replies and (self.wid, request_id) in committer.waiting_replies:
+            committer.reply_with_last(partial(_answer_update, committer.waiting_replies, (self.wid, request_id), answer))
 
     def _apply_cancel(self, inbox_seq: int) -> None:
         """Cancellation is delivered at the current await: every op awaited now gets a
