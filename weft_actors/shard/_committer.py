@@ -38,8 +38,9 @@ inside the store's transaction, which the server ends if it idles too long (Post
 ``LOCK_HOLD_LIMIT``); the rest goes in the next batch."""
 
 
-Reply = Callable[[Any, Any], None]
-"""``reply(intent, result)``: sends a caller's reply, built from its commit's result."""
+Reply = Callable[[Any, Any], bool]
+"""``reply(intent, result)``: queues a caller's reply, built from its commit's result; True
+if it queued one (the pass then sends the replies before it goes on)."""
 
 answer_reply: contextvars.ContextVar[list[Reply] | None] = contextvars.ContextVar("weft_answer_reply", default=None)
 """Set by a request whose reply is its own commit's answer, to a one-item list holding its
@@ -114,7 +115,7 @@ class GroupCommitter:
         self.after_answers: Callable[[], None] | None = None
         """Sends the replies a batch's answers queued (the shard's reply flush); None (an
         embedded engine): no reply to send, so every callback runs in order."""
-        self.waiting_replies: dict[Any, list[Callable[[dict[str, Any]], None]]] = {}
+        self.waiting_replies: dict[Any, list[Callable[[dict[str, Any]], bool]]] = {}
         """Replies waiting here for a later commit, given in its pass (``reply_with_last``):
         by workflow id, for its run's ending (a shard's ``result`` and ``execute`` callers,
         called with the ending's outcome); by (workflow id, request id), for an update's
@@ -246,6 +247,7 @@ class GroupCommitter:
         then run every other callback, in order, and what the answers deferred: all in this
         one pass, so nothing is delayed but the user code, by one reply flush."""
         wakes: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+        queued = False
         outer, self._wakes = self._wakes, wakes  # a callback's own flush may nest a pass
         try:
             for intent, callback, result in zip(intents, callbacks, results):
@@ -260,17 +262,19 @@ class GroupCommitter:
                     reply = callback.reply  # type: ignore[attr-defined]
                     if reply is not None:
                         try:
-                            reply(intent, result)
+                            if reply(intent, result):
+                                queued = True
                         except Exception:
                             log.exception("a reply could not be built")
                 else:
                     wakes.append((callback, (result,)))
         finally:
             self._wakes = outer
-        try:
-            self.after_answers()  # type: ignore[misc]
-        except Exception:
-            log.exception("sending the replies of a commit failed")
+        if queued:
+            try:
+                self.after_answers()  # type: ignore[misc]
+            except Exception:
+                log.exception("sending the replies of a commit failed")
         for function, args in wakes:
             try:
                 function(*args)

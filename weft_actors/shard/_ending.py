@@ -40,16 +40,18 @@ def finish_of(cmd: Command, limit: int) -> Finish:
     return Finish("cancelled" if error.get("kind") == "cancelled" else "failed", None, error)
 
 
-def _answer_ending(replies: dict[Any, list[Callable[[dict[str, Any]], None]]], intent: Any, result: Any) -> None:
+def _answer_ending(replies: dict[Any, list[Callable[[dict[str, Any]], bool]]], intent: Any, result: Any) -> bool:
     """In the pass of a run's ending commit (a ``StepCommit`` with its ``Finish``): give the
     replies waiting for it here its outcome, before any user code of that pass runs. An
     ending that did not commit gives nothing (its callers are answered as ever)."""
     if isinstance(result, WeftError):
-        return
+        return False
     finish = intent.finish
     outcome = {"status": finish.status, "result": finish.result, "error": finish.error}
+    queued = False
     for reply in tuple(replies.get(intent.wid, ())):
-        reply(outcome)
+        queued = reply(outcome) or queued
+    return queued
 
 
 class EndingMixin:

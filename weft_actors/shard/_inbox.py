@@ -30,13 +30,15 @@ if TYPE_CHECKING:
 __all__ = ["InboxMixin"]
 
 
-def _answer_update(replies: dict[Any, list[Callable[[dict[str, Any]], None]]], key: Any, answer: dict[str, Any], intent: Any, result: Any) -> None:
+def _answer_update(replies: dict[Any, list[Callable[[dict[str, Any]], bool]]], key: Any, answer: dict[str, Any], intent: Any, result: Any) -> bool:
     """In the pass of the commit that stores an update's ``answer``: give the replies waiting
     for it here, before any user code of that pass runs (none if the commit failed)."""
     if isinstance(result, WeftError):
-        return
+        return False
+    queued = False
     for reply in tuple(replies.get(key, ())):
-        reply(answer)
+        queued = reply(answer) or queued
+    return queued
 
 
 class InboxMixin:

@@ -28,7 +28,7 @@ from ..shard import answer_reply, raise_for_outcome, update_answer
 __all__ = ["CommitReply", "commit_reply"]
 
 Send = Callable[[bytes, bytes, Any, "str | None"], None]
-Waiting = dict[Any, list[Callable[[dict[str, Any]], None]]]
+Waiting = dict[Any, list[Callable[[dict[str, Any]], bool]]]
 
 
 def _handle(intent: Any, result: Any) -> dict[str, Any]:
@@ -79,7 +79,7 @@ class CommitReply:
         self.waiting = waiting
         self.key: Any = None
         """What it waits for in ``waiting`` (a workflow id, or one and an update's request id)."""
-        self.waiter: Callable[[dict[str, Any]], None] | None = None
+        self.waiter: Callable[[dict[str, Any]], bool] | None = None
         self.started: dict[str, Any] = {}
         """What its reply holds besides the outcome (``execute``: the run started)."""
         self.name = ""
@@ -87,41 +87,39 @@ class CommitReply:
         self.holder: list[Any] = []
         """What ``answer_reply`` holds for it until a commit takes it."""
 
-    def __call__(self, intent: Any, result: Any) -> None:
+    def __call__(self, intent: Any, result: Any) -> bool:
         if isinstance(result, WeftError):
-            self._error(result)
-        elif self.shape is _ending:
+            return self._error(result)
+        if self.shape is _ending:
             self.started = {"id": intent.wid, "run_id": result.run_id}
             self.wait(intent.wid, self.ended)
-        else:
-            self._reply(self.shape(intent, result))
+            return False
+        return self._reply(self.shape(intent, result))
 
-    def wait(self, key: Any, waiter: Callable[[dict[str, Any]], None]) -> None:
+    def wait(self, key: Any, waiter: Callable[[dict[str, Any]], bool]) -> None:
         self.key, self.waiter = key, waiter
         self.waiting.setdefault(key, []).append(waiter)
 
-    def ended(self, outcome: dict[str, Any]) -> None:
+    def ended(self, outcome: dict[str, Any]) -> bool:
         """The run ended here, with ``outcome``: reply as ``result`` would."""
         if self.sent:
-            return
+            return False
         try:
             value = raise_for_outcome(self.key, outcome)
         except WeftError as error:
-            self._error(error)
-            return
-        self._reply({**self.started, "status": "completed", "result": encode(value, "workflow result")})
+            return self._error(error)
+        return self._reply({**self.started, "status": "completed", "result": encode(value, "workflow result")})
 
-    def update_answered(self, answer: dict[str, Any]) -> None:
+    def update_answered(self, answer: dict[str, Any]) -> bool:
         """The update's answer was stored here: reply as ``update`` would."""
         if self.sent:
-            return
+            return False
         wid, _ = self.key
         try:
             value = update_answer(wid, self.name, answer)
         except WeftError as error:
-            self._error(error)
-            return
-        self._reply(encode(value, "update result"))
+            return self._error(error)
+        return self._reply(encode(value, "update result"))
 
     def done(self) -> None:
         """The request is over: wait for nothing any more (nor let a commit take it)."""
@@ -135,15 +133,17 @@ class CommitReply:
                 if not waiters:
                     del self.waiting[self.key]
 
-    def _reply(self, value: Any) -> None:
+    def _reply(self, value: Any) -> bool:
         reply = encode_reply(self.request_id, value)
         self.sent = True
         self.send(self.client, reply, self.request_id, None)
+        return True
 
-    def _error(self, error: WeftError) -> None:
+    def _error(self, error: WeftError) -> bool:
         reply = encode_error(self.request_id, error)
         self.sent = True
         self.send(self.client, reply, self.request_id, error.code)
+        return True
 
 
 def commit_reply(send: Send, client: bytes, request: dict[str, Any], waiting: Waiting) -> CommitReply | None:
