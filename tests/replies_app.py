@@ -74,3 +74,36 @@ async def slow_condition_after_update(ctx, stall: float) -> str:
     ctx.on_update("go", go)
     await ctx.wait_condition(ready)
     return "done"
+
+
+@workflow
+async def answers_then_fails(ctx) -> str:
+    """Update ``add`` answers its argument plus one, refuses a negative one (its validator),
+    and fails for zero (its handler); signal ``fail`` makes the run fail."""
+
+    def add(n: int) -> int:
+        if n == 0:
+            raise ValueError("zero")
+        return n + 1
+
+    def positive(n: int) -> bool:
+        return n >= 0
+
+    ctx.on_update("add", add, positive)
+    await ctx.wait_signal("fail")
+    raise RuntimeError("as asked")
+
+
+@workflow
+async def returns(ctx, value):
+    return await ctx.run(echoes, value)
+
+
+@activity
+async def echoes(value):
+    return value
+
+
+@workflow
+async def fails_at_once(ctx, message: str) -> None:
+    raise RuntimeError(message)
