@@ -6,19 +6,19 @@ releases the GIL on every put and get, so a writer beside a busy loop stalls in 
 A store with ``apply_async`` (PostgreSQL, whose commit is network round trips) commits off the
 loop: one batch in flight while the next accumulates, each resumed once its commit is done.
 
-Replies before user code: where answers leave the process (a shard: ``before_wake`` is its
-reply flush), a batch that answers a caller (``submit_answer``: a start, a signal, any client
-call) resumes in two steps. Its answers are given in the commit's own pass; whatever would run
-user code (an actor going on, a new run's first turn, a call's follow-up) waits one loop turn,
-behind the answered callers' own steps, and ``before_wake`` sends their replies first. So a
-first turn that blocks the loop can never turn a committed start into ``OutcomeUnknown``. A
-batch of actor steps alone resumes at once, and so does everything in an embedded engine,
-whose callers share its loop (nothing to send: they run once the loop is free anyway).
+Replies before user code: a client call answered by its own commit (a start, a signal, a
+terminate...) may carry a reply (``answer_reply``: a shard's request sets it) that its answer
+callback gives in the commit's own pass. A batch that answers such a call runs its answers
+first, then ``after_answers`` (the shard's reply flush) once, then every other callback, all
+in that one pass: no loop turn and no commit pass are added, and a first turn that blocks the
+loop can never turn a committed start into ``OutcomeUnknown``. Other batches, and everything
+in an embedded engine (whose callers share its loop), resume in one plain pass.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from typing import Any, Callable
 
@@ -26,7 +26,7 @@ from ..errors import EngineDeposed, OutcomeUnknown, WeftError
 from ..store import LmdbStore
 from ._failpoints import failpoint_from_env
 
-__all__ = ["GroupCommitter"]
+__all__ = ["GroupCommitter", "answer_reply"]
 
 log = logging.getLogger("weft_actors.shard")
 
@@ -38,14 +38,27 @@ inside the store's transaction, which the server ends if it idles too long (Post
 ``LOCK_HOLD_LIMIT``); the rest goes in the next batch."""
 
 
+Reply = Callable[[Any, Any], bool]
+"""``reply(intent, result)``: queues a caller's reply, built from its commit's result; True
+if it queued one (the pass then sends the replies before it goes on)."""
+
+answer_reply: contextvars.ContextVar[list[Reply] | None] = contextvars.ContextVar("weft_answer_reply", default=None)
+"""Set by a request whose reply is its own commit's answer, to a one-item list holding its
+``Reply``: the first ``submit_answer`` in that request's context takes it (and empties the
+list, so nothing the request started later can take it again)."""
+
+
 class _Answer:
-    """A caller's callback (``submit_answer``): called in the commit's own pass, before any
-    callback that may run user code."""
+    """A caller's callback (``submit_answer``) and the reply it carries, if any: called in
+    the commit's own pass, before any callback that may run user code; or (``in_pass``
+    False: ``reply_with_last``) a callback that runs after the replies, like any other."""
 
-    __slots__ = ("callback",)
+    __slots__ = ("callback", "reply", "in_pass")
 
-    def __init__(self, callback: Callback) -> None:
+    def __init__(self, callback: Callback, reply: Reply | None, in_pass: bool = True) -> None:
         self.callback = callback
+        self.reply = reply
+        self.in_pass = in_pass
 
     def __call__(self, result: Any) -> None:
         self.callback(result)
@@ -65,7 +78,7 @@ class GroupCommitter:
     __slots__ = (
         "_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "on_promoted",
         "batches", "intents", "failpoint", "_apply_async", "_in_flight", "_drained", "_submitted", "_answered",
-        "_answers", "_wakes", "before_wake", "on_unknown",
+        "_replies", "_wakes", "after_answers", "on_unknown", "waiting_replies",
     )
 
     def __init__(
@@ -94,13 +107,19 @@ class GroupCommitter:
         self._submitted = 0
         self._answered = 0
         """Intents submitted and answered so far, counted for ``drain`` (``apply_async`` only)."""
-        self._answers = 0
-        """Callers' intents (``submit_answer``) among those pending: their batch answers first."""
+        self._replies = 0
+        """Callers' intents carrying a reply (``answer_reply``) among those pending: their
+        batch answers first."""
         self._wakes: list[tuple[Callable[..., Any], tuple[Any, ...]]] | None = None
-        """While a batch's answers wait to leave: what runs after them (``_wake``), in order."""
-        self.before_wake: Callable[[], None] | None = None
-        """Sends the replies the answered callers queued (the shard's reply flush); None (an
-        embedded engine): answers and wakes run in one pass."""
+        """While a batch gives its answers: what runs once their replies have left, in order."""
+        self.after_answers: Callable[[], None] | None = None
+        """Sends the replies a batch's answers queued (the shard's reply flush); None (an
+        embedded engine): no reply to send, so every callback runs in order."""
+        self.waiting_replies: dict[Any, list[Callable[[dict[str, Any]], bool]]] = {}
+        """Replies waiting here for a later commit, given in its pass (``reply_with_last``):
+        by workflow id, for its run's ending (a shard's ``result`` and ``execute`` callers,
+        called with the ending's outcome); by (workflow id, request id), for an update's
+        answer (called with the answer as stored)."""
         self.failpoint = failpoint_from_env()
         if self.failpoint is not None:
             store.before_commit = lambda: self.failpoint.hit("after-apply")  # type: ignore[union-attr]
@@ -115,9 +134,20 @@ class GroupCommitter:
 
     def submit_answer(self, intent: Any, callback: Callback) -> None:
         """``submit`` for an intent whose result answers a caller: ``callback`` runs in the
-        commit's pass and must not run user code itself (it defers that: ``after_replies``)."""
-        self._answers += 1
-        self.submit(intent, _Answer(callback))
+        commit's pass and must not run user code itself (it defers that: ``after_replies``).
+        The caller's reply (``answer_reply``), if it set one, is sent in that pass too."""
+        holder = answer_reply.get()
+        reply = None
+        if holder:
+            reply = holder.pop()
+            self._replies += 1
+        self.submit(intent, _Answer(callback, reply))
+
+    def reply_with_last(self, reply: Reply) -> None:
+        """The intent just submitted gives ``reply`` in its commit's pass, with the callers'
+        answers; its own callback runs after their replies have left, in order with the rest."""
+        self._callbacks[-1] = _Answer(self._callbacks[-1], reply, False)
+        self._replies += 1
 
     def submit_and_wait(self, intent: Any) -> asyncio.Future[Any]:
         """A future for one intent's result (for client-facing calls, not the hot path)."""
@@ -131,9 +161,9 @@ class GroupCommitter:
         return future
 
     def after_replies(self, function: Callable[..., Any], *args: Any) -> None:
-        """Call ``function(*args)`` once the replies of the answers just given have left (in
-        this loop turn's wake pass), or now if no answer waits to leave. For what may run user
-        code after an answer: a new run's first turn, a committed call's follow-up."""
+        """Call ``function(*args)`` once the replies of the answers just given have left (later
+        in this commit's pass), or now if no answer is being given. For what may run user code
+        after an answer: a new run's first turn, a committed call's follow-up."""
         wakes = self._wakes
         if wakes is None:
             function(*args)
@@ -147,15 +177,15 @@ class GroupCommitter:
         intents, callbacks = self._intents, self._callbacks
         if not intents:
             return
-        answering = self._answers > 0
+        answering = self._replies > 0
         if self._apply_async is not None and len(intents) > ASYNC_BATCH_LIMIT:
             self._intents, self._callbacks = intents[ASYNC_BATCH_LIMIT:], callbacks[ASYNC_BATCH_LIMIT:]
             intents, callbacks = intents[:ASYNC_BATCH_LIMIT], callbacks[:ASYNC_BATCH_LIMIT]
-            # Both parts count as answering (an answer may be in either): at worst a batch
-            # of steps alone waits one loop turn.
+            # Both parts count as answering (a reply may be in either): at worst a batch of
+            # steps alone takes the answering pass.
         else:
             self._intents, self._callbacks = [], []
-            self._answers = 0
+            self._replies = 0
         store = self._store
         if self._closed is not None:
             self._resume(intents, callbacks, [self._closed] * len(intents), False, answering)
@@ -194,8 +224,8 @@ class GroupCommitter:
             self.intents += len(intents)
             if self.failpoint is not None:
                 self.failpoint.hit("after-commit")
-        if self.before_wake is not None and (answering or self._wakes is not None):
-            self._answer(callbacks, results)  # nothing runs user code before the replies leave
+        if answering and self.after_answers is not None:
+            self._answer(intents, callbacks, results)  # nothing runs user code before the replies leave
         else:
             for callback, result in zip(callbacks, results):
                 try:
@@ -212,40 +242,44 @@ class GroupCommitter:
         elif first.__class__ is OutcomeUnknown and self.on_unknown is not None:
             self.on_unknown(intents, first)  # the failure path only: one class test per batch
 
-    def _answer(self, callbacks: list[Callback], results: list[Any]) -> None:
-        """Give this batch's answers now; queue every other callback, in order, for ``_wake``,
-        which runs one loop turn later: after the steps of the callers just answered (their
-        futures' wake-ups were queued first), so their replies are queued by then."""
+    def _answer(self, intents: list[Any], callbacks: list[Callback], results: list[Any]) -> None:
+        """Give this batch's answers and queue their replies, send those (``after_answers``),
+        then run every other callback, in order, and what the answers deferred: all in this
+        one pass, so nothing is delayed but the user code, by one reply flush."""
         wakes: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-        self._wakes = wakes  # a wake pass still pending keeps its own list
-        for callback, result in zip(callbacks, results):
-            if callback.__class__ is _Answer:
-                try:
-                    callback(result)
-                except Exception:
-                    log.exception("commit callback failed")
-            else:
-                wakes.append((callback, (result,)))
-        self.loop.call_soon(self._wake, wakes)  # after the wake-ups of the futures just resolved
-
-    def _wake(self, wakes: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
-        """Send the replies the answered callers queued, then run what waited for them (every
-        callback is still called, as ever; what would start user code checks that the engine
-        still runs)."""
-        if self._wakes is wakes:
-            self._wakes = None
-        if self.before_wake is not None:
+        queued = False
+        outer, self._wakes = self._wakes, wakes  # a callback's own flush may nest a pass
+        try:
+            for intent, callback, result in zip(intents, callbacks, results):
+                if callback.__class__ is _Answer:
+                    if not callback.in_pass:  # type: ignore[attr-defined]
+                        wakes.append((callback.callback, (result,)))  # type: ignore[attr-defined]
+                    else:
+                        try:
+                            callback(result)
+                        except Exception:
+                            log.exception("commit callback failed")
+                    reply = callback.reply  # type: ignore[attr-defined]
+                    if reply is not None:
+                        try:
+                            if reply(intent, result):
+                                queued = True
+                        except Exception:
+                            log.exception("a reply could not be built")
+                else:
+                    wakes.append((callback, (result,)))
+        finally:
+            self._wakes = outer
+        if queued:
             try:
-                self.before_wake()
+                self.after_answers()  # type: ignore[misc]
             except Exception:
-                log.exception("sending replies before a wake failed")
+                log.exception("sending the replies of a commit failed")
         for function, args in wakes:
             try:
                 function(*args)
             except Exception:
                 log.exception("commit callback failed")
-        if self._intents:
-            self.flush()  # what they submitted commits in this turn, as after a one-pass resume
 
     async def drain(self) -> None:
         """Return once every intent submitted before the call has its answer (those that

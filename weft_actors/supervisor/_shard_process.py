@@ -22,6 +22,7 @@ from ..bus._frames import decode_batch, encode_batch, readable, recv_frames, sen
 from ..errors import Overloaded, StorageError, StorageFull, WeftError
 from ..store import is_read_only, is_unreachable
 from ..shard import Engine
+from ._commit_replies import commit_reply
 from ._config import ShardConfig, configure_logging
 from ._shard_ops import ShardOps
 from ._store_wait import open_when_reachable
@@ -119,6 +120,9 @@ class ShardServer:
         if not await open_when_reachable(self.engine, self.control, config.slot):
             self.context.destroy(linger=0)
             return 0  # drained while it waited for its store
+        # A commit that answers a call with its reply (``_commit_replies``) sends it before
+        # that commit's pass runs any user code.
+        self.engine.committer.after_answers = self._flush_replies
         self.ops = ShardOps(self.engine)
         self.dealer = self.context.socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.IDENTITY, shard_identity(config.slot))
@@ -212,9 +216,13 @@ class ShardServer:
 
     async def _handle(self, client: bytes, request: dict[str, Any]) -> None:
         request_id = request["id"]
+        answered = commit_reply(self._send, client, request, self.engine.committer.waiting_replies)
         code = None
         try:
-            reply = encode_reply(request_id, await self.ops.dispatch(request))
+            value = await self.ops.dispatch(request)
+            if answered is not None and answered.sent:
+                return  # a commit's pass replied
+            reply = encode_reply(request_id, value)
         except WeftError as error:
             reply = encode_error(request_id, error)
             code = error.code
@@ -222,7 +230,11 @@ class ShardServer:
             log.exception("request %s failed", request.get("op"))
             reply = encode_error(request_id, WeftError(f"internal error: {type(exc).__name__}: {exc}"))
             code = WeftError.code
-        self._send(client, reply, request_id, code)
+        finally:
+            if answered is not None:
+                answered.done()
+        if answered is None or not answered.sent:  # else a commit's pass replied
+            self._send(client, reply, request_id, code)
 
     def _send(self, client: bytes, reply: bytes, request_id: Any, code: str | None) -> None:
         """Queue a reply; the turn's replies leave together, as one batch."""
