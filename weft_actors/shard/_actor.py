@@ -237,7 +237,7 @@ class Actor(InboxMixin, EndingMixin, AttemptsMixin):
     def _commit(self, ops: tuple[tuple[int, bytes], ...] = (), consume: tuple[int, ...] = (), timers_put: tuple[TimerRef, ...] = (), timers_del: tuple[TimerRef, ...] = (), finish: Finish | None = None, fields: dict[str, Any] | None = None, effects: tuple[Any, ...] = ()) -> None:
         self.busy = True
         intent = _new_tuple(StepCommit, (self.wid, self.epoch, self.run_id, ops, consume, timers_put, timers_del, finish, fields, effects))
-        self.engine.committer.submit(intent, self._committed) if finish is None else self._submit_ending(intent)
+        self.engine.committer.submit(intent, self._committed)
 
     def _commit_writes(self, w: Writes, finish: Finish | None = None) -> None:
         self._commit(tuple(w.ops), tuple(w.consume), tuple(w.timers_put), tuple(w.timers_del), finish, w.fields, tuple(w.effects))

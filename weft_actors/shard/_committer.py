@@ -38,9 +38,8 @@ inside the store's transaction, which the server ends if it idles too long (Post
 ``LOCK_HOLD_LIMIT``); the rest goes in the next batch."""
 
 
-Reply = Callable[[Any, Any], bool]
-"""``reply(intent, result)``: queues a caller's reply, built from its commit's result; True
-if it queued one (the pass then sends the replies before it goes on)."""
+Reply = Callable[[Any, Any], None]
+"""``reply(intent, result)``: sends a caller's reply, built from its commit's result."""
 
 answer_reply: contextvars.ContextVar[list[Reply] | None] = contextvars.ContextVar("weft_answer_reply", default=None)
 """Set by a request whose reply is its own commit's answer, to a one-item list holding its
@@ -50,15 +49,13 @@ list, so nothing the request started later can take it again)."""
 
 class _Answer:
     """A caller's callback (``submit_answer``) and the reply it carries, if any: called in
-    the commit's own pass, before any callback that may run user code; or (``in_pass``
-    False: ``reply_with_last``) a callback that runs after the replies, like any other."""
+    the commit's own pass, before any callback that may run user code."""
 
-    __slots__ = ("callback", "reply", "in_pass")
+    __slots__ = ("callback", "reply")
 
-    def __init__(self, callback: Callback, reply: Reply | None, in_pass: bool = True) -> None:
+    def __init__(self, callback: Callback, reply: Reply | None) -> None:
         self.callback = callback
         self.reply = reply
-        self.in_pass = in_pass
 
     def __call__(self, result: Any) -> None:
         self.callback(result)
@@ -78,7 +75,7 @@ class GroupCommitter:
     __slots__ = (
         "_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "on_promoted",
         "batches", "intents", "failpoint", "_apply_async", "_in_flight", "_drained", "_submitted", "_answered",
-        "_replies", "_wakes", "after_answers", "on_unknown", "waiting_replies",
+        "_replies", "_wakes", "after_answers", "on_unknown",
     )
 
     def __init__(
@@ -115,11 +112,6 @@ class GroupCommitter:
         self.after_answers: Callable[[], None] | None = None
         """Sends the replies a batch's answers queued (the shard's reply flush); None (an
         embedded engine): no reply to send, so every callback runs in order."""
-        self.waiting_replies: dict[Any, list[Callable[[dict[str, Any]], bool]]] = {}
-        """Replies waiting here for a later commit, given in its pass (``reply_with_last``):
-        by workflow id, for its run's ending (a shard's ``result`` and ``execute`` callers,
-        called with the ending's outcome); by (workflow id, request id), for an update's
-        answer (called with the answer as stored)."""
         self.failpoint = failpoint_from_env()
         if self.failpoint is not None:
             store.before_commit = lambda: self.failpoint.hit("after-apply")  # type: ignore[union-attr]
@@ -142,12 +134,6 @@ class GroupCommitter:
             reply = holder.pop()
             self._replies += 1
         self.submit(intent, _Answer(callback, reply))
-
-    def reply_with_last(self, reply: Reply) -> None:
-        """The intent just submitted gives ``reply`` in its commit's pass, with the callers'
-        answers; its own callback runs after their replies have left, in order with the rest."""
-        self._callbacks[-1] = _Answer(self._callbacks[-1], reply, False)
-        self._replies += 1
 
     def submit_and_wait(self, intent: Any) -> asyncio.Future[Any]:
         """A future for one intent's result (for client-facing calls, not the hot path)."""
@@ -247,34 +233,28 @@ class GroupCommitter:
         then run every other callback, in order, and what the answers deferred: all in this
         one pass, so nothing is delayed but the user code, by one reply flush."""
         wakes: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-        queued = False
         outer, self._wakes = self._wakes, wakes  # a callback's own flush may nest a pass
         try:
             for intent, callback, result in zip(intents, callbacks, results):
                 if callback.__class__ is _Answer:
-                    if not callback.in_pass:  # type: ignore[attr-defined]
-                        wakes.append((callback.callback, (result,)))  # type: ignore[attr-defined]
-                    else:
-                        try:
-                            callback(result)
-                        except Exception:
-                            log.exception("commit callback failed")
+                    try:
+                        callback(result)
+                    except Exception:
+                        log.exception("commit callback failed")
                     reply = callback.reply  # type: ignore[attr-defined]
                     if reply is not None:
                         try:
-                            if reply(intent, result):
-                                queued = True
+                            reply(intent, result)
                         except Exception:
                             log.exception("a reply could not be built")
                 else:
                     wakes.append((callback, (result,)))
         finally:
             self._wakes = outer
-        if queued:
-            try:
-                self.after_answers()  # type: ignore[misc]
-            except Exception:
-                log.exception("sending the replies of a commit failed")
+        try:
+            self.after_answers()  # type: ignore[misc]
+        except Exception:
+            log.exception("sending the replies of a commit failed")
         for function, args in wakes:
             try:
                 function(*args)

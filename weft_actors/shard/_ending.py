@@ -8,10 +8,9 @@ cancelled, timers deleted in the same commit), so nothing of a finished run fire
 from __future__ import annotations
 
 import logging
-from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import PayloadTooLarge, WeftError
+from ..errors import PayloadTooLarge
 from ..store import ContinueRun, Finish, TimerRef
 from ..workflow import Command, error_record
 from ._validate import new_id
@@ -19,7 +18,6 @@ from ._writes import Writes
 
 if TYPE_CHECKING:
     from ..workflow import WorkflowRun
-    from ._committer import GroupCommitter
     from ._timers import TimerService
 
 __all__ = ["EndingHost", "EndingMixin", "finish_of"]
@@ -42,31 +40,13 @@ def finish_of(cmd: Command, limit: int) -> Finish:
 
 
 class EndingHost(Protocol):
-    """What ending a run needs of the engine: the result size limit, the timers to drop and
-    the committer (whose pass answers the callers waiting for the ending)."""
+    """What ending a run needs of the engine: the result size limit and the timers to drop."""
 
     @property
     def payload_limit(self) -> int: ...
 
     @property
     def timers(self) -> TimerService: ...
-
-    @property
-    def committer(self) -> GroupCommitter: ...
-
-
-def _answer_ending(replies: dict[Any, list[Callable[[dict[str, Any]], bool]]], intent: Any, result: Any) -> bool:
-    """In the pass of a run's ending commit (a ``StepCommit`` with its ``Finish``): give the
-    replies waiting for it here its outcome, before any user code of that pass runs. An
-    ending that did not commit gives nothing (its callers are answered as ever)."""
-    if isinstance(result, WeftError):
-        return False
-    finish = intent.finish
-    outcome = {"status": finish.status, "result": finish.result, "error": finish.error}
-    queued = False
-    for reply in tuple(replies.get(intent.wid, ())):
-        queued = reply(outcome) or queued
-    return queued
 
 
 class EndingMixin:
@@ -86,9 +66,6 @@ class EndingMixin:
     next_run: tuple[str, bytes] | None
 
     # provided by Actor
-    def _committed(self, result: Any) -> None:
-        raise NotImplementedError
-
     def _commit(self, ops: Any = (), consume: Any = (), timers_put: Any = (), timers_del: Any = (), finish: Any = None, fields: Any = None, effects: Any = ()) -> None:
         raise NotImplementedError
 
@@ -123,14 +100,6 @@ class EndingMixin:
             self._commit(finish=finish)
         else:
             self._commit_writes(writes, finish)
-
-    def _submit_ending(self, intent: Any) -> None:
-        """Submit the commit that ends the run; callers waiting here for its result (a shard's
-        ``result`` and ``execute``) are replied to in that commit's pass."""
-        committer = self.engine.committer
-        committer.submit(intent, self._committed)
-        if self.wid in committer.waiting_replies:
-            committer.reply_with_last(partial(_answer_ending, committer.waiting_replies))
 
     def _stop_work(self, writes: Writes | None) -> None:
         """Cancel attempts in flight and drop timers (deleting the durable ones if ``writes``)."""

@@ -9,7 +9,6 @@ consumption is deleted in the transaction that records what it did: exactly-once
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from ..codec import count_args, decode_args, encode, unpack_record
@@ -26,7 +25,6 @@ if TYPE_CHECKING:
     from ..store import LmdbStore
     from ..workflow import ChildOp, WorkflowDefinition, WorkflowRun
     from ._activities import ActivityRunner
-    from ._committer import GroupCommitter
 
 __all__ = ["InboxHost", "InboxMixin"]
 
@@ -34,8 +32,7 @@ __all__ = ["InboxHost", "InboxMixin"]
 class InboxHost(Protocol):
     """What taking messages and starting children needs of the engine: the clock for records,
     the store (a child's existing record), the registered types (a child of one is claimed
-    here), the payload limit, the loop slot (through the activities), the committer (whose
-    pass answers an update's callers) and the update answer."""
+    here), the payload limit, the loop slot (through the activities) and the update answer."""
 
     @property
     def clock(self) -> Clock: ...
@@ -52,21 +49,7 @@ class InboxHost(Protocol):
     @property
     def activities(self) -> ActivityRunner: ...
 
-    @property
-    def committer(self) -> GroupCommitter: ...
-
     def update_answered(self, wid: str, request_id: str) -> None: ...
-
-
-def _answer_update(replies: dict[Any, list[Callable[[dict[str, Any]], bool]]], key: Any, answer: dict[str, Any], intent: Any, result: Any) -> bool:
-    """In the pass of the commit that stores an update's ``answer``: give the replies waiting
-    for it here, before any user code of that pass runs (none if the commit failed)."""
-    if isinstance(result, WeftError):
-        return False
-    queued = False
-    for reply in tuple(replies.get(key, ())):
-        queued = reply(answer) or queued
-    return queued
 
 
 class InboxMixin:
@@ -261,7 +244,6 @@ class InboxMixin:
             effects = (PutRequest(request_id, answer),) if request_id else ()
             self._answer_after(request_id)
             self._commit(consume=(inbox_seq,), effects=effects)
-            self._reply_update(request_id, answer)
             return
         run, engine = self.run, self.engine
         seq, packed, record = running(engine, run, UPDATE, name, run.record_update, name, args, message["payload"], inbox_seq, request_id, engine.payload_limit, at1=engine.clock.now())
@@ -269,19 +251,11 @@ class InboxMixin:
         effects = (PutRequest(request_id, answer),) if request_id else ()
         self._answer_after(request_id)
         self._commit(ops=((seq, packed),), consume=(inbox_seq,), effects=effects)
-        self._reply_update(request_id, answer)
 
     def _answer_after(self, request_id: str | None) -> None:
         if request_id is not None:
             engine, wid = self.engine, self.wid
             self.after = lambda: engine.update_answered(wid, request_id)
-
-    def _reply_update(self, request_id: str | None, answer: dict[str, Any]) -> None:
-        """Callers waiting here for this update's answer (a shard's ``update``) are replied
-        to in the pass of the commit just submitted, which stores it."""
-        committer = self.engine.committer
-        if committer.waiting_replies and (self.wid, request_id) in committer.waiting_replies:
-            committer.reply_with_last(partial(_answer_update, committer.waiting_replies, (self.wid, request_id), answer))
 
     def _apply_cancel(self, inbox_seq: int) -> None:
         """Cancellation is delivered at the current await: every op awaited now gets a

@@ -216,13 +216,10 @@ class ShardServer:
 
     async def _handle(self, client: bytes, request: dict[str, Any]) -> None:
         request_id = request["id"]
-        answered = commit_reply(self._send, client, request, self.engine.committer.waiting_replies)
+        answered = commit_reply(self._send, client, request)
         code = None
         try:
-            value = await self.ops.dispatch(request)
-            if answered is not None and answered.sent:
-                return  # a commit's pass replied
-            reply = encode_reply(request_id, value)
+            reply = encode_reply(request_id, await self.ops.dispatch(request))
         except WeftError as error:
             reply = encode_error(request_id, error)
             code = error.code
@@ -230,10 +227,7 @@ class ShardServer:
             log.exception("request %s failed", request.get("op"))
             reply = encode_error(request_id, WeftError(f"internal error: {type(exc).__name__}: {exc}"))
             code = WeftError.code
-        finally:
-            if answered is not None:
-                answered.done()
-        if answered is None or not answered.sent:  # else a commit's pass replied
+        if answered is None or not answered.sent:  # else its commit's pass replied
             self._send(client, reply, request_id, code)
 
     def _send(self, client: bytes, reply: bytes, request_id: Any, code: str | None) -> None:
