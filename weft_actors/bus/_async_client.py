@@ -15,12 +15,12 @@ from typing import Any, Sequence
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from . import _calls
 from ._async_transport import LoopTransport
-from ._request_core import DEFAULT_ENDPOINT, Target
+from ._request_core import DEFAULT_ENDPOINT, Target, TargetShell
 
 __all__ = ["AsyncClient", "AsyncClientHandle"]
 
 
-class AsyncClient:
+class AsyncClient(TargetShell):
     """The asyncio twin of ``Client``: same calls, awaitable, except ``get_handle``.
 
     The socket is made on first use, in the running event loop, and belongs to that loop.
@@ -42,27 +42,6 @@ class AsyncClient:
         self._transport = LoopTransport(self._target)
         # The transport's own coroutine function, bound once: no extra frame per call.
         self._request = self._transport.request
-
-    @property
-    def endpoint(self) -> str:
-        """The endpoint asked now (with several, it moves on when one fails)."""
-        return self._target.endpoint
-
-    @property
-    def endpoints(self) -> tuple[str, ...]:
-        return self._target.endpoints
-
-    @property
-    def timeout(self) -> float:
-        return self._target.timeout
-
-    @timeout.setter
-    def timeout(self, value: float) -> None:
-        self._target.timeout = value
-
-    @property
-    def _failover(self) -> bool:
-        return self._target.failover
 
     @property
     def _link(self) -> Any:

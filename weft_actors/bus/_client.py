@@ -14,13 +14,13 @@ from typing import Any, Sequence
 
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from . import _calls
-from ._request_core import DEFAULT_ENDPOINT, Target
+from ._request_core import DEFAULT_ENDPOINT, Target, TargetShell
 from ._sync_transport import ThreadTransport
 
 __all__ = ["Client", "ClientHandle", "DEFAULT_ENDPOINT"]
 
 
-class Client:
+class Client(TargetShell):
     """Talks to the supervisor at ``endpoint``; safe to share between threads.
 
     ``timeout`` bounds every request (a ``result`` request gets the time the server may hold
@@ -53,27 +53,6 @@ class Client:
         self._transport = ThreadTransport(self._target)
         # The transport's own method, bound once: a call costs no extra frame for the shell.
         self._request = self._transport.request
-
-    @property
-    def endpoint(self) -> str:
-        """The endpoint asked now (with several, it moves on when one fails)."""
-        return self._target.endpoint
-
-    @property
-    def endpoints(self) -> tuple[str, ...]:
-        return self._target.endpoints
-
-    @property
-    def timeout(self) -> float:
-        return self._target.timeout
-
-    @timeout.setter
-    def timeout(self, value: float) -> None:
-        self._target.timeout = value
-
-    @property
-    def _failover(self) -> bool:
-        return self._target.failover
 
     @property
     def _channels(self) -> list[Any]:

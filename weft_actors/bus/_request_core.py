@@ -24,7 +24,7 @@ from ._curve import CurveKeys, resolve_curve
 from ._frames import readable, recv_frames
 from ._protocol import decode_reply
 
-__all__ = ["DEFAULT_ENDPOINT", "ConnectionWatch", "Target", "answer_pending", "expire", "matching_reply", "unavailable"]
+__all__ = ["DEFAULT_ENDPOINT", "ConnectionWatch", "Target", "TargetShell", "answer_pending", "expire", "matching_reply", "unavailable"]
 
 log = logging.getLogger("weft_actors.bus")
 
@@ -80,6 +80,34 @@ class Target:
 
 def unavailable(endpoint: str, op: str, why: str) -> ServerUnavailable:
     return ServerUnavailable(f"{op}: {why} ({endpoint})", endpoint=endpoint, op=op)
+
+
+class TargetShell:
+    """What the sync and async clients say of their ``Target`` alike: where they ask, and
+    for how long."""
+
+    _target: Target
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint asked now (with several, it moves on when one fails)."""
+        return self._target.endpoint
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return self._target.endpoints
+
+    @property
+    def timeout(self) -> float:
+        return self._target.timeout
+
+    @timeout.setter
+    def timeout(self, value: float) -> None:
+        self._target.timeout = value
+
+    @property
+    def _failover(self) -> bool:
+        return self._target.failover
 
 
 class ConnectionWatch:
