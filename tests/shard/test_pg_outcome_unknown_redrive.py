@@ -13,10 +13,9 @@ from __future__ import annotations
 import time
 from typing import Any, Awaitable, Callable
 
-import psycopg
 import pytest
 
-from _commit_cutter import CommitCutter, held_for, release_commit, release_once_held, slow_commits
+from _commit_cutter import CommitCutter, held_for, release_commit, release_once_held, slow_commits, tidy
 from _support import eventually, run
 from weft_actors import Engine, examples, workflow
 from weft_actors.errors import OutcomeUnknown
@@ -93,11 +92,7 @@ def test_a_child_started_by_a_step_answered_outcome_unknown_that_landed_runs(sch
     try:
         run(main())
     finally:
-        try:
-            release_commit(schema_url)
-        except psycopg.Error:
-            pass
-        cutter.close()
+        tidy(schema_url, cutter)
 
 
 def held_start(schema_url: str, monkeypatch: pytest.MonkeyPatch, lands: bool, then: Callable[[Engine], Awaitable[None]]) -> None:
@@ -125,8 +120,4 @@ def held_start(schema_url: str, monkeypatch: pytest.MonkeyPatch, lands: bool, th
     try:
         run(main())
     finally:
-        try:
-            release_commit(schema_url)
-        except psycopg.Error:
-            pass
-        cutter.close()
+        tidy(schema_url, cutter)

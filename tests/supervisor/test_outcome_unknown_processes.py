@@ -6,10 +6,9 @@ the shard that committed it runs it to its end (nothing else would: it holds its
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 
-from _commit_cutter import CommitCutter, release_commit, release_once_held, slow_commits
+from _commit_cutter import CommitCutter, release_once_held, slow_commits, tidy
 from _processes import RunningSupervisor
 from weft_actors import Client
 from weft_actors.errors import OutcomeUnknown
@@ -38,8 +37,4 @@ def test_a_client_start_answered_outcome_unknown_that_landed_is_found_and_run(sc
             assert handle.result(timeout=10.0) == 4
             assert client.get_handle(WID).describe()["run_id"] == handle.run_id  # the one start, run once
     finally:
-        try:
-            release_commit(schema_url)
-        except psycopg.Error:
-            pass
-        cutter.close()
+        tidy(schema_url, cutter)
