@@ -13,7 +13,6 @@ call would return it: a ``WeftError`` result is the error the call raises.
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable
 
 from ..bus import encode_error, encode_reply
@@ -21,8 +20,6 @@ from ..errors import WeftError
 from ..shard import answer_reply
 
 __all__ = ["CommitReply", "commit_reply"]
-
-log = logging.getLogger("weft_actors.supervisor")
 
 Send = Callable[[bytes, bytes, Any, "str | None"], None]
 
