@@ -234,7 +234,13 @@ def freeze_host_a_then_thaw(
                 host_a.signal_group(signal.SIGCONT)
             load.stop()
         wait_gone(a_engines.values(), 30, "host A's thawed shards exited")
+        # Their last lines reach us through a reader thread on host A's stderr pipe, which may
+        # lag their exit under load: read the log once they are in, or after a deadline.
+        deadline = time.monotonic() + 10.0
         ended = how_each_ended(host_a.log_text()[log_offset:], a_engines)
+        while None in ended.values() and time.monotonic() < deadline:
+            time.sleep(0.1)
+            ended = how_each_ended(host_a.log_text()[log_offset:], a_engines)
         log.info("host A's thawed engines ended: %s", ended)
         assert None not in ended.values(), (
             f"a thawed engine of host A neither was deposed nor killed as hung: {ended}; host A's log after the thaw:\n"
