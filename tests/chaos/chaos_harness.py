@@ -123,7 +123,7 @@ class ChaosRun(FaultsMixin, IsolationMixin, QuarantineWatchMixin):
             shards=shards,
             app=app,
             args=(
-                "--heartbeat", str(HEARTBEAT), "--ttl", str(TTL), "--log-level", "WARNING",
+                "--heartbeat", str(HEARTBEAT), "--ttl", str(TTL), "--log-level", os.environ.get("WEFT_CHAOS_LOG_LEVEL", "WARNING"),
                 "--restart-limit", "100000", "--restart-window", "30", "--routing", self.routing,
                 "--stall-threshold", "0.3",  # below the ttl: a stalled shard's note names its culprit
             ),
@@ -182,7 +182,7 @@ class ChaosRun(FaultsMixin, IsolationMixin, QuarantineWatchMixin):
         finally:
             self._kill_everything()
             self._scan_exits()
-            if self.summary.violations:
+            if self.summary.violations or os.environ.get("WEFT_CHAOS_KEEP"):
                 self._keep_evidence()
             if self.store_faults is not None:
                 self.store_faults.close()

@@ -5,7 +5,9 @@ stall holding the write lock, a large takeover); then every workflow's result is
 supervisor never exited by itself and the invariant checker is clean.
 
 The budget is short by default (CI); ``WEFT_CHAOS_SECONDS`` runs it longer, and
-``WEFT_CHAOS_SEED`` replays a seed (printed in the summary line and in any failure).
+``WEFT_CHAOS_SEED`` replays a seed (printed in the summary line and in any failure);
+``WEFT_CHAOS_LOG_LEVEL=INFO`` logs the supervisor and shards at that level, and
+``WEFT_CHAOS_KEEP=1`` keeps the evidence (the whole log) of a run that passed too.
 For many or long runs, call the harness directly: ``python tests/chaos/chaos_harness.py --help``.
 """
 

@@ -205,7 +205,7 @@ class Engine(ActorHost, WorkflowReads, WorkflowMessages):
         if options.background:
             self.maintenance.start(loop)
             self.activities.on_loop = slot = open_slot(self.store.path, self.engine_id, self.stall_threshold)
-            self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], slot=slot, notes=stall_notes(self.store, self.engine_id), waiting=getattr(self.store.env, "waiting_on_server", None))
+            self.watchdog = LoopWatchdog(loop, self.stall_threshold, name=self.engine_id[:8], slot=slot, notes=stall_notes(self.store, self.engine_id), waiting=self.store.waiting_on_store)
             self.watchdog.start()
 
     @property

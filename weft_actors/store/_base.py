@@ -187,6 +187,11 @@ class KeyspaceStore(UpkeepMixin, RequestsMixin):
         slot; negated once it got it, 0.0 outside a write or if its process is gone)."""
         return self._ownership.waiting_since(engine_id)
 
+    def waiting_on_store(self) -> bool:
+        """Whether this process's loop waits on its store now (LMDB: for the write lock), so
+        its watchdog shows it alive, only kept waiting (``LoopWatchdog``'s ``waiting``)."""
+        return self._ownership.waiting_on_lock()
+
     def process_gone(self, engine_id: str) -> bool:
         """True when the process that registered ``engine_id`` has surely exited (its lock
         file exists and is free; a missing one proves nothing)."""

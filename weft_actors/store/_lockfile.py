@@ -23,6 +23,7 @@ import struct
 from typing import TYPE_CHECKING, Any, Iterator, Protocol, cast
 
 from . import _engines
+from ._blame import loop_turning
 
 if TYPE_CHECKING:
     import lmdb
@@ -162,7 +163,14 @@ class EngineLockFiles:
     def waiting_since(self, engine_id: str) -> float:
         """When ``engine_id``'s process began to wait for the write lock, as its wait slot
         says (negated: when it got it); 0.0 when it is not in a write, its lock file is
-        missing or unreadable, or its process is gone (the lock is free)."""
+        missing or unreadable, or its process is gone (the lock is free).
+
+        A wait whose process shows it is alive and waiting (its watchdog thread stamps the
+        engine's loop slot while the loop waits for the lock: ``loop_turning``) is an
+        ``AttestedWait``, trusted for as long as it lasts: a process stopped or hung as it
+        got the lock, before its slot said so, stamps nothing and is judged by the grace;
+        one only kept waiting (behind it, or by the lock's unfairness) is never judged for
+        it, and killing it would free nothing."""
         slot = self._slots.get(engine_id)
         if slot is not None:
             return float(cast(WaitSlot, slot[1])[0])
@@ -173,7 +181,14 @@ class EngineLockFiles:
                 raw = os.pread(probe[0], _SLOT.size, 0)
             except OSError:
                 return 0.0
-            return _SLOT.unpack(raw)[0] if len(raw) == _SLOT.size else 0.0
+            since = float(_SLOT.unpack(raw)[0]) if len(raw) == _SLOT.size else 0.0
+        if since > 0.0 and loop_turning(self.store.path, engine_id):
+            return _engines.AttestedWait(since)
+        return since
+
+    def waiting_on_lock(self) -> bool:
+        """Whether this process waits for the write lock now (a wait slot of its own says so)."""
+        return any(slot[0] > 0.0 for slot in self.wait_slots)
 
     @contextlib.contextmanager
     def _peer_lock(self, engine_id: str) -> Iterator[tuple[int, bool] | None]:

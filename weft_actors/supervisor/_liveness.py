@@ -29,7 +29,7 @@ from ..bus import encode_hint, publisher
 from ..errors import WeftError
 from ..store import LOCK_WAIT_GRACE, AttestedWait, loop_turning, writes_refused
 
-__all__ = ["DeathRecorder", "Judgement", "hung_reason", "judge_shards", "judge_sparing_refusals", "store_refuses_writes", "LOCK_WAIT_GRACE", "SLOW_JUDGMENT"]
+__all__ = ["DeathRecorder", "Judgement", "hung_reason", "judge_shards", "lock_holders", "judge_sparing_refusals", "store_refuses_writes", "LOCK_WAIT_GRACE", "SLOW_JUDGMENT"]
 
 log = logging.getLogger("weft_actors.supervisor")
 
@@ -62,7 +62,12 @@ def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float
         return None  # blocked behind another process's transaction (or a stalled server), not hung itself
     if waiting_since < 0 and wall + waiting_since < ttl:
         return None  # it got the lock a moment ago and commits what it could not meanwhile
-    return f"it has not heartbeated for {silent:.1f} s (ttl {ttl:g} s)"
+    lock = ""
+    if waiting_since > 0:
+        lock = f", waiting {wall - waiting_since:.1f} s for the write lock"
+    elif waiting_since < 0:
+        lock = f", holding the write lock for {wall + waiting_since:.1f} s"
+    return f"it has not heartbeated for {silent:.1f} s (ttl {ttl:g} s){lock}"
 
 
 class Judgement(NamedTuple):
@@ -72,6 +77,8 @@ class Judgement(NamedTuple):
     """The lease clock's time the records were judged at."""
     reasons: list[str | None]
     """Per watched engine, why its shard is hung (``hung_reason``), or ``None``."""
+    waits: list[float]
+    """Per watched engine, its wait slot as read (``waiting_since``)."""
 
 
 def judge_shards(store: Any, watched: Sequence[tuple[str, float]], ttl: float, refused_at: float = 0.0) -> Judgement:
@@ -92,7 +99,19 @@ def judge_shards(store: Any, watched: Sequence[tuple[str, float]], ttl: float, r
         hung_reason(records.get(engine_id), waiting, wall, ttl, max(ready_at, refused_at), turns)
         for (engine_id, ready_at), waiting, turns in zip(watched, waits, turning)
     ]
-    return Judgement(records, wall, reasons)
+    return Judgement(records, wall, reasons, waits)
+
+
+def lock_holders(watched: Sequence[Any], judged: Judgement) -> str:
+    """For the log line of a kill: where every watched shard stood with the write lock (a
+    waiter killed names who held it up, or that none of the shards did)."""
+    parts = []
+    for slot, waiting in zip(watched, judged.waits):
+        if waiting < 0:
+            parts.append(f"shard {slot.index} holds it {judged.wall + waiting:.2f} s")
+        elif waiting > 0:
+            parts.append(f"shard {slot.index} waits {judged.wall - waiting:.2f} s")
+    return f" (write lock: {', '.join(parts) or 'no shard holds or waits for it'})"
 
 
 def store_refuses_writes(store: Any) -> bool:

@@ -33,7 +33,7 @@ from ._counts import flow_counts, workflow_counts
 from ._ipc import make_ipc_dir, remove_ipc_dir
 from ._ipc import remove_stale_ipc_dirs as _remove_stale_ipc_dirs  # noqa: F401 - its old name, kept importable
 from ._live import LiveEngines, live_ids
-from ._liveness import DeathRecorder, judge_sparing_refusals
+from ._liveness import DeathRecorder, judge_sparing_refusals, lock_holders
 from ._metrics import MetricsServer, render
 from ._shard_process import EXIT_UNWRITABLE, shard_main
 from ._slot import ShardSlot
@@ -257,7 +257,7 @@ class Supervisor:
         for slot, reason in zip(watched, judged.reasons):
             if reason is None:
                 continue
-            log.error("shard %d (pid %s, engine %s) is hung: %s; killing it", slot.index, slot.pid, slot.engine_id, reason)
+            log.error("shard %d (pid %s, engine %s) is hung: %s; killing it%s", slot.index, slot.pid, slot.engine_id, reason, lock_holders(watched, judged))
             self.routing.set_dead(slot.index)
             self.frontdoor.shard_stalled(slot.index)
             slot.killed = True

@@ -323,6 +323,10 @@ class PgStore(KeyspaceStore):
     def within_reserve(self) -> bool:
         return False
 
+    def waiting_on_store(self) -> bool:
+        """Whether the loop is in a round trip to the server (``waiting_on_server``)."""
+        return self.env.waiting_on_server()
+
     def writes_refused(self) -> bool:
         """Whether the server refuses writes now (a standby, ``default_transaction_read_only``)
         or cannot be reached: then no engine can renew its lease, and none is hung for it."""
