@@ -8,7 +8,8 @@ supervisor kills a hung shard (SIGKILL) and restarts it through the normal path,
 the store's write lock if it stalled holding it. A shard that only waits for that lock is not
 hung: each shard publishes when it began to wait (the wait slot in its engine's lock file,
 ``LmdbStore.waiting_since``), and such a shard is left alone for ``LOCK_WAIT_GRACE`` ttls,
-time enough for the holder to be killed (peers spare it the same way); on PostgreSQL the
+time enough for the holder to be killed, and for as long as its watchdog stamps its loop slot
+while it waits (alive, only kept waiting: peers spare it the same way); on PostgreSQL the
 waiting or holding transaction publishes the same (``PgStore.waiting_since``). A store that
 refuses writes or cannot be reached silences every shard at once: that is no hang of theirs
 (``judge_sparing_refusals``). The store writes that follow a death go through ``DeathRecorder``'s own thread:
