@@ -4,7 +4,9 @@ from __future__ import annotations
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001 - pytest's signature
-    lines = getattr(config, "weft_chaos_summaries", None)
+    # Each chaos test's summary line travels in its report (``user_properties``), so a
+    # worker process's run reaches the controller's summary as well.
+    lines = [value for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []) for name, value in getattr(report, "user_properties", ()) if name == "chaos"]
     if lines:
         terminalreporter.section("chaos")
         for line in lines:

@@ -34,9 +34,7 @@ pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL (in
 @pytest.mark.timeout(SECONDS + 90)
 def test_nothing_is_lost_or_committed_twice_when_the_database_drops_restarts_and_is_cut_off(tmp_path, request):
     summary = ChaosRun(tmp_path / "data", SEED, SECONDS, postgres=True).run()
-    lines = getattr(request.config, "weft_chaos_summaries", [])
-    lines.append("postgres " + summary.line())
-    request.config.weft_chaos_summaries = lines
+    request.node.user_properties.append(("chaos", "postgres " + summary.line()))  # the summary section (conftest), across xdist workers too
     report = summary.line() + f"\nerrors: {dict(summary.errors)}\n" + "\n".join(summary.violations[:40]) + f"\nreplay: WEFT_CHAOS_SEED={SEED}"
     assert not summary.violations, report
     assert summary.innocents_quarantined == 0 and summary.quarantine_samples >= 5, report

@@ -13,6 +13,7 @@ call would return it: a ``WeftError`` result is the error the call raises.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Callable
 
 from ..bus import encode_error, encode_reply
@@ -22,6 +23,7 @@ from ..shard import answer_reply
 __all__ = ["CommitReply", "commit_reply"]
 
 Send = Callable[[bytes, bytes, Any, "str | None"], None]
+OnSent = Callable[["asyncio.Task[Any] | None"], None]
 
 
 def _handle(intent: Any, result: Any) -> dict[str, Any]:
@@ -55,14 +57,18 @@ class CommitReply:
     """One request's reply, sent from its commit's answer pass (``sent`` then); called by the
     committer with the commit's intent and result."""
 
-    __slots__ = ("send", "client", "request_id", "shape", "sent")
+    __slots__ = ("send", "client", "request_id", "shape", "sent", "on_sent", "task")
 
-    def __init__(self, send: Send, client: bytes, request_id: Any, shape: Callable[[Any, Any], Any]) -> None:
+    def __init__(self, send: Send, client: bytes, request_id: Any, shape: Callable[[Any, Any], Any], on_sent: OnSent | None = None) -> None:
         self.send = send
         self.client = client
         self.request_id = request_id
         self.shape = shape
         self.sent = False
+        self.on_sent = on_sent
+        """Called with the request's task once its reply has left: it is answered, though its
+        coroutine still runs to its end."""
+        self.task = asyncio.current_task() if on_sent is not None else None
 
     def __call__(self, intent: Any, result: Any) -> None:
         request_id = self.request_id
@@ -72,14 +78,17 @@ class CommitReply:
             reply, code = encode_reply(request_id, self.shape(intent, result)), None
         self.sent = True
         self.send(self.client, reply, request_id, code)
+        if self.on_sent is not None:
+            self.on_sent(self.task)
 
 
-def commit_reply(send: Send, client: bytes, request: dict[str, Any]) -> CommitReply | None:
+def commit_reply(send: Send, client: bytes, request: dict[str, Any], on_sent: OnSent | None = None) -> CommitReply | None:
     """Hand the committer ``request``'s reply if its op is answered by its own commit (sets
-    ``answer_reply`` in the calling task's context: call it from the request's own task)."""
+    ``answer_reply`` in the calling task's context: call it from the request's own task,
+    which ``on_sent`` is given once the reply has left)."""
     shape = SHAPES.get(request["op"])
     if shape is None:
         return None
-    reply = CommitReply(send, client, request["id"], shape)
+    reply = CommitReply(send, client, request["id"], shape, on_sent)
     answer_reply.set([reply])
     return reply

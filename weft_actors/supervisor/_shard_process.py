@@ -86,6 +86,10 @@ class ShardServer:
         self._done: asyncio.Future[int]
         self._drain_scheduled = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        """The requests held: taken and not answered yet (``max_queued_requests`` counts them)."""
+        self._following: set[asyncio.Task[Any]] = set()
+        """Requests answered in their commit's pass whose coroutines still run to their end:
+        no longer held (the front door has their reply), waited for by a drain all the same."""
         self._replies: list[Any] = []
         """Replies of this loop turn not sent yet, flat: client, reply, request id, error code."""
         self.requests_overloaded = 0
@@ -216,7 +220,7 @@ class ShardServer:
 
     async def _handle(self, client: bytes, request: dict[str, Any]) -> None:
         request_id = request["id"]
-        answered = commit_reply(self._send, client, request)
+        answered = commit_reply(self._send, client, request, self._answered_early)
         code = None
         try:
             reply = encode_reply(request_id, await self.ops.dispatch(request))
@@ -229,6 +233,15 @@ class ShardServer:
             code = WeftError.code
         if answered is None or not answered.sent:  # else its commit's pass replied
             self._send(client, reply, request_id, code)
+
+    def _answered_early(self, task: asyncio.Task[Any] | None) -> None:
+        """``task``'s request was answered from its commit's pass: from then on it no longer
+        counts as held (a shard stopped before the coroutine ended refused one request too
+        many once it went on, the front door having counted that one answered)."""
+        if task is not None and task in self._tasks:
+            self._tasks.discard(task)
+            self._following.add(task)
+            task.add_done_callback(self._following.discard)
 
     def _send(self, client: bytes, reply: bytes, request_id: Any, code: str | None) -> None:
         """Queue a reply; the turn's replies leave together, as one batch."""
@@ -291,8 +304,8 @@ class ShardServer:
         self._stopping = True
         log.info("shard %d draining", self.config.slot)
         await self.engine.close()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=2)
+        if self._tasks or self._following:
+            await asyncio.wait(list(self._tasks | self._following), timeout=2)
         if not self._done.done():
             self._done.set_result(0)
 
