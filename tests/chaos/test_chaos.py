@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chaos_harness import ChaosRun  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("chaos")  # never beside the other chaos run (pytest -n)
+
 SECONDS = float(os.environ.get("WEFT_CHAOS_SECONDS") or 60)
 SEED = int(os.environ.get("WEFT_CHAOS_SEED") or random.randrange(1 << 31))
 

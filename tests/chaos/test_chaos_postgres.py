@@ -28,7 +28,10 @@ from chaos_postgres import PG_KINDS, postgres_available  # noqa: E402
 SECONDS = float(os.environ.get("WEFT_CHAOS_PG_SECONDS") or 25)
 SEED = int(os.environ.get("WEFT_CHAOS_SEED") or random.randrange(1 << 31))
 
-pytestmark = pytest.mark.skipif(not postgres_available(), reason="PostgreSQL (initdb, pg_ctl) is not installed")
+pytestmark = [
+    pytest.mark.skipif(not postgres_available(), reason="PostgreSQL (initdb, pg_ctl) is not installed"),
+    pytest.mark.xdist_group("chaos"),  # never beside the other chaos run (pytest -n)
+]
 
 
 @pytest.mark.timeout(SECONDS + 90)
