@@ -58,3 +58,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if relative in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):  # noqa: ARG001 - pytest's signature
+    """The chaos runs' summary lines (seed first) at the end of the report. Each travels in
+    its test's report (``user_properties``), so a pytest-xdist worker's run reaches the
+    controller, which collects nothing itself (hence here, not in tests/chaos/)."""
+    lines = [value for report in terminalreporter.stats.get("passed", []) + terminalreporter.stats.get("failed", []) for name, value in getattr(report, "user_properties", ()) if name == "chaos"]
+    if lines:
+        terminalreporter.section("chaos")
+        for line in lines:
+            terminalreporter.write_line(line)
