@@ -2,9 +2,10 @@
 
 ``Inbox`` is a part its actor holds, made when the first message reaches it or it starts its
 first child (most actors never get one), and knows its actor only by ``InboxOwner``. It keeps
-the messages seen and not taken yet, the newest seq seen, and the children awaited. Messages
-are taken one per commit, oldest first: a signal goes to the
-lowest-seq ``wait_signal`` still wanted (never to one that lost a race), else to its handler;
+the messages seen and not taken yet, the newest seq seen, and the children awaited.
+
+Messages are taken one per commit, oldest first: a signal goes to the lowest-seq
+``wait_signal`` still wanted (never to one that lost a race), else to its handler;
 an update is validated on the owner before anything is recorded; a cancel request cancels
 every op awaited right now; a child's ``child-done`` resolves the op that started it. Each
 consumption is deleted in the transaction that records what it did: exactly-once delivery.
@@ -122,7 +123,9 @@ class Inbox:
 
     def __init__(self, actor: InboxOwner) -> None:
         self.actor = actor
-        self.messages: list[tuple[int, dict[str, Any]]] = []
+        self.messages: list[tuple[int, dict[str, Any]]] | tuple[()] = ()
+        """Seen and not taken yet, oldest first (the empty tuple when none: no empty list is
+        kept while parked)."""
         self.seen = 0
         """The newest inbox seq seen: a message at or below it is not taken twice."""
         self.children: dict[str, int] | None = None
@@ -133,7 +136,10 @@ class Inbox:
         new = False
         for seq, message in messages:
             if seq > self.seen:
-                self.messages.append((seq, message))
+                if self.messages:
+                    self.messages.append((seq, message))  # type: ignore[union-attr]
+                else:
+                    self.messages = [(seq, message)]
                 self.seen = seq
                 new = True
         return new
@@ -258,30 +264,37 @@ class Inbox:
                 name = message["name"]
                 seq = run.wanted_signal(name)
                 if seq is not None:
-                    del self.messages[index]
+                    self._take(index)
                     actor.ops.pop(seq, None)
                     record = run.record_outcome(seq, ok=message["payload"], inbox=inbox_seq, at1=actor.engine.clock.now())
                     actor.commit(ops=((seq, record),), consume=(inbox_seq,), timers_del=actor.clear_timer(seq))
                     return
                 if name in run.signal_handlers:
-                    del self.messages[index]
+                    self._take(index)
                     seq, record = run.record_handler(name, message["payload"], inbox_seq, at1=actor.engine.clock.now())
                     actor.commit(ops=((seq, record),), consume=(inbox_seq,))
                     return
             elif kind == "update":
-                del self.messages[index]
+                self._take(index)
                 self._apply_update(inbox_seq, message)
                 return
             elif kind == "cancel":
                 if not run.cancel_requested and not run.pending_seqs():
                     continue  # nothing awaited right now (cannot last): keep it for later
-                del self.messages[index]
+                self._take(index)
                 self._apply_cancel(inbox_seq)
                 return
             elif kind == "child-done":
-                del self.messages[index]
+                self._take(index)
                 self._child_done(inbox_seq, message)
                 return
+
+    def _take(self, index: int) -> None:
+        """Drop message ``index``: the commit being made consumes it."""
+        messages: list[Any] = self.messages  # type: ignore[assignment]
+        del messages[index]
+        if not messages:
+            self.messages = ()
 
     def _apply_update(self, inbox_seq: int, message: dict[str, Any]) -> None:
         """Validate on the owner before anything is recorded; a rejection is answered under
