@@ -302,18 +302,28 @@ class Actor:
     def _start_op(self, cmd: Command) -> None:
         seq = cmd.seq
         self.ops[seq] = cmd
-        kind = cmd.op.kind  # type: ignore[union-attr]
+        op = cmd.op
+        kind = op.kind  # type: ignore[union-attr]
         record = cmd.record
-        if kind == "activity" and (record is None or record.get("retry_at") is None):
-            finished = self._attempter().run(cmd, (record.get("attempts", 0) if record is not None else 0) + 1)
-            if finished is not None:  # handled by the poll at the end of ``handle``
-                self.wakes.append((_DONE, seq, finished[0], finished[1], None))
+        if kind == "activity":
+            retry_at = record.get("retry_at") if record is not None else None
+            if retry_at is not None:
+                self.schedule_timer(TimerRef(retry_at, seq, "retry"))
+            else:
+                finished = self._attempter().run(cmd, (record.get("attempts", 0) if record is not None else 0) + 1)
+                if finished is not None:  # handled by the poll at the end of ``handle``
+                    self.wakes.append((_DONE, seq, finished[0], finished[1], None))
+        elif kind == "signal" or kind == "condition":
+            if op.timeout is not None:  # type: ignore[union-attr]
+                self._control().start_timer(cmd, op.timeout)  # type: ignore[union-attr]
+        elif kind == "sleep":
+            self._control().start_timer(cmd, op.seconds)  # type: ignore[union-attr]
         elif kind == "child" or kind == "start_child":
             self._inbox().start_child(cmd)
         elif kind == "close_child":
             self._inbox().close_child(cmd)
         else:
-            self._control().start(cmd)
+            self._control().value_outcome(cmd)
 
     def schedule_timer(self, ref: TimerRef) -> None:
         self._control().schedule_timer(ref)

@@ -80,22 +80,9 @@ class OpControl:
     def __init__(self, actor: ControlOwner) -> None:
         self.actor = actor
 
-    def start(self, cmd: Command) -> None:
-        """Start ``cmd``'s op: an activity's retry wait (its attempt runs when it fires), a
-        wait's timeout, a sleep, or an op resolved at once into the delivery's writes."""
-        op = cmd.op
-        kind = op.kind  # type: ignore[union-attr]
-        if kind == "activity":
-            self.schedule_timer(TimerRef(cmd.record["retry_at"], cmd.seq, "retry"))  # type: ignore[index]
-        elif kind == "signal" or kind == "condition":
-            if op.timeout is not None:  # type: ignore[union-attr]
-                self._start_timer(cmd, op.timeout)  # type: ignore[union-attr]
-        elif kind == "sleep":
-            self._start_timer(cmd, op.seconds)  # type: ignore[union-attr]
-        else:
-            self._value_outcome(cmd)
-
-    def _start_timer(self, cmd: Command, delay: float) -> None:
+    def start_timer(self, cmd: Command, delay: float) -> None:
+        """The timer of a sleep or a timed wait: recorded and put in this delivery's writes
+        when new, else scheduled again from its record (replay)."""
         actor = self.actor
         seq, kind = cmd.seq, cmd.op.kind  # type: ignore[union-attr]
         fire_at = cmd.record.get("fire_at") if cmd.record is not None else None
@@ -180,7 +167,9 @@ class OpControl:
             packed = run.record_outcome(seq, err=error, inbox=inbox_seq, at1=now)
         writes.ops.append((seq, packed))
 
-    def _value_outcome(self, cmd: Command) -> None:
+    def value_outcome(self, cmd: Command) -> None:
+        """An op resolved at once (``now``, ``random``, ``uuid4``, ``patch``): its outcome goes
+        into this delivery's writes."""
         actor = self.actor
         kind = cmd.op.kind  # type: ignore[union-attr]
         now = actor.engine.clock.now()
