@@ -19,7 +19,6 @@ from ._validate import new_id
 from ._writes import Writes
 
 if TYPE_CHECKING:
-    from ..workflow import WorkflowRun
     from ._timers import TimerService
 
 __all__ = ["EndingHost", "EndingOwner", "Ending", "finish_of"]
