@@ -13,35 +13,35 @@ The common step (the only op awaited finished) lets the run go ahead of the outc
 queries are answered, only once the commit lands (a waiting query is answered right then,
 before the run goes on); a run that ends there ends in that same
 commit. Going ahead is invisible outside the actor, and saves a commit per workflow.
+
+An actor holds its parts as objects, each made only once needed and knowing the actor by a
+small protocol of its own module: its ``Inbox`` (messages and children; most actors never get
+one), its ``Attempts`` (activity attempts), its ``OpControl`` (timers, ops resolved at once,
+cancellation) and its ``Ending``. The common step stays on the actor itself: ``handle``,
+``poll``, ``commit_outcome``, ``_commit_ahead`` and the commit's callback.
 """
 
 from __future__ import annotations
 
-import random
-import uuid
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Protocol
 
-from ..codec import encode
 from ..errors import WeftError
-from ..store import CancelOther, Finish, StepCommit, TerminateOther, TimerRef
-from ..workflow import Command, WorkflowRun, cancelled_record
-from ._attempts import NO_TABLE as _NO_TABLE, AttemptHost, AttemptsMixin
-from ._ending import EndingHost, EndingMixin, finish_of as _finish_of
-from ._inbox import InboxHost, InboxMixin
+from ..store import Finish, StepCommit, TimerRef
+from ..workflow import Command, WorkflowRun
+from ._attempts import NO_TABLE as _NO_TABLE, AttemptHost, Attempts
+from ._ending import Ending, EndingHost, finish_of as _finish_of
+from ._inbox import Inbox, InboxHost
+from ._op_control import OpControl
 from ._on_loop import turn
 from ._writes import Writes
 
 if TYPE_CHECKING:
-    from ..store import StepResult
+    from ..store import AppendAndConsume, AppendInbox, StepResult
     from ._committer import GroupCommitter
 
 __all__ = ["Actor", "StepHost"]
 
 
-_ENCODED_NONE = encode(None)
-_ENCODED_TRUE = encode(True)
-_ENCODED_NONE = encode(None)
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
 _DONE = 0
 _FIRED = 1
@@ -72,35 +72,16 @@ class StepHost(InboxHost, EndingHost, AttemptHost, Protocol):
     def actor_finished(self, actor: Actor) -> None: ...
 
 
-class Actor(InboxMixin, EndingMixin, AttemptsMixin):
+class Actor:
     """Owns one run of workflow ``wid`` at claim ``epoch``; built by the engine only."""
 
-    if TYPE_CHECKING:  # one host for its three parts (each declares the part of it it uses)
-        engine: StepHost
+    new_attempts: ClassVar[type[Attempts]] = Attempts
+    """Makes the actor's attempts part (``ReusingActor`` makes one that reuses outcomes)."""
 
     __slots__ = (
-        "engine",
-        "wid",
-        "run_id",
-        "epoch",
-        "run",
-        "busy",
-        "closed",
-        "inbox",
-        "inbox_seen",
-        "ops",
-        "timers",
-        "attempts",
-        "wakes",
-        "token",
-        "children",
-        "writes",
-        "after",
-        "stuck",
-        "finish",
-        "next_run",
-        "held",
-        "ahead",
+        "engine", "wid", "run_id", "epoch", "run", "busy", "closed", "inbox", "attempter", "ending",
+        "control", "ops", "timers", "attempts", "wakes", "writes", "after", "stuck", "finish",
+        "next_run", "held", "ahead"
     )
 
     def __init__(self, engine: StepHost, wid: str, run_id: str, epoch: int, run: WorkflowRun) -> None:
@@ -111,9 +92,14 @@ class Actor(InboxMixin, EndingMixin, AttemptsMixin):
         self.run = run
         self.busy = False
         self.closed = False
-        self.inbox: list[tuple[int, dict[str, Any]]] | tuple[()] = ()
-        """Messages seen and not consumed yet, oldest first (the empty tuple when none)."""
-        self.inbox_seen = 0
+        self.inbox: Inbox | None = None
+        """Made when the first message comes (or the first child starts)."""
+        self.attempter: Attempts | None = None
+        """Made when the first activity attempt starts."""
+        self.ending: Ending | None = None
+        """Made when the run ends or the actor closes."""
+        self.control: OpControl | None = None
+        """Made when the run first starts or cancels an op other than an activity attempt."""
         self.ops: dict[int, Command] = {}
         """The op commands being executed, by seq."""
         self.timers: dict[int, tuple[TimerRef, list[Any] | None]] = _NO_TABLE
@@ -123,8 +109,6 @@ class Actor(InboxMixin, EndingMixin, AttemptsMixin):
         self.wakes: list[tuple[Any, ...]] = []
         """Activity outcomes (``_DONE, seq, value, error, attempt start``: None for an attempt
         that ended inline) and timer fires (``_FIRED, seq``) not handled yet, in arrival order."""
-        self.token = 0
-        self.children: dict[str, int] | None = None
         self.writes: Writes | None = None
         self.after: Callable[[], None] | None = None
         self.stuck = False
@@ -143,20 +127,54 @@ class Actor(InboxMixin, EndingMixin, AttemptsMixin):
         ops = self.ops
         return ops[min(ops)] if ops else None
 
+    @property
+    def inbox_seen(self) -> int:
+        """The newest inbox seq this actor has seen (0: none)."""
+        inbox = self.inbox
+        return 0 if inbox is None else inbox.seen
+
+    def _inbox(self) -> Inbox:
+        inbox = self.inbox
+        if inbox is None:
+            inbox = self.inbox = Inbox(self)
+        return inbox
+
+    def _ending(self) -> Ending:
+        ending = self.ending
+        if ending is None:
+            ending = self.ending = Ending(self)
+        return ending
+
+    def _control(self) -> OpControl:
+        control = self.control
+        if control is None:
+            control = self.control = OpControl(self)
+        return control
+
+    def _attempter(self) -> Attempts:
+        attempter = self.attempter
+        if attempter is None:
+            attempter = self.attempter = self.new_attempts(self)
+        return attempter
+
     # -- wakes ----------------------------------------------------------------------------
 
     def add_messages(self, messages: Iterable[tuple[int, dict[str, Any]]]) -> bool:
-        """Note inbox messages not seen before; True if any was new."""
-        new = False
-        for seq, message in messages:
-            if seq > self.inbox_seen:
-                if self.inbox:
-                    self.inbox.append((seq, message))  # type: ignore[union-attr]
-                else:
-                    self.inbox = [(seq, message)]
-                self.inbox_seen = seq
-                new = True
-        return new
+        """Note inbox messages not seen before; True if any was new. A spawn with none (an
+        empty list or tuple) makes no inbox."""
+        inbox = self.inbox
+        if inbox is None:
+            if not messages:
+                return False
+            inbox = self.inbox = Inbox(self)
+        return inbox.add(messages)
+
+    def consume_with_append(self, append: AppendInbox) -> AppendAndConsume | None:
+        """See ``Inbox.consume_with_append``: a signal is coming, so the inbox is made."""
+        return self._inbox().consume_with_append(append)
+
+    def consumed_with_append(self, intent: AppendAndConsume, result: Any) -> None:
+        self._inbox().consumed_with_append(intent, result)
 
     def on_timer(self, seq: int) -> None:
         timer = self.timers.get(seq)
@@ -192,21 +210,21 @@ class Actor(InboxMixin, EndingMixin, AttemptsMixin):
             if kind == "op":
                 self._start_op(cmd)
             elif kind == "cancel":
-                self._cancel_op(cmd.seq, cmd.op.kind, cmd.record, cmd.error)  # type: ignore[union-attr]
+                self.cancel_op(cmd.seq, cmd.op.kind, cmd.record, cmd.error)  # type: ignore[union-attr]
             elif kind == "resolve":
                 self.ops.pop(cmd.seq, None)
-                writes = self._writes()
-                writes.timers_del.extend(self._clear_timer(cmd.seq, cmd.record))
+                writes = self.pending_writes()
+                writes.timers_del.extend(self.clear_timer(cmd.seq, cmd.record))
                 writes.ops.append((cmd.seq, self.run.record_outcome(cmd.seq, ok=cmd.payload, err=cmd.error, at1=self.engine.clock.now())))
             else:
                 self.busy = False
-                self._end(cmd)
+                self._ending().end(cmd)
                 return
         self.busy = False
         pending = self.writes
         if pending is not None:
             self.writes = None
-            self._commit_writes(pending)
+            self.commit_writes(pending)
         self.poll()
 
     def poll(self) -> None:
@@ -220,27 +238,30 @@ class Actor(InboxMixin, EndingMixin, AttemptsMixin):
             if cmd is None:
                 continue  # the op was cancelled or resolved meanwhile
             if wake[0] == _DONE:
-                self._activity_outcome(cmd, wake[2], wake[3], wake[4])
+                # An attempt's outcome: the attempts part that ran it is there.
+                self.attempter.outcome(cmd, wake[2], wake[3], wake[4])  # type: ignore[union-attr]
             else:
                 self._timer_outcome(cmd)
             if self.busy:
                 return
-        if self.inbox:
-            self._consume_inbox()
+        inbox = self.inbox
+        if inbox is not None and inbox.messages:
+            inbox.consume()
 
-    def _writes(self) -> Writes:
+    def pending_writes(self) -> Writes:
+        """The writes this delivery gathers so far (made at the first)."""
         writes = self.writes
         if writes is None:
             writes = self.writes = Writes()
         return writes
 
-    def _commit(self, ops: tuple[tuple[int, bytes], ...] = (), consume: tuple[int, ...] = (), timers_put: tuple[TimerRef, ...] = (), timers_del: tuple[TimerRef, ...] = (), finish: Finish | None = None, fields: dict[str, Any] | None = None, effects: tuple[Any, ...] = ()) -> None:
+    def commit(self, ops: tuple[tuple[int, bytes], ...] = (), consume: tuple[int, ...] = (), timers_put: tuple[TimerRef, ...] = (), timers_del: tuple[TimerRef, ...] = (), finish: Finish | None = None, fields: dict[str, Any] | None = None, effects: tuple[Any, ...] = ()) -> None:
         self.busy = True
         intent = _new_tuple(StepCommit, (self.wid, self.epoch, self.run_id, ops, consume, timers_put, timers_del, finish, fields, effects))
         self.engine.committer.submit(intent, self._committed)
 
-    def _commit_writes(self, w: Writes, finish: Finish | None = None) -> None:
-        self._commit(tuple(w.ops), tuple(w.consume), tuple(w.timers_put), tuple(w.timers_del), finish, w.fields, tuple(w.effects))
+    def commit_writes(self, w: Writes, finish: Finish | None = None) -> None:
+        self.commit(tuple(w.ops), tuple(w.consume), tuple(w.timers_put), tuple(w.timers_del), finish, w.fields, tuple(w.effects))
 
     def _committed(self, result: Any) -> None:
         self.busy = False
@@ -287,112 +308,47 @@ class Actor(InboxMixin, EndingMixin, AttemptsMixin):
         if kind == "activity":
             retry_at = record.get("retry_at") if record is not None else None
             if retry_at is not None:
-                self._schedule_timer(TimerRef(retry_at, seq, "retry"))
+                self.schedule_timer(TimerRef(retry_at, seq, "retry"))
             else:
-                finished = self._run_attempt(cmd, (record.get("attempts", 0) if record is not None else 0) + 1)
+                finished = self._attempter().run(cmd, (record.get("attempts", 0) if record is not None else 0) + 1)
                 if finished is not None:  # handled by the poll at the end of ``handle``
                     self.wakes.append((_DONE, seq, finished[0], finished[1], None))
         elif kind == "signal" or kind == "condition":
             if op.timeout is not None:  # type: ignore[union-attr]
-                self._start_timer(cmd, op.timeout)  # type: ignore[union-attr]
+                self._control().start_timer(cmd, op.timeout)  # type: ignore[union-attr]
         elif kind == "sleep":
-            self._start_timer(cmd, op.seconds)  # type: ignore[union-attr]
+            self._control().start_timer(cmd, op.seconds)  # type: ignore[union-attr]
         elif kind == "child" or kind == "start_child":
-            self._start_child(cmd)
+            self._inbox().start_child(cmd)
         elif kind == "close_child":
-            self._close_child(cmd)
+            self._inbox().close_child(cmd)
         else:
-            self._value_outcome(cmd)
+            self._control().value_outcome(cmd)
 
-    def _start_timer(self, cmd: Command, delay: float) -> None:
-        seq, kind = cmd.seq, cmd.op.kind  # type: ignore[union-attr]
-        fire_at = cmd.record.get("fire_at") if cmd.record is not None else None
-        if fire_at is None:
-            now = self.engine.clock.now()
-            ref = TimerRef(now + delay, seq, kind)
-            self._schedule_timer(ref)
-            writes = self._writes()
-            writes.ops.append((seq, self.run.record_started(seq, fire_at=ref.fire_at, at0=now)))
-            writes.timers_put.append(ref)
-        else:
-            self._schedule_timer(TimerRef(fire_at, seq, kind))
+    def schedule_timer(self, ref: TimerRef) -> None:
+        self._control().schedule_timer(ref)
 
-    def _schedule_timer(self, ref: TimerRef) -> None:
-        timers = self.timers
-        old = timers.get(ref.seq)
-        if old is not None:
-            self.engine.timers.cancel(old[1])
-        elif timers is _NO_TABLE:
-            timers = self.timers = {}
-        # The plain function, not a bound method: the heap entry keeps no extra object.
-        timers[ref.seq] = (ref, self.engine.timers.add(ref.fire_at, Actor.on_timer, self, ref.seq))
-
-    def _clear_timer(self, seq: int, record: dict[str, Any] | None = None) -> tuple[TimerRef, ...]:
+    def clear_timer(self, seq: int, record: dict[str, Any] | None = None) -> tuple[TimerRef, ...]:
         """Drop ``seq``'s timer; the durable one to delete (from ``record`` if not in memory)."""
-        timers = self.timers
-        timer = timers.pop(seq, None)
-        if timer is not None:
-            if not timers:
-                self.timers = _NO_TABLE
-            self.engine.timers.cancel(timer[1])
-            return (timer[0],)
-        if record is not None:
-            at = record.get("fire_at") or record.get("retry_at")
-            if at is not None and "t" not in record:
-                return (TimerRef(at, seq, record.get("kind", "")),)
-        return ()
+        return self._control().clear_timer(seq, record)
 
-    def _cancel_op(self, seq: int, kind: str, record: dict[str, Any] | None, error: dict[str, Any] | None, inbox_seq: int | None = None) -> None:
+    def cancel_op(self, seq: int, kind: str, record: dict[str, Any] | None, error: dict[str, Any] | None, inbox_seq: int | None = None) -> None:
         """Stop op ``seq`` (its attempt, timer, child) and record its cancelled outcome."""
-        self.ops.pop(seq, None)
-        attempt = self.attempts.pop(seq, None)
-        if attempt is not None:
-            if not self.attempts:
-                self.attempts = _NO_TABLE
-            if attempt[1] is not None:
-                attempt[1]()
-        writes = self._writes()
-        writes.timers_del.extend(self._clear_timer(seq, record))
-        if kind == "child":  # a start_child op never waits: it is never cancelled
-            child_id = (record or self.run.history.get(seq) or {}).get("child_id")
-            if child_id is not None:
-                if self.children:
-                    self.children.pop(child_id, None)
-                writes.effects.append(CancelOther(child_id))
-        error = error or cancelled_record("cancelled")
-        now = self.engine.clock.now()
-        if inbox_seq is None:
-            packed = self.run.record_outcome(seq, err=error, at1=now)
-        else:  # the cancel request's message is consumed by (recorded on) one op only
-            packed = self.run.record_outcome(seq, err=error, inbox=inbox_seq, at1=now)
-        writes.ops.append((seq, packed))
+        self._control().cancel_op(seq, kind, record, error, inbox_seq)
 
     # -- outcomes -------------------------------------------------------------------------
 
-    def _close_child(self, cmd: Command) -> None:
-        op = cmd.op
-        writes = self._writes()
-        target = op.name  # type: ignore[union-attr]
-        writes.effects.append(CancelOther(target) if op.how == "cancel" else TerminateOther(target, op.reason))  # type: ignore[union-attr]
-        seq = cmd.seq
-        del self.ops[seq]
-        writes.ops.append((seq, self.run.record_outcome(seq, ok=_ENCODED_NONE, at1=self.engine.clock.now())))
-
-    def _value_outcome(self, cmd: Command) -> None:
-        kind = cmd.op.kind  # type: ignore[union-attr]
-        now = self.engine.clock.now()
-        if kind == "now":
-            payload = encode(datetime.fromtimestamp(now, timezone.utc))
-        elif kind == "random":
-            payload = encode(random.random())
-        elif kind == "patch":
-            payload = _ENCODED_TRUE
-        else:
-            payload = encode(uuid.uuid4())
-        seq = cmd.seq
-        del self.ops[seq]
-        self._writes().ops.append((seq, self.run.record_outcome(seq, ok=payload, at1=now)))
-
+    def commit_outcome(self, seq: int, packed: bytes) -> None:
+        """Commit an activity's result ``packed`` (its op ``seq`` resolved). When that op was
+        the only thing awaited (``_commit_ahead``), the run goes ahead of the commit."""
+        if self.timers:
+            self.commit(ops=((seq, packed),), timers_del=self.clear_timer(seq))
+            return
+        inbox = self.inbox
+        if not self.ops and not self.wakes and (inbox is None or not inbox.messages) and self.run.waiting_seq == seq:
+            self._commit_ahead(((seq, packed),))
+            return
+        self.commit(ops=((seq, packed),))
 
     def _commit_ahead(self, ops: tuple[tuple[int, bytes], ...]) -> None:
         """Commit ``ops`` (the outcome of the only op awaited) with the run already moved past
@@ -406,31 +362,27 @@ class Actor(InboxMixin, EndingMixin, AttemptsMixin):
         outcome = run.outcome
         if outcome is not None and (outcome.kind == "complete" or outcome.kind == "fail") and len(commands) == 1 and not self.ops and not self.attempts:
             self.finish = finish = _finish_of(outcome, self.engine.payload_limit)
-            self._commit(ops=ops, finish=finish)
+            self.commit(ops=ops, finish=finish)
             return
         self.held = commands
-        self._commit(ops=ops)
+        self.commit(ops=ops)
 
     def _timer_outcome(self, cmd: Command) -> None:
-        seq = cmd.seq
-        op = cmd.op
-        kind = op.kind  # type: ignore[union-attr]
-        now = self.engine.clock.now()
-        if kind == "activity":
-            # The retry timer stays recorded until the attempt's outcome commit deletes it;
-            # a crash before then re-runs the attempt at once on recovery.
-            finished = self._run_attempt(cmd, self.run.history[seq].get("attempts", 0) + 1)
-            if finished is not None:  # after the wakes that came first: the poll goes on
-                self.wakes.append((_DONE, seq, finished[0], finished[1], now))
+        if cmd.op.kind != "activity":  # type: ignore[union-attr]
+            self._control().fired(cmd)
             return
-        timers = self._clear_timer(seq)
-        del self.ops[seq]
-        if kind == "sleep":
-            record = self.run.record_outcome(seq, ok=_ENCODED_NONE, at1=now)
-        else:
-            what = f"no signal {op.name!r}" if kind == "signal" else "condition not met"  # type: ignore[union-attr]
-            record = self.run.record_outcome(seq, err={"kind": "timeout", "type": "TimeoutError", "message": f"{what} in time"}, at1=now)
-        self._commit(ops=((seq, record),), timers_del=timers)
+        # A retry's wait is over. Its timer stays recorded until the attempt's outcome commit
+        # deletes it; a crash before then re-runs the attempt at once on recovery.
+        seq = cmd.seq
+        now = self.engine.clock.now()
+        finished = self._attempter().run(cmd, self.run.history[seq].get("attempts", 0) + 1)
+        if finished is not None:  # after the wakes that came first: the poll goes on
+            self.wakes.append((_DONE, seq, finished[0], finished[1], now))
+
+    def outcome_record(self) -> dict[str, Any]:
+        """The finished run's ending, shaped like the stored workflow record's fields."""
+        finish = self.finish
+        return {"status": finish.status, "result": finish.result, "error": finish.error}  # type: ignore[union-attr]
 
     def close(self) -> None:
         """Stop without committing anything more (deposed, evicted or engine stopping)."""
@@ -439,5 +391,5 @@ class Actor(InboxMixin, EndingMixin, AttemptsMixin):
         ahead, self.ahead = self.ahead, None
         if ahead:
             _answer_all(ahead, False)
-        self._stop_work(None)
+        self._ending().stop_work(None)
         self.run.discard()

@@ -1,9 +1,11 @@
 """An actor's activity attempts: starting one, and recording what it came to (its result,
 its failure, or a retry on a durable timer).
 
-Mixed into ``Actor``, as its inbox and ending parts are: these run on every step, so they stay
-methods of the actor itself (no object in between). ``ReusingActor`` (``_reuse``) overrides
-``_run_attempt`` to take an outcome kept from a refused commit instead of running it again.
+``Attempts`` is a part its actor holds, made the first time the run starts an activity (an
+actor that never does has none). It keeps the attempt counter (each attempt's token) and
+knows its actor only by ``AttemptOwner``; the table of attempts in flight stays on the actor,
+which the engine reads. ``ReusingAttempts`` (``_reuse``) overrides ``run`` to take an outcome
+kept from a refused commit instead of running the attempt again.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from ..workflow import WorkflowRun
     from ._activities import ActivityRunner
 
-__all__ = ["AttemptHost", "AttemptsMixin", "NO_TABLE"]
+__all__ = ["AttemptHost", "AttemptOwner", "Attempts", "NO_TABLE"]
 
 _new_tuple = tuple.__new__  # NamedTuple construction without its Python-level __new__ (hot path)
 
@@ -61,97 +63,107 @@ class AttemptHost(Protocol):
     def engine_id(self) -> str: ...
 
 
-class AttemptsMixin:
-    if not TYPE_CHECKING:  # slots for the runtime; type checkers would flag every attribute
-        __slots__ = ()  # the concrete class declares them
+class AttemptOwner(Protocol):
+    """What attempts need of their actor: its run and op table, its table of attempts in
+    flight (kept on the actor, which the engine reads), its timers, and the calls an outcome
+    goes on through (a wake, a commit, a retry timer)."""
 
-    engine: AttemptHost
-    wid: str
-    run_id: str
-    run: WorkflowRun
-    token: int
-    ops: dict[int, Command]
-    timers: dict[int, Any]
+    @property
+    def engine(self) -> AttemptHost: ...
+
+    @property
+    def wid(self) -> str: ...
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def run(self) -> WorkflowRun: ...
+
+    @property
+    def ops(self) -> dict[int, Command]: ...
+
     attempts: dict[int, list[Any]]
-    wakes: list[tuple[Any, ...]]
-    inbox: list[tuple[int, dict[str, Any]]] | tuple[()]
 
-    # provided by Actor
-    def on_activity_done(self, token: int, seq: int, value: Any, error: BaseException | None) -> None:
-        raise NotImplementedError
+    def on_activity_done(self, token: int, seq: int, value: Any, error: BaseException | None) -> None: ...
 
-    def _commit(self, ops: Any = (), consume: Any = (), timers_put: Any = (), timers_del: Any = (), finish: Any = None, fields: Any = None, effects: Any = ()) -> None:
-        raise NotImplementedError
+    def commit(self, ops: tuple[tuple[int, bytes], ...] = (), consume: tuple[int, ...] = (), timers_put: tuple[TimerRef, ...] = (), timers_del: tuple[TimerRef, ...] = ()) -> None: ...
 
-    def _commit_ahead(self, ops: tuple[tuple[int, bytes], ...]) -> None:
-        raise NotImplementedError
+    def commit_outcome(self, seq: int, packed: bytes) -> None: ...
 
-    def _clear_timer(self, seq: int, record: dict[str, Any] | None = None) -> tuple[TimerRef, ...]:
-        raise NotImplementedError
+    def clear_timer(self, seq: int, record: dict[str, Any] | None = None) -> tuple[TimerRef, ...]: ...
 
-    def _schedule_timer(self, ref: TimerRef) -> None:
-        raise NotImplementedError
+    def schedule_timer(self, ref: TimerRef) -> None: ...
 
-    def _run_attempt(self, cmd: Command, attempt: int) -> Finished | None:
+
+class Attempts:
+    """The activity attempts of one actor: starts them, and records what each came to."""
+
+    __slots__ = ("actor", "token")
+
+    def __init__(self, actor: AttemptOwner) -> None:
+        self.actor = actor
+        self.token = 0
+        """Counts the attempts started: a late outcome of an attempt given up is told apart."""
+
+    def run(self, cmd: Command, attempt: int) -> Finished | None:
         """Start an attempt of ``cmd``'s activity; its ``Finished`` outcome if it ended inline,
         else None (``on_activity_done`` gets the outcome later, and the attempt's start time,
         read once it is under way: an attempt that ends inline takes no time to stamp)."""
+        actor = self.actor
         op: ActivityOp = cmd.op  # type: ignore[assignment]
         self.token += 1
         token = self.token
         seq = cmd.seq
-        info = _new_tuple(ActivityInfo, (f"{self.wid}/{self.run_id}/{seq}", self.wid, self.run_id, seq, attempt, op.name))
-        self.engine.activities_started += 1
+        wid, run_id = actor.wid, actor.run_id
+        info = _new_tuple(ActivityInfo, (f"{wid}/{run_id}/{seq}", wid, run_id, seq, attempt, op.name))
+        engine = actor.engine
+        engine.activities_started += 1
 
         def done(value: Any, error: BaseException | None) -> None:
-            self.on_activity_done(token, seq, value, error)
+            actor.on_activity_done(token, seq, value, error)
 
-        started = self.engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
+        started = engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
         if started.__class__ is Finished:  # ended inline: no attempt to track
             return started  # type: ignore[return-value]
-        if self.attempts is NO_TABLE:
-            self.attempts = {}
-        self.attempts[seq] = [token, started, self.engine.clock.now()]
+        if actor.attempts is NO_TABLE:
+            actor.attempts = {}
+        actor.attempts[seq] = [token, started, engine.clock.now()]
         return None
 
-    def _activity_outcome(self, cmd: Command, value: Any, error: BaseException | None, at0: float | None) -> None:
+    def outcome(self, cmd: Command, value: Any, error: BaseException | None, at0: float | None) -> None:
         """Record the outcome of an attempt that started at ``at0`` (None: it ended inline,
         in the turn it started): the op's result, its failure, or a retry. The op's ``at0`` is
         its first attempt's start (kept on its record across retries), ``at1`` the time its
         outcome is recorded: wall-clock stamps for ``describe``, never read by replay. An op
         whose only attempt ended inline records ``at1`` alone: it took no time."""
+        actor = self.actor
+        run, engine = actor.run, actor.engine
         seq = cmd.seq
         op: ActivityOp = cmd.op  # type: ignore[assignment]
-        previous = self.run.history.get(seq)
+        previous = run.history.get(seq)
         if previous is not None:
             attempts = previous.get("attempts", 0) + 1
             at0 = previous.get("at0") or at0
         else:
             attempts = 1
-        now = self.engine.clock.now()
+        now = engine.clock.now()
         if error is None:
             try:
                 payload = encode(value, "activity result")
-                if len(payload) > self.engine.payload_limit:
-                    limit = self.engine.payload_limit
+                if len(payload) > engine.payload_limit:
+                    limit = engine.payload_limit
                     raise PayloadTooLarge(f"result of activity {op.name!r} is {len(payload)} bytes; the limit is {limit}", size=len(payload), limit=limit)
             except (SerializationError, PayloadTooLarge) as exc:
                 error = exc
                 payload = None  # not kept while the failure commits
             else:
-                del self.ops[seq]
+                del actor.ops[seq]
                 if at0 is None:
-                    packed = self.run.record_outcome(seq, ok=payload, attempts=attempts, at1=now)
+                    packed = run.record_outcome(seq, ok=payload, attempts=attempts, at1=now)
                 else:
-                    packed = self.run.record_outcome(seq, ok=payload, attempts=attempts, at0=at0, at1=now)
-                if self.timers:
-                    timers = self._clear_timer(seq)
-                elif not self.ops and not self.wakes and not self.inbox and self.run.waiting_seq == seq:
-                    self._commit_ahead(((seq, packed),))
-                    return
-                else:
-                    timers = ()
-                self._commit(ops=((seq, packed),), timers_del=timers)
+                    packed = run.record_outcome(seq, ok=payload, attempts=attempts, at0=at0, at1=now)
+                actor.commit_outcome(seq, packed)
                 return
         previous = previous or {}
         if error.__class__ is DecidedFailure:  # this attempt's failure, its commit refused before
@@ -173,22 +185,23 @@ class AttemptsMixin:
             self._log_failed_attempt(seq, op.name, attempts, error, None if retry_at is None else delay)
         if retry_at is not None:
             ref = TimerRef(retry_at, seq, "retry")
-            started = self.run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"], at0=now if at0 is None else at0)
-            stale = self._clear_timer(seq)
-            self._schedule_timer(ref)
-            self._commit(ops=((seq, started),), timers_put=(ref,), timers_del=stale)
+            started = run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"], at0=now if at0 is None else at0)
+            stale = actor.clear_timer(seq)
+            actor.schedule_timer(ref)
+            actor.commit(ops=((seq, started),), timers_put=(ref,), timers_del=stale)
             return
-        del self.ops[seq]
+        del actor.ops[seq]
         if at0 is None:
-            packed = self.run.record_outcome(seq, err=failure, attempts=attempts, at1=now)
+            packed = run.record_outcome(seq, err=failure, attempts=attempts, at1=now)
         else:
-            packed = self.run.record_outcome(seq, err=failure, attempts=attempts, at0=at0, at1=now)
-        self._commit(ops=((seq, packed),), timers_del=self._clear_timer(seq))
+            packed = run.record_outcome(seq, err=failure, attempts=attempts, at0=at0, at1=now)
+        actor.commit(ops=((seq, packed),), timers_del=actor.clear_timer(seq))
 
     def _log_failed_attempt(self, seq: int, activity: str, attempt: int, error: BaseException, retry_in: float | None) -> None:
         """Once per attempt that failed, when it is decided (not again for the decision a
         refused commit kept): the failure, and the retry if one follows."""
-        engine_id, wf_type = self.engine.engine_id, self.run.workflow_type
-        events.activity_attempt_failed(engine_id, self.wid, wf_type, self.run_id, seq, activity, attempt, error, timed_out=timed_out(error), final=retry_in is None)
+        actor = self.actor
+        engine_id, wf_type, wid, run_id = actor.engine.engine_id, actor.run.workflow_type, actor.wid, actor.run_id
+        events.activity_attempt_failed(engine_id, wid, wf_type, run_id, seq, activity, attempt, error, timed_out=timed_out(error), final=retry_in is None)
         if retry_in is not None:
-            events.activity_retry_scheduled(engine_id, self.wid, wf_type, self.run_id, seq, activity, attempt + 1, retry_in)
+            events.activity_retry_scheduled(engine_id, wid, wf_type, run_id, seq, activity, attempt + 1, retry_in)

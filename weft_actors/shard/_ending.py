@@ -1,8 +1,10 @@
 """How an actor's run ends: complete, fail (``cancelled`` if it re-raised a cancellation),
 continue as new, or park stuck on non-determinism.
 
-Mixed into ``Actor``. Whatever the run no longer awaits is stopped on the way out (attempts
-cancelled, timers deleted in the same commit), so nothing of a finished run fires later.
+``Ending`` is a part its actor holds, made when the run ends or the actor closes, and knows
+its actor only by ``EndingOwner``. Whatever the run no longer awaits is stopped on the way
+out (attempts cancelled, timers deleted in the same commit), so nothing of a finished run
+fires later.
 """
 
 from __future__ import annotations
@@ -17,10 +19,9 @@ from ._validate import new_id
 from ._writes import Writes
 
 if TYPE_CHECKING:
-    from ..workflow import WorkflowRun
     from ._timers import TimerService
 
-__all__ = ["EndingHost", "EndingMixin", "finish_of"]
+__all__ = ["EndingHost", "EndingOwner", "Ending", "finish_of"]
 
 log = logging.getLogger("weft_actors.shard")
 
@@ -49,30 +50,48 @@ class EndingHost(Protocol):
     def timers(self) -> TimerService: ...
 
 
-class EndingMixin:
-    if not TYPE_CHECKING:  # slots for the runtime; type checkers would flag every attribute
-        __slots__ = ()  # the concrete class declares them
+class EndingOwner(Protocol):
+    """What ending needs of its actor: the tables of its work in flight (to stop it), the
+    writes gathered so far, where the ending is noted (``finish``, ``next_run``, ``stuck``,
+    which the engine reads) and the commit it goes out in."""
 
-    engine: EndingHost
-    wid: str
-    run: WorkflowRun
-    ops: dict[int, Command]
-    timers: dict[int, tuple[TimerRef, list[Any] | None]]
-    attempts: dict[int, list[Any]]
-    wakes: list[tuple[Any, ...]]
+    @property
+    def engine(self) -> EndingHost: ...
+
+    @property
+    def wid(self) -> str: ...
+
+    @property
+    def ops(self) -> dict[int, Command]: ...
+
+    @property
+    def timers(self) -> dict[int, tuple[TimerRef, list[Any] | None]]: ...
+
+    @property
+    def attempts(self) -> dict[int, list[Any]]: ...
+
+    @property
+    def wakes(self) -> list[tuple[Any, ...]]: ...
+
     writes: Writes | None
     stuck: bool
     finish: Finish | None
     next_run: tuple[str, bytes] | None
 
-    # provided by Actor
-    def _commit(self, ops: Any = (), consume: Any = (), timers_put: Any = (), timers_del: Any = (), finish: Any = None, fields: Any = None, effects: Any = ()) -> None:
-        raise NotImplementedError
+    def commit(self, *, finish: Finish | None = None, fields: dict[str, Any] | None = None) -> None: ...
 
-    def _commit_writes(self, w: Writes, finish: Any = None) -> None:
-        raise NotImplementedError
+    def commit_writes(self, w: Writes, finish: Finish | None = None) -> None: ...
 
-    def _end(self, cmd: Command) -> None:
+
+class Ending:
+    """How one actor's run ends, and how its work in flight is stopped."""
+
+    __slots__ = ("actor",)
+
+    def __init__(self, actor: EndingOwner) -> None:
+        self.actor = actor
+
+    def end(self, cmd: Command) -> None:
         """Commit the run's ending with whatever the last delivery gathered (the cancelled
         outcomes of race losers, say). Continue-as-new ends the run without a ``Finish``: its
         ``ContinueRun`` effect turns the record into the next run's in the same transaction."""
@@ -80,49 +99,49 @@ class EndingMixin:
         if kind == "stuck":
             self._park_stuck(cmd.error or {})
             return
-        writes = self.writes
-        self.writes = None
-        if self.ops or self.timers or self.attempts or self.wakes:  # what it no longer awaits
+        actor = self.actor
+        writes = actor.writes
+        actor.writes = None
+        if actor.ops or actor.timers or actor.attempts or actor.wakes:  # what it no longer awaits
             if writes is None:
                 writes = Writes()
-            self._stop_work(writes)
+            self.stop_work(writes)
         if kind == "complete" or kind == "fail":
-            finish: Finish | None = finish_of(cmd, self.engine.payload_limit)
+            finish: Finish | None = finish_of(cmd, actor.engine.payload_limit)
         else:  # continue as new
             finish = None
             next_run = new_id()
-            self.next_run = (next_run, cmd.payload)  # type: ignore[assignment]
+            actor.next_run = (next_run, cmd.payload)  # type: ignore[assignment]
             if writes is None:
                 writes = Writes()
             writes.effects.append(ContinueRun(next_run, cmd.payload))  # type: ignore[arg-type]
-        self.finish = finish
+        actor.finish = finish
         if writes is None:
-            self._commit(finish=finish)
+            actor.commit(finish=finish)
         else:
-            self._commit_writes(writes, finish)
+            actor.commit_writes(writes, finish)
 
-    def _stop_work(self, writes: Writes | None) -> None:
+    def stop_work(self, writes: Writes | None) -> None:
         """Cancel attempts in flight and drop timers (deleting the durable ones if ``writes``)."""
-        for attempt in self.attempts.values():
+        actor = self.actor
+        attempts = actor.attempts
+        for attempt in attempts.values():
             if attempt[1] is not None:
                 attempt[1]()
-        self.attempts.clear()
-        for ref, entry in self.timers.values():
-            self.engine.timers.cancel(entry)
+        attempts.clear()
+        timers = actor.timers
+        for ref, entry in timers.values():
+            actor.engine.timers.cancel(entry)
             if writes is not None:
                 writes.timers_del.append(ref)
-        self.timers.clear()
-        self.ops.clear()
-        self.wakes.clear()
+        timers.clear()
+        actor.ops.clear()
+        actor.wakes.clear()
 
     def _park_stuck(self, error: dict[str, Any]) -> None:
-        self.stuck = True
-        self.writes = None
-        self._stop_work(None)
-        log.error("workflow %s is stuck: %s", self.wid, error.get("message"))
-        self._commit(fields={"nondeterminism": error.get("message")})
-
-    def outcome_record(self) -> dict[str, Any]:
-        """The finished run's ending, shaped like the stored workflow record's fields."""
-        finish = self.finish
-        return {"status": finish.status, "result": finish.result, "error": finish.error}  # type: ignore[union-attr]
+        actor = self.actor
+        actor.stuck = True
+        actor.writes = None
+        self.stop_work(None)
+        log.error("workflow %s is stuck: %s", actor.wid, error.get("message"))
+        actor.commit(fields={"nondeterminism": error.get("message")})

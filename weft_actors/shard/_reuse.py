@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ..codec import decode, encode
 from ._activities import DecidedFailure, Finished
 from ._actor import _DONE, Actor
+from ._attempts import Attempts
 
 if TYPE_CHECKING:
     from ..store import LmdbStore
@@ -45,17 +46,26 @@ MAX_KEPT_BYTES: Final = 64 << 20
 _Key = tuple[int, int]  # (op seq, attempt number)
 
 
-class ReusingActor(Actor):
-    """An actor whose run has kept outcomes: an attempt that has one takes it (as an attempt
-    that ended inline) instead of calling the activity."""
+class ReusingAttempts(Attempts):
+    """The attempts of a run that has kept outcomes: an attempt that has one takes it (as an
+    attempt that ended inline) instead of calling the activity."""
 
     __slots__ = ()
 
-    def _run_attempt(self, cmd: Any, attempt: int) -> Finished | None:
-        kept = self.engine.refused.take(self.wid, self.run_id, cmd.seq, attempt)  # type: ignore[attr-defined]
+    def run(self, cmd: Any, attempt: int) -> Finished | None:
+        actor = self.actor
+        kept = actor.engine.refused.take(actor.wid, actor.run_id, cmd.seq, attempt)  # type: ignore[attr-defined]
         if kept is not None:
             return kept
-        return Actor._run_attempt(self, cmd, attempt)
+        return Attempts.run(self, cmd, attempt)
+
+
+class ReusingActor(Actor):
+    """An actor whose run has kept outcomes: its attempts part is a ``ReusingAttempts``."""
+
+    __slots__ = ()
+
+    new_attempts = ReusingAttempts
 
 
 class KeepHost(Protocol):
