@@ -118,6 +118,8 @@ class World:
         self.violations: list[str] = []
         self._names = 0
         self._patched: dict[type, Any] = {}
+        self._applying = False
+        """An intent of a batch is being applied (the refusals spare what it hands on)."""
         self.refusing: dict[bytes, Node] = {}
         self.observer = LmdbStore(data_dir, clock=self.clock, sync=False, **({} if config.map_size is None else {"map_size": config.map_size}))
         """The simulation's own view of the store (it also keeps the environment open)."""
@@ -249,6 +251,11 @@ class World:
 
     def _refusing(self, applier: Callable[..., Any]) -> Callable[..., Any]:
         def apply(state: Any, intent: Any) -> Any:
+            # Only an intent of the batch is refused, never one an applier hands another
+            # through the table (a step's effects, a run's end reaching its parent): those are
+            # parts of their intent, which a store refuses whole, before writing anything.
+            if self._applying:
+                return applier(state, intent)
             node = self.refusing.get(state.engine_raw)
             if node is not None:
                 node.intents_applied += 1
@@ -256,7 +263,11 @@ class World:
                     node.refuse_at = None
                     self.note(f"{node.name} intent {type(intent).__name__} refused")
                     raise StorageFull("simulated refusal of one intent")
-            return applier(state, intent)
+            self._applying = True
+            try:
+                return applier(state, intent)
+            finally:
+                self._applying = False
 
         return apply
 
