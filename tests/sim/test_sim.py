@@ -33,6 +33,22 @@ def test_ci_budget_has_no_violation() -> None:
 
 
 @pytest.mark.timeout(120)
+def test_seeds_that_found_a_fault_stay_clean() -> None:
+    """Seeds of the long runs that once failed, replayed as run.py replays them. 501151: a
+    refusal was injected into a run's end reaching its parent, after the run's own writes
+    (an applier's hand-off through the table, which no store refuses apart from its intent)."""
+    for seed in (501151,):
+        result = subprocess.run(
+            [sys.executable, os.path.join(HERE, "run.py"), "--seed", str(seed)],
+            capture_output=True,
+            text=True,
+            timeout=110,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
+        )
+        assert result.returncode == 0, f"seed {seed}:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+
+
+@pytest.mark.timeout(120)
 def test_same_seed_same_trace() -> None:
     features = ALL_FEATURES - CI_EXCLUDED
     for seed in (3, 12):
