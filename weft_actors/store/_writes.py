@@ -15,8 +15,8 @@ from ..codec import pack_record, unpack_record
 from ..errors import FencedOut, LimitExceeded, WorkflowClosed, WorkflowNotFound
 from ._feed import feed_entry
 from ._intents import AppendInbox
-from ._keys import TERMINAL, expiring_key, fence, inbox_key, pack_u64, prefixed, unpack_u64, visibility_group, visibility_value
-from ._recent import delete_recent, put_recent
+from ._keys import TERMINAL, fence, inbox_key, pack_u64, prefixed, unpack_u64, visibility_group, visibility_value
+from ._recent import recent_head
 from ._relays import ReleaseSlot
 from ._state import TxnState
 from ._table import apply_intent
@@ -40,25 +40,32 @@ def set_visibility(state: TxnState, record: dict[str, Any], wid: str, old: dict[
     its visibility and ``recent`` entries, and, for a finished workflow whose history is kept, its ``expiring``
     entry (what the retention prune scans, oldest first). Called by every transaction that
     changes a status, in that transaction; the workflow counts by (status, type) follow
-    (``TxnState.count``, written at ``flush``)."""
+    (``TxnState.count``, written at ``flush``).
+
+    Twice per workflow (its start, its end): the keys are built here from cached heads
+    (``visibility_group``, ``recent_head``, ``visibility_value``) and the encoded id, not by
+    a helper per key."""
     dbs, txn = state.dbs, state.txn
     counts = state.counts
     if counts is None:
         counts = state.counts = {}
     wid_raw = wid.encode()
     if old is not None:
-        group = visibility_group(old["status"], old["type"])
+        status, updated = old["status"], old["updated"]
+        group = visibility_group(status, old["type"])
         txn.delete(group + wid_raw, db=dbs.visibility)  # its visibility_key
+        txn.delete(recent_head(status, updated) + wid_raw, db=dbs.recent)  # its recent_key
         counts[group] = counts.get(group, 0) - 1
-        delete_recent(txn, dbs, old, wid)
-        if old["status"] in TERMINAL and not old.get("history_pruned"):
-            txn.delete(expiring_key(old["updated"], wid), db=dbs.expiring)
-    group = visibility_group(record["status"], record["type"])
+        if status in TERMINAL and not old.get("history_pruned"):
+            txn.delete(visibility_value(updated) + wid_raw, db=dbs.expiring)  # its expiring_key
+    status, updated = record["status"], record["updated"]
+    group = visibility_group(status, record["type"])
     counts[group] = counts.get(group, 0) + 1
-    txn.put(group + wid_raw, visibility_value(record["updated"]), db=dbs.visibility)
-    put_recent(txn, dbs, record, wid)
-    if record["status"] in TERMINAL:
-        txn.put(expiring_key(record["updated"], wid), b"", db=dbs.expiring)
+    stamp = visibility_value(updated)
+    txn.put(group + wid_raw, stamp, db=dbs.visibility)
+    txn.put(recent_head(status, updated) + wid_raw, group[3:], db=dbs.recent)  # -> the type, as encoded in its group
+    if status in TERMINAL:
+        txn.put(stamp + wid_raw, b"", db=dbs.expiring)  # its expiring_key: updated ms || id
         if "flow" in record and old is not None and old["status"] not in TERMINAL:
             apply_intent(state, ReleaseSlot(record))
 
