@@ -127,7 +127,14 @@ class GroupCommitter:
     def submit_answer(self, intent: Any, callback: Callback) -> None:
         """``submit`` for an intent whose result answers a caller: ``callback`` runs in the
         commit's pass and must not run user code itself (it defers that: ``after_replies``).
-        The caller's reply (``answer_reply``), if it set one, is sent in that pass too."""
+        The caller's reply (``answer_reply``), if it set one, is sent in that pass too.
+
+        Without ``after_answers`` (an embedded engine) no batch takes the answering pass and
+        no reply is sent, so the callback goes in bare, as ``submit``'s: no ``_Answer`` to make
+        and call through, no context read (one start in three Python calls fewer)."""
+        if self.after_answers is None:
+            self.submit(intent, callback)
+            return
         holder = answer_reply.get()
         reply = None
         if holder:
@@ -238,7 +245,7 @@ class GroupCommitter:
             for intent, callback, result in zip(intents, callbacks, results):
                 if callback.__class__ is _Answer:
                     try:
-                        callback(result)
+                        callback.callback(result)  # type: ignore[attr-defined]  # not through __call__: a frame fewer per answer
                     except Exception:
                         log.exception("commit callback failed")
                     reply = callback.reply  # type: ignore[attr-defined]
