@@ -3,6 +3,9 @@
 They sit below the appliers and call none of them; the one effect that belongs to an applier
 (a freed flow slot, when ``set_visibility`` sees a workflow end) goes through the table
 (``_table.apply_intent``).
+
+``next_epoch`` and ``set_visibility``, on every start and end, pass the database (and
+``put``'s flags) positionally, as the start and the step do (``_apply``).
 """
 
 from __future__ import annotations
@@ -29,9 +32,9 @@ _CAPPED_KINDS = frozenset({"signal", "update"})
 
 def next_epoch(state: TxnState, wid_raw: bytes) -> int:
     """``stored epoch + 1``, written back: the fencing token is never a literal, never reset."""
-    stored = state.txn.get(wid_raw, db=state.dbs.claim_epoch)
+    stored = state.txn.get(wid_raw, None, state.dbs.claim_epoch)
     epoch = (0 if stored is None else unpack_u64(stored)[0]) + 1
-    state.txn.put(wid_raw, pack_u64(epoch), db=state.dbs.claim_epoch)
+    state.txn.put(wid_raw, pack_u64(epoch), True, True, False, state.dbs.claim_epoch)
     return epoch
 
 
@@ -53,19 +56,19 @@ def set_visibility(state: TxnState, record: dict[str, Any], wid: str, old: dict[
     if old is not None:
         status, updated = old["status"], old["updated"]
         group = visibility_group(status, old["type"])
-        txn.delete(group + wid_raw, db=dbs.visibility)  # its visibility_key
-        txn.delete(recent_head(status, updated) + wid_raw, db=dbs.recent)  # its recent_key
+        txn.delete(group + wid_raw, b"", dbs.visibility)  # its visibility_key
+        txn.delete(recent_head(status, updated) + wid_raw, b"", dbs.recent)  # its recent_key
         counts[group] = counts.get(group, 0) - 1
         if status in TERMINAL and not old.get("history_pruned"):
-            txn.delete(visibility_value(updated) + wid_raw, db=dbs.expiring)  # its expiring_key
+            txn.delete(visibility_value(updated) + wid_raw, b"", dbs.expiring)  # its expiring_key
     status, updated = record["status"], record["updated"]
     group = visibility_group(status, record["type"])
     counts[group] = counts.get(group, 0) + 1
     stamp = visibility_value(updated)
-    txn.put(group + wid_raw, stamp, db=dbs.visibility)
-    txn.put(recent_head(status, updated) + wid_raw, group[3:], db=dbs.recent)  # -> the type, as encoded in its group
+    txn.put(group + wid_raw, stamp, True, True, False, dbs.visibility)
+    txn.put(recent_head(status, updated) + wid_raw, group[3:], True, True, False, dbs.recent)  # -> the type, as encoded in its group
     if status in TERMINAL:
-        txn.put(stamp + wid_raw, b"", db=dbs.expiring)  # its expiring_key: updated ms || id
+        txn.put(stamp + wid_raw, b"", True, True, False, dbs.expiring)  # its expiring_key: updated ms || id
         if "flow" in record and old is not None and old["status"] not in TERMINAL:
             apply_intent(state, ReleaseSlot(record))
 
