@@ -7,7 +7,7 @@ with relatives, go on through the table (``_table``) to the appliers that own th
 
 The start and the step, and the write primitives they call (``_writes``), pass the database
 (and ``put``'s flags: dupdata, overwrite, append) positionally: py-lmdb's keyword parsing
-cost 15k of 625k instructions per workflow in ``bench/engine_throughput.py``. The
+cost 10k to 14k of 624k instructions per workflow in ``bench/engine_throughput.py``. The
 PostgreSQL transaction takes the same positions.
 """
 
