@@ -93,13 +93,14 @@ class _RecordingTxn:
     def _name(self, db: Any) -> str:
         return self._names.get(db, "?")
 
-    def put(self, key: bytes, value: bytes, *args: Any, db: Any = None, **kwargs: Any) -> bool:
+    # LMDB's own signatures: the hot appliers pass the database positionally.
+    def put(self, key: bytes, value: bytes, dupdata: bool = True, overwrite: bool = True, append: bool = False, db: Any = None) -> bool:
         self._writes.append((self._name(db), bytes(key)))
-        return self._txn.put(key, value, *args, db=db, **kwargs)
+        return self._txn.put(key, value, dupdata, overwrite, append, db)
 
-    def delete(self, key: bytes, *args: Any, db: Any = None, **kwargs: Any) -> bool:
+    def delete(self, key: bytes, value: bytes = b"", db: Any = None) -> bool:
         self._writes.append((self._name(db), bytes(key)))
-        return self._txn.delete(key, *args, db=db, **kwargs)
+        return self._txn.delete(key, value, db)
 
     def cursor(self, db: Any = None) -> _RecordingCursor:
         return _RecordingCursor(self._txn.cursor(db=db), self._name(db), self._writes)

@@ -110,7 +110,10 @@ def visibility_key(status: str, wf_type: str, wid: str) -> bytes:
     return visibility_group(status, wf_type) + wid.encode()
 
 
+@functools.lru_cache(maxsize=1024)
 def visibility_value(updated: float) -> bytes:
+    """``updated ms(8)``: a visibility entry's value, and the head of an ``expiring_key``.
+    Cached as ``ms`` is (one ``now`` per transaction)."""
     return _U64.pack(ms(updated))
 
 

@@ -7,13 +7,14 @@ is one range, every status a merge of nine. A page then costs what it returns, w
 store holds; computing the order per request (a pass over the whole visibility index) cost
 1.4 s at 200,000 workflows and starved everything else in the process that ran it.
 
-The entry moves with the visibility entry (``_apply.set_visibility``, purge) in the same
+The entry moves with the visibility entry (``_writes.set_visibility``, purge) in the same
 transaction, so the two never disagree; ``rebuild_recent`` derives it from the visibility
 index (the schema 5 upgrade).
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 from typing import TYPE_CHECKING, Any, Final, Iterator
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
     from ._databases import Databases
 
-__all__ = ["recent_key", "recent_start", "put_recent", "delete_recent", "rebuild_recent", "fill_recent", "recent_rows", "NEWEST"]
+__all__ = ["recent_key", "recent_head", "recent_start", "delete_recent", "rebuild_recent", "fill_recent", "recent_rows", "NEWEST"]
 
 _U64: Final = struct.Struct(">Q")
 _MAX: Final = (1 << 64) - 1
@@ -40,13 +41,17 @@ def recent_start(status: str, updated_ms: int) -> bytes:
 _STATUS_BYTE: Final = {name: bytes((code,)) for name, code in STATUS_CODES.items()}
 
 
+@functools.lru_cache(maxsize=1024)
+def recent_head(status: str, updated: float) -> bytes:
+    """``status(1) || ~updated ms(8)``, the part of a ``recent_key`` before the id. Cached, as
+    ``ms``: one transaction stamps every workflow whose status it changes with the same
+    ``now``, so ``_writes.set_visibility`` builds each key with a cache hit and a concatenation
+    (three Python calls fewer per started and finished workflow than building it here)."""
+    return _STATUS_BYTE[status] + _U64.pack(_MAX - ms(updated))
+
+
 def recent_key(status: str, updated: float, wid: str) -> bytes:
-    """Written with every status change (``_apply.set_visibility``): kept to a few operations."""
-    return _STATUS_BYTE[status] + _U64.pack(_MAX - ms(updated)) + wid.encode()
-
-
-def put_recent(txn: Any, dbs: Databases, record: dict[str, Any], wid: str) -> None:
-    txn.put(recent_key(record["status"], record["updated"], wid), record["type"].encode(), db=dbs.recent)
+    return recent_head(status, updated) + wid.encode()
 
 
 def delete_recent(txn: Any, dbs: Databases, record: dict[str, Any], wid: str) -> None:

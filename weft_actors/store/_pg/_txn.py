@@ -115,7 +115,9 @@ class PgTxn:
             whole = limit is None or len(span_rows) < limit
             spans.add(low, high, low if whole else span_rows[0][0], span_rows)
 
-    def put(self, key: bytes, value: bytes, db: str = "", **_: Any) -> bool:
+    def put(self, key: bytes, value: bytes, dupdata: bool = True, overwrite: bool = True, append: bool = False, db: str = "") -> bool:
+        """LMDB's ``put`` and its positions (the hot appliers pass ``db`` positionally); its
+        flags are the defaults every caller uses (a key's new value replaces the old)."""
         self._overlay(db).set(checked_key(key), bytes(value))
         return True
 
