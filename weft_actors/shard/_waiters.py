@@ -53,7 +53,11 @@ class Waiters:
             hook(wid, True)
 
     def remove(self, wid: str, future: asyncio.Future[Any]) -> None:
-        _forget(self.by_wid, wid, future)
+        waiters = self.by_wid.get(wid)  # ``_forget``, inlined: once per ``execute``
+        if waiters is not None and future in waiters:
+            waiters.remove(future)
+            if not waiters:
+                del self.by_wid[wid]
         if wid in self._watched and wid not in self.by_wid:
             self._watched.discard(wid)
             self._on_done_interest(wid, False)  # type: ignore[misc]
