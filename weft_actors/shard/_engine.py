@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, cast
 
