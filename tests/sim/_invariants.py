@@ -151,7 +151,8 @@ class Checker:
         dropped actor counts; during the run (garbage collected first) only the actor of a
         run that finished ``min_age`` seconds ago or more: until its last callbacks ran, a
         dropped actor may still be referenced."""
-        engines = {id(node.engine): node for node in self.world.nodes if node.status == "up" and node.engine.state == "running"}
+        # An actor knows its engine by the runtime it is handed (``Engine._host``), not the facade.
+        engines = {id(node.engine._host): node for node in self.world.nodes if node.status == "up" and node.engine.state == "running"}
         now = self.world.clock.now()
         workflows = self.mirror.raw["workflows"]
         leaked: dict[str, list[str]] = {}

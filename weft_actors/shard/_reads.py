@@ -1,80 +1,104 @@
 """Answering reads about workflows: queries, results, ``describe`` and ``list``.
 
-Mixed into ``Engine``. Reads never take a claim: a workflow this engine does not drive is read
-from the store (a query replays it read-only), and ``result`` waits for a local finish or
-polls the store once per heartbeat, so it works wherever the workflow runs.
+The engine holds one ``WorkflowReads`` and delegates to it; it knows the engine's runtime only
+by ``ReadHost``. Reads never take a claim: a workflow this engine does not drive is read from
+the store (a query replays it read-only), and ``result`` waits for a local finish or polls the
+store once per heartbeat, so it works wherever the workflow runs.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from .._isotime import with_iso
 from ..codec import decode, decode_args, encode
 from ..errors import InvalidRequest, PayloadTooLarge, WorkflowClosed, WorkflowNotFound
 from ..store import TERMINAL
-from ..workflow import WorkflowDefinition, WorkflowRun
-from ._hosting import resolve
+from ..workflow import WorkflowRun
+from ._waiters import resolve
 from ._validate import validate_id, validate_name
 from ._describe import describe_workflow
 from ._outcome import raise_for_outcome
 from ._on_loop import QUERY, running, start
 
 if TYPE_CHECKING:
+    from ..workflow import WorkflowDefinition
     from ..store import LmdbStore
     from ._activities import ActivityRunner
     from ._actor import Actor
     from ._committer import GroupCommitter
+    from ._waiters import Waiters
 
-__all__ = ["WorkflowReads"]
+__all__ = ["ReadHost", "WorkflowReads"]
+
+
+class ReadHost(Protocol):
+    """What reads need of the engine: its state check, the store, the loop (through the
+    committer), the live actors (a local run answers a query), the registered types (a replay
+    for a query), the payload limit, the loop slot (through the activities), the waiters a
+    local finish wakes, and the heartbeat (how often ``result`` reads the store)."""
+
+    @property
+    def heartbeat(self) -> float: ...
+
+    @property
+    def store(self) -> LmdbStore: ...
+
+    @property
+    def committer(self) -> GroupCommitter: ...
+
+    @property
+    def actors(self) -> Mapping[str, Actor]: ...
+
+    @property
+    def payload_limit(self) -> int: ...
+
+    @property
+    def activities(self) -> ActivityRunner: ...
+
+    @property
+    def waiters(self) -> Waiters: ...
+
+    def check_running(self) -> None: ...
+
+    def definition(self, workflow: Any) -> WorkflowDefinition: ...
 
 
 class WorkflowReads:
-    heartbeat: float
-    store: LmdbStore
-    committer: GroupCommitter
-    actors: dict[str, Actor]
-    payload_limit: int
-    activities: ActivityRunner
-    _waiters: dict[str, list[asyncio.Future[Any]]]
+    """Queries, results, ``describe`` and ``list`` of one engine (its facade delegates)."""
 
-    def _check_running(self) -> None:  # provided by Engine
-        raise NotImplementedError
+    __slots__ = ("_host",)
 
-    def add_waiter(self, wid: str, future: asyncio.Future[Any]) -> None:  # provided by ActorHost
-        raise NotImplementedError
-
-    def remove_waiter(self, wid: str, future: asyncio.Future[Any]) -> None:  # provided by ActorHost
-        raise NotImplementedError
-
-    def _definition(self, workflow: Any) -> WorkflowDefinition:  # provided by Engine
-        raise NotImplementedError
+    def __init__(self, host: ReadHost) -> None:
+        self._host = host
 
     async def query(self, workflow_id: str, name: str, *args: Any) -> Any:
-        self._check_running()
+        host = self._host
+        host.check_running()
         validate_id(workflow_id)
         validate_name(name, "a query")
-        actor = self.actors.get(workflow_id)
+        actor = host.actors.get(workflow_id)
         while actor is not None and actor.ahead is not None:
             # Its run went ahead of a commit in flight: answer from committed state only, as
             # that commit lands and before the run goes ahead again (a run that always goes
             # ahead would otherwise starve the query).
-            future: asyncio.Future[Any] = self.committer.loop.create_future()
-            actor.ahead.append(_answer_when_committed(actor, future, name, args, self.payload_limit))
+            future: asyncio.Future[Any] = host.committer.loop.create_future()
+            actor.ahead.append(_answer_when_committed(actor, future, name, args, host.payload_limit))
             answered = await future
             if answered is not None:
                 return answered[0]
-            self._check_running()
-            actor = self.actors.get(workflow_id)
+            host.check_running()
+            actor = host.actors.get(workflow_id)
         if actor is not None and not actor.closed:
-            value = running(self, actor.run, QUERY, name, actor.run.query, name, args)
+            value = running(host, actor.run, QUERY, name, actor.run.query, name, args)
         else:
             value = self._query_by_replay(workflow_id, name, args)
-        return _answer_of(value, self.payload_limit)
+        return _answer_of(value, host.payload_limit)
 
     def _query_by_replay(self, workflow_id: str, name: str, args: tuple[Any, ...]) -> Any:
-        record, _, ops, _ = self.store.load_for_replay(workflow_id)
+        host = self._host
+        record, _, ops, _ = host.store.load_for_replay(workflow_id)
         if record is None:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
         if record["status"] == "quarantined":  # its code may be what blocks: never replay it here
@@ -91,56 +115,58 @@ class WorkflowReads:
                 workflow_id=workflow_id,
                 status=record["status"],
             )
-        run = WorkflowRun(self._definition(record["type"]), workflow_id, record["run_id"], decode_args(record["args"]), ops)
+        run = WorkflowRun(host.definition(record["type"]), workflow_id, record["run_id"], decode_args(record["args"]), ops)
         try:
-            start(self, run)
-            return running(self, run, QUERY, name, run.query, name, args)
+            start(host, run)
+            return running(host, run, QUERY, name, run.query, name, args)
         finally:
             run.close()
 
     async def result(self, workflow_id: str, timeout: float | None = None) -> Any:
-        loop = self.committer.loop
+        host = self._host
+        loop = host.committer.loop
         validate_id(workflow_id)
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            self._check_running()
+            host.check_running()
             wait: float | None
-            if workflow_id in self.actors:
+            if workflow_id in host.actors:
                 # Its actor here (or the one that takes over from it here) wakes us when the
                 # run ends, and ``wake_waiters`` when it is dropped: no timer of our own.
                 wait = None
             else:
-                record = self.store.get_workflow(workflow_id)
+                record = host.store.get_workflow(workflow_id)
                 if record is None:
                     raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
                 if record["status"] in TERMINAL:
                     return raise_for_outcome(workflow_id, record)
                 # Woken by a done hint, by a local actor that takes it over, or after a poll
                 # interval: the workflow may be owned by another engine.
-                wait = self.heartbeat
+                wait = host.heartbeat
             if deadline is not None:
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     raise TimeoutError(f"workflow {workflow_id!r} did not finish within {timeout}s")
                 wait = remaining if wait is None else min(wait, remaining)
             future: asyncio.Future[Any] = loop.create_future()
-            self.add_waiter(workflow_id, future)
+            host.waiters.add(workflow_id, future)
             timer = None if wait is None else loop.call_later(wait, resolve, future, None)
             try:
                 outcome = await future
             finally:
                 if timer is not None:
                     timer.cancel()
-                self.remove_waiter(workflow_id, future)
+                host.waiters.remove(workflow_id, future)
             if outcome is not None:
                 return raise_for_outcome(workflow_id, outcome)
 
     async def describe(self, workflow_id: str, *, input_encoded: bool = False) -> dict[str, Any]:
         """The workflow's record, history, timers and inbox as people read them
         (``_describe``); ``input_encoded`` keeps its input as codec bytes (for a reply)."""
-        self._check_running()
+        host = self._host
+        host.check_running()
         validate_id(workflow_id)
-        snapshot = self.store.load_for_describe(workflow_id)
+        snapshot = host.store.load_for_describe(workflow_id)
         if snapshot is None:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
         return describe_workflow(workflow_id, snapshot, input_encoded)
@@ -150,10 +176,11 @@ class WorkflowReads:
         "cursor": next or None}``, in workflow-id order. Following the cursors never lists a workflow twice, and
         lists every workflow that matches throughout, even one whose status changes meanwhile
         (the exact guarantee: ``store._listing.list_workflows``)."""
-        self._check_running()
+        host = self._host
+        host.check_running()
         if status is not None and status not in TERMINAL | {"pending", "running", "quarantined"}:
             raise InvalidRequest(f"unknown status {status!r}")
-        page = self.store.list_workflows(status, type, limit, cursor)
+        page = host.store.list_workflows(status, type, limit, cursor)
         page["items"] = [with_iso(item, "updated") for item in page["items"]]
         return page
 

@@ -8,8 +8,9 @@ import time
 from typing import Final
 
 from .._checks import MAX_ID_BYTES, check_instant, check_seconds, validate_id, validate_name
+from ..errors import PayloadTooLarge
 
-__all__ = ["validate_timing", "validate_id", "validate_name", "check_seconds", "check_instant", "new_id", "OWNERSHIP_MODES", "MAX_ID_BYTES"]
+__all__ = ["validate_timing", "validate_id", "validate_name", "check_seconds", "check_instant", "check_payload", "new_id", "OWNERSHIP_MODES", "MAX_ID_BYTES"]
 
 OWNERSHIP_MODES: Final = ("workflow-lease", "single")
 _EPSILON: Final = 1e-9
@@ -36,3 +37,11 @@ def new_id() -> str:
     so a commit of many new workflows dirties a few B-tree pages per keyspace instead of one
     per workflow (a random id cost about 8 pages, 33 KB written, per workflow)."""
     return f"{int(time.time() * 1000):012x}{_random.getrandbits(80):020x}"
+
+
+def check_payload(data: bytes, what: str, limit: int) -> bytes:
+    """``data`` itself, or ``PayloadTooLarge`` if it is over ``limit`` bytes: checked before
+    anything is written, so a call that carries too much writes nothing."""
+    if len(data) > limit:
+        raise PayloadTooLarge(f"{what} is {len(data)} bytes; the limit is {limit}", size=len(data), limit=limit)
+    return data
