@@ -401,7 +401,6 @@ async def evict_updatable(ctx) -> int:
     return total["n"]
 
 
-@pytest.mark.skipif(not hasattr(Engine, "after_step"), reason="children do not run in the engine yet (semantics issue)")
 def test_child_completion_reaches_an_evicted_parent(tmp_path):
     """A child's completion is an inbox message to its parent: the owner's feed poll revives
     the evicted parent, whose replay reads the child-done message and resumes."""
