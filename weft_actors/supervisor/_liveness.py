@@ -63,12 +63,7 @@ def hung_reason(record: dict[str, Any] | None, waiting_since: float, wall: float
         return None  # blocked behind another process's transaction (or a stalled server), not hung itself
     if waiting_since < 0 and wall + waiting_since < ttl:
         return None  # it got the lock a moment ago and commits what it could not meanwhile
-    lock = ""
-    if waiting_since > 0:
-        lock = f", waiting {wall - waiting_since:.1f} s for the write lock"
-    elif waiting_since < 0:
-        lock = f", holding the write lock for {wall + waiting_since:.1f} s"
-    return f"it has not heartbeated for {silent:.1f} s (ttl {ttl:g} s){lock}"
+    return f"it has not heartbeated for {silent:.1f} s (ttl {ttl:g} s)"  # its lock wait: ``lock_holders``
 
 
 class Judgement(NamedTuple):
@@ -104,8 +99,9 @@ def judge_shards(store: Any, watched: Sequence[tuple[str, float]], ttl: float, r
 
 
 def lock_holders(watched: Sequence[Any], judged: Judgement) -> str:
-    """For the log line of a kill: where every watched shard stood with the write lock (a
-    waiter killed names who held it up, or that none of the shards did)."""
+    """For the log line of a kill: where every watched shard stood with the write lock, the
+    killed one included (a waiter killed names who held it up, or that none of the shards
+    did)."""
     parts = []
     for slot, waiting in zip(watched, judged.waits):
         if waiting < 0:
