@@ -64,6 +64,7 @@ SLOW_FILES = frozenset(
         "supervisor/test_quarantine_processes.py",
         "supervisor/test_replies_before_user_code.py",
         "supervisor/test_replies_in_the_pass.py",
+        "supervisor/test_replies_of_later_commits.py",
         "supervisor/test_schedule_control.py",
         "supervisor/test_schedule_processes.py",
         "supervisor/test_slow_clients.py",

@@ -29,6 +29,7 @@ from ..errors import WeftError
 from ..store import Finish, StepCommit, TimerRef
 from ..workflow import Command, WorkflowRun
 from ._attempts import NO_TABLE as _NO_TABLE, AttemptHost, Attempts
+from ._call_replies import reply_at_ending
 from ._ending import Ending, EndingHost, finish_of as _finish_of
 from ._inbox import Inbox, InboxHost
 from ._op_control import OpControl
@@ -361,8 +362,10 @@ class Actor:
         self.ahead = []
         outcome = run.outcome
         if outcome is not None and (outcome.kind == "complete" or outcome.kind == "fail") and len(commands) == 1 and not self.ops and not self.attempts:
-            self.finish = finish = _finish_of(outcome, self.engine.payload_limit)
+            engine = self.engine
+            self.finish = finish = _finish_of(outcome, engine.payload_limit)
             self.commit(ops=ops, finish=finish)
+            reply_at_ending(engine.committer, engine.waiters, self.wid)
             return
         self.held = commands
         self.commit(ops=ops)

@@ -49,13 +49,16 @@ list, so nothing the request started later can take it again)."""
 
 class _Answer:
     """A caller's callback (``submit_answer``) and the reply it carries, if any: called in
-    the commit's own pass, before any callback that may run user code."""
+    the commit's own pass, before any callback that may run user code. Or, ``in_pass`` False
+    (``reply_with_last``), a callback that may run user code, whose commit gives a reply in
+    the pass: the callback runs after the replies, in order with the rest."""
 
-    __slots__ = ("callback", "reply")
+    __slots__ = ("callback", "reply", "in_pass")
 
-    def __init__(self, callback: Callback, reply: Reply | None) -> None:
+    def __init__(self, callback: Callback, reply: Reply | None, in_pass: bool = True) -> None:
         self.callback = callback
         self.reply = reply
+        self.in_pass = in_pass
 
     def __call__(self, result: Any) -> None:
         self.callback(result)
@@ -142,6 +145,21 @@ class GroupCommitter:
             reply = holder.pop()
             self._replies += 1
         self.submit(intent, _Answer(callback, reply))
+
+    def reply_with_last(self, reply: Reply) -> None:
+        """The intent just submitted gives ``reply(intent, result)`` in its commit's pass
+        (a run's ending, an update's answer: ``_call_replies``); its own callback runs after
+        the replies have left, in order with the rest. A no-op in an embedded engine, which
+        sends no reply."""
+        if self.after_answers is None or not self._callbacks:
+            return
+        callback = self._callbacks[-1]
+        if callback.__class__ is _Answer:  # already answering: a second reply rides along
+            previous = callback.reply  # type: ignore[attr-defined]
+            callback.reply = reply if previous is None else _both(previous, reply)  # type: ignore[attr-defined]
+        else:
+            self._callbacks[-1] = _Answer(callback, reply, False)
+        self._replies += 1
 
     def submit_and_wait(self, intent: Any) -> asyncio.Future[Any]:
         """A future for one intent's result (for client-facing calls, not the hot path)."""
@@ -245,10 +263,13 @@ class GroupCommitter:
         try:
             for intent, callback, result in zip(intents, callbacks, results):
                 if callback.__class__ is _Answer:
-                    try:
-                        callback(result)
-                    except Exception:
-                        log.exception("commit callback failed")
+                    if callback.in_pass:  # type: ignore[attr-defined]
+                        try:
+                            callback(result)
+                        except Exception:
+                            log.exception("commit callback failed")
+                    else:  # it may run user code: after the replies
+                        wakes.append((callback.callback, (result,)))  # type: ignore[attr-defined]
                     reply = callback.reply  # type: ignore[attr-defined]
                     if reply is not None:
                         try:
@@ -297,3 +318,13 @@ class GroupCommitter:
     def pending(self) -> int:
         """Intents submitted and not yet answered (in flight included)."""
         return len(self._intents) + self._in_flight
+
+
+def _both(first: Reply, second: Reply) -> Reply:
+    def both(intent: Any, result: Any) -> None:
+        try:
+            first(intent, result)
+        finally:
+            second(intent, result)
+
+    return both

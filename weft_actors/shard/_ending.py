@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..errors import PayloadTooLarge
 from ..store import ContinueRun, Finish, TimerRef
 from ..workflow import Command, error_record
+from ._call_replies import reply_at_ending
 from ._validate import new_id
 from ._writes import Writes
 
 if TYPE_CHECKING:
+    from ._committer import GroupCommitter
     from ._timers import TimerService
+    from ._waiters import Waiters
 
 __all__ = ["EndingHost", "EndingOwner", "Ending", "finish_of"]
 
@@ -41,13 +44,20 @@ def finish_of(cmd: Command, limit: int) -> Finish:
 
 
 class EndingHost(Protocol):
-    """What ending a run needs of the engine: the result size limit and the timers to drop."""
+    """What ending a run needs of the engine: the result size limit, the timers to drop, and
+    the calls waiting for the ending with a reply (given in the ending commit's pass)."""
 
     @property
     def payload_limit(self) -> int: ...
 
     @property
     def timers(self) -> TimerService: ...
+
+    @property
+    def committer(self) -> GroupCommitter: ...
+
+    @property
+    def waiters(self) -> Waiters: ...
 
 
 class EndingOwner(Protocol):
@@ -120,6 +130,9 @@ class Ending:
             actor.commit(finish=finish)
         else:
             actor.commit_writes(writes, finish)
+        if finish is not None:
+            engine = actor.engine
+            reply_at_ending(engine.committer, engine.waiters, actor.wid)
 
     def stop_work(self, writes: Writes | None) -> None:
         """Cancel attempts in flight and drop timers (deleting the durable ones if ``writes``)."""

@@ -19,6 +19,7 @@ from ..codec import count_args, decode_args, encode, unpack_record
 from ..errors import InvalidRequest, UpdateRejected, WeftError, WorkflowAlreadyExists
 from ..store import TERMINAL, AppendAndConsume, AppendInbox, CancelOther, CreateChild, CreateWorkflow, Flow, PutRequest, TerminateOther
 from ..workflow import CANCEL_REQUESTED, CHILD_DONE_SIGNAL, Command, cancelled_record, error_record
+from ._call_replies import reply_at_answer
 from ._flow import flow_of
 from ._on_loop import UPDATE, running, turn
 from ._validate import new_id
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from ..store import LmdbStore, TimerRef
     from ..workflow import ChildOp, WorkflowDefinition, WorkflowRun
     from ._activities import ActivityRunner
+    from ._committer import GroupCommitter
+    from ._waiters import Waiters
 
 __all__ = ["InboxHost", "InboxOwner", "Inbox"]
 
@@ -38,7 +41,8 @@ _ENCODED_NONE = encode(None)
 class InboxHost(Protocol):
     """What taking messages and starting children needs of the engine: the clock for records,
     the store (a child's existing record), the registered types (a child of one is claimed
-    here), the payload limit, the loop slot (through the activities) and the update answer."""
+    here), the payload limit, the loop slot (through the activities) and the update answer
+    (and the calls waiting for it with a reply)."""
 
     @property
     def clock(self) -> Clock: ...
@@ -54,6 +58,12 @@ class InboxHost(Protocol):
 
     @property
     def activities(self) -> ActivityRunner: ...
+
+    @property
+    def committer(self) -> GroupCommitter: ...
+
+    @property
+    def waiters(self) -> Waiters: ...
 
     def update_answered(self, wid: str, request_id: str) -> None: ...
 
@@ -313,18 +323,27 @@ class Inbox:
             effects = (PutRequest(request_id, answer),) if request_id else ()
             self._answer_after(request_id)
             actor.commit(consume=(inbox_seq,), effects=effects)
+            self._reply_after(request_id, name, answer)
             return
         seq, packed, record = running(engine, run, UPDATE, name, run.record_update, name, args, message["payload"], inbox_seq, request_id, engine.payload_limit, at1=engine.clock.now())
         answer = {"ok": record["ok"]} if "err" not in record else {"err": record["err"]}
         effects = (PutRequest(request_id, answer),) if request_id else ()
         self._answer_after(request_id)
         actor.commit(ops=((seq, packed),), consume=(inbox_seq,), effects=effects)
+        self._reply_after(request_id, name, answer)
 
     def _answer_after(self, request_id: str | None) -> None:
         if request_id is not None:
             actor = self.actor
             engine, wid = actor.engine, actor.wid
             actor.after = lambda: engine.update_answered(wid, request_id)
+
+    def _reply_after(self, request_id: str | None, name: str, answer: dict[str, Any]) -> None:
+        """Calls waiting here for this answer with a reply get it in the pass of the commit
+        just submitted, which stores it (``_call_replies``)."""
+        if request_id is not None:
+            engine = self.actor.engine
+            reply_at_answer(engine.committer, engine.waiters, self.actor.wid, request_id, name, answer)
 
     def _apply_cancel(self, inbox_seq: int) -> None:
         """Cancellation is delivered at the current await: every op awaited now gets a

@@ -21,6 +21,8 @@ from ..codec import decode, encode, encode_args
 from ..errors import InvalidRequest, PayloadTooLarge, UpdateFailed, UpdateRejected, WeftError, WorkflowClosed, WorkflowNotFound
 from ..store import TERMINAL, AppendInbox, CloseWorkflow, LiftQuarantine, PurgeWorkflow, RequestCancel
 from ._validate import check_payload, validate_id, validate_name
+from ._call_replies import call_reply, reply_at_close
+from ._outcome import update_outcome
 from ._waiters import resolve
 
 if TYPE_CHECKING:
@@ -160,7 +162,7 @@ class WorkflowMessages:
             host.check_running()
             entry, record = host.store.get_request(wid, request_id)
             if entry is not None and entry["state"] == "done":
-                return _answer(wid, name, entry)
+                return update_outcome(wid, name, entry)
             if record is None or entry is None:
                 raise WorkflowNotFound(f"workflow {wid!r} (update {request_id!r}) not found", workflow_id=wid)
             if record["status"] in TERMINAL:
@@ -170,15 +172,22 @@ class WorkflowMessages:
                     status=record["status"],
                 )
             future: asyncio.Future[Any] = loop.create_future()
-            host.waiters.add_update(key, future)
-            host.waiters.add(wid, future)  # also woken by a finish, a drop, a stop
+            waiters = host.waiters
+            waiters.add_update(key, future)
+            waiters.add(wid, future)  # also woken by a finish, a drop, a stop
+            # A server's call hands over its reply, given in the pass of the answering commit.
+            reply = call_reply.get() if wid in host.actors else None
+            if reply is not None:
+                waiters.add_reply(waiters.answers, key, reply)
             timer = loop.call_later(host.heartbeat, resolve, future, None)
             try:
                 await future
             finally:
                 timer.cancel()
-                host.waiters.remove_update(key, future)
-                host.waiters.remove(wid, future)
+                waiters.remove_update(key, future)
+                waiters.remove(wid, future)
+                if reply is not None:
+                    waiters.remove_reply(waiters.answers, key, reply)
 
     # -- cancel ---------------------------------------------------------------------------
 
@@ -190,7 +199,7 @@ class WorkflowMessages:
         host = self._host
         host.check_running()
         validate_id(workflow_id)
-        result = await host.committer.submit_and_wait(RequestCancel(workflow_id))
+        result = await self._close_and_wait(RequestCancel(workflow_id), workflow_id, lambda result: result.get("closed"))
         if isinstance(result, WeftError):
             raise result
         if "closed" in result:
@@ -208,10 +217,27 @@ class WorkflowMessages:
         if reason is not None and not isinstance(reason, str):
             raise InvalidRequest(f"a terminate reason must be a string, not {reason!r}")
         error = {"type": "WorkflowTerminated", "message": reason or "terminated", "kind": "terminated"}
-        result = await host.committer.submit_and_wait(CloseWorkflow(workflow_id, "terminated", error))
+        result = await self._close_and_wait(CloseWorkflow(workflow_id, "terminated", error), workflow_id, lambda result: result)
         if isinstance(result, WeftError):
             raise result
         host.after_committed_call(host.closed_externally, workflow_id, result)
+
+    def _close_and_wait(self, intent: Any, wid: str, closed: Callable[[dict[str, Any]], dict[str, Any] | None]) -> asyncio.Future[Any]:
+        """Submit ``intent``, which may close ``wid`` (``closed(result)``: what it closed, or
+        None): the calls waiting here for its end with a reply get it in the commit's pass."""
+        host = self._host
+        future = host.committer.loop.create_future()
+        waiters = host.waiters
+
+        def done(result: Any) -> None:
+            if waiters.endings and not isinstance(result, WeftError):
+                ending = closed(result)
+                if ending is not None:
+                    reply_at_close(waiters, wid, {"status": ending["status"], "result": None, "error": ending.get("error")})
+            resolve(future, result)
+
+        host.committer.submit_answer(intent, done)
+        return future
 
     async def lift_quarantine(self, workflow_id: str) -> None:
         """Put a quarantined workflow back to work (after a fix is deployed): ``running`` with no
@@ -237,22 +263,3 @@ class WorkflowMessages:
         result = await host.committer.submit_and_wait(PurgeWorkflow(workflow_id))
         if isinstance(result, WeftError):
             raise result
-
-
-def _answer(wid: str, name: str, entry: dict[str, Any]) -> Any:
-    if "ok" in entry:
-        return decode(entry["ok"], "update result") if entry["ok"] is not None else None
-    error = entry.get("err") or {}
-    if error.get("code") == "update_rejected":
-        raise UpdateRejected(error.get("message", f"update {name!r} rejected"), workflow_id=wid, update=name)
-    if error.get("code") == "payload_too_large":  # its result was refused, not its handler
-        raise PayloadTooLarge(error.get("message", f"result of update {name!r} is too large"), workflow_id=wid, update=name)
-    raise UpdateFailed(
-        f"update {name!r} of workflow {wid!r} failed: {error.get('type')}: {error.get('message')}",
-        workflow_id=wid,
-        update=name,
-        type=error.get("type"),
-        cause_message=error.get("message"),
-        traceback=error.get("traceback", ""),
-    )
-

@@ -1,5 +1,5 @@
 """Turning a finished workflow's record into what its callers see: its result, or the error
-its ending stands for (``describe()`` is ``_describe``)."""
+its ending stands for (``describe()`` is ``_describe``); likewise an update's stored answer."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ from typing import Any, NoReturn
 
 from ..codec import decode
 from ..errors import (
+    PayloadTooLarge,
+    UpdateFailed,
+    UpdateRejected,
     WeftError,
     WorkflowCancelled,
     WorkflowFailed,
@@ -14,7 +17,7 @@ from ..errors import (
     WorkflowTimedOut,
 )
 
-__all__ = ["raise_for_outcome"]
+__all__ = ["raise_for_outcome", "update_outcome"]
 
 _ENDINGS: dict[str, type[WeftError]] = {
     "cancelled": WorkflowCancelled,
@@ -45,3 +48,23 @@ def raise_for_outcome(workflow_id: str, record: dict[str, Any]) -> Any:
 
 def _raise(error: WeftError) -> NoReturn:
     raise error
+
+
+def update_outcome(wid: str, name: str, entry: dict[str, Any]) -> Any:
+    """An update's answer as stored (``ok`` or ``err``): the handler's result, or the error
+    the update call raises."""
+    if "ok" in entry:
+        return decode(entry["ok"], "update result") if entry["ok"] is not None else None
+    error = entry.get("err") or {}
+    if error.get("code") == "update_rejected":
+        raise UpdateRejected(error.get("message", f"update {name!r} rejected"), workflow_id=wid, update=name)
+    if error.get("code") == "payload_too_large":  # its result was refused, not its handler
+        raise PayloadTooLarge(error.get("message", f"result of update {name!r} is too large"), workflow_id=wid, update=name)
+    raise UpdateFailed(
+        f"update {name!r} of workflow {wid!r} failed: {error.get('type')}: {error.get('message')}",
+        workflow_id=wid,
+        update=name,
+        type=error.get("type"),
+        cause_message=error.get("message"),
+        traceback=error.get("traceback", ""),
+    )

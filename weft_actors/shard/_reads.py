@@ -16,6 +16,7 @@ from ..codec import decode, decode_args, encode
 from ..errors import InvalidRequest, PayloadTooLarge, WorkflowClosed, WorkflowNotFound
 from ..store import TERMINAL
 from ..workflow import WorkflowRun
+from ._call_replies import call_reply
 from ._waiters import resolve
 from ._validate import validate_id, validate_name
 from ._describe import describe_workflow
@@ -149,15 +150,24 @@ class WorkflowReads:
                     raise TimeoutError(f"workflow {workflow_id!r} did not finish within {timeout}s")
                 wait = remaining if wait is None else min(wait, remaining)
             future: asyncio.Future[Any] = loop.create_future()
-            host.waiters.add(workflow_id, future)
+            waiters = host.waiters
+            waiters.add(workflow_id, future)
+            # A server's call hands over its reply, given in the pass of the ending commit.
+            reply = call_reply.get() if workflow_id in host.actors else None
+            if reply is not None:
+                waiters.add_reply(waiters.endings, workflow_id, reply)
             timer = None if wait is None else loop.call_later(wait, resolve, future, None)
             try:
                 outcome = await future
             finally:
                 if timer is not None:
                     timer.cancel()
-                host.waiters.remove(workflow_id, future)
+                waiters.remove(workflow_id, future)
+                if reply is not None:
+                    waiters.remove_reply(waiters.endings, workflow_id, reply)
             if outcome is not None:
+                if reply is not None and reply.sent:
+                    return None  # its server sent the outcome from the ending's pass
                 return raise_for_outcome(workflow_id, outcome)
 
     async def describe(self, workflow_id: str, *, input_encoded: bool = False) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 if TYPE_CHECKING:
     from ..errors import WeftError
+    from ._call_replies import CallReply
 
 __all__ = ["Waiters", "resolve"]
 
@@ -30,13 +31,17 @@ class _Evicted(Protocol):
 class Waiters:
     """``by_wid``: wid -> futures waiting for its end; ``updates``: (wid, request id) ->
     futures waiting for that update's answer (each also waits in ``by_wid``, so a finish, a
-    drop or a stop wakes it too)."""
+    drop or a stop wakes it too). ``endings`` and ``answers``: the same keys -> the replies
+    those callers hand over to be sent in the settling commit's pass (``_call_replies``),
+    while they wait on a run held here."""
 
-    __slots__ = ("by_wid", "updates", "_watched", "_actors", "_eviction", "_on_done_interest")
+    __slots__ = ("by_wid", "updates", "endings", "answers", "_watched", "_actors", "_eviction", "_on_done_interest")
 
     def __init__(self, actors: Mapping[str, object], eviction: _Evicted, on_done_interest: Callable[[str, bool], None] | None) -> None:
         self.by_wid: dict[str, list[asyncio.Future[Any]]] = {}
         self.updates: dict[tuple[str, str], list[asyncio.Future[Any]]] = {}
+        self.endings: dict[str, list[CallReply]] = {}
+        self.answers: dict[tuple[str, str], list[CallReply]] = {}
         self._watched: set[str] = set()
         self._actors = actors
         self._eviction = eviction
@@ -67,6 +72,13 @@ class Waiters:
         for future in self.by_wid.get(wid, ()):
             resolve(future, None)
 
+    def add_reply(self, table: dict[Any, list[CallReply]], key: Any, reply: CallReply) -> None:
+        """``reply`` is given by the commit that settles ``key`` (``endings`` or ``answers``)."""
+        table.setdefault(key, []).append(reply)
+
+    def remove_reply(self, table: dict[Any, list[CallReply]], key: Any, reply: CallReply) -> None:
+        _forget(table, key, reply)
+
     def add_update(self, key: tuple[str, str], future: asyncio.Future[Any]) -> None:
         self.updates.setdefault(key, []).append(future)
 
@@ -94,7 +106,7 @@ class Waiters:
         self.by_wid.clear()
 
 
-def _forget(table: dict[Any, list[asyncio.Future[Any]]], key: Any, future: asyncio.Future[Any]) -> None:
+def _forget(table: dict[Any, list[Any]], key: Any, future: Any) -> None:
     futures = table.get(key)
     if futures is not None and future in futures:
         futures.remove(future)

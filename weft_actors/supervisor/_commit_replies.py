@@ -7,6 +7,12 @@ So a new workflow's first turn, or a signalled workflow's next step, that blocks
 cannot hold back the reply to a call that is already committed. The request's coroutine
 still runs to its end (its follow-ups), and sends nothing more.
 
+A ``result``, an ``execute`` (once its start is committed) and an ``update`` are answered by
+a later commit: the run's ending, the commit storing the handler's answer. Their request
+hands the engine a ``LaterReply`` (``call_reply``), which that commit's pass gives as above,
+when the engine waits on a run it holds. The ending's result travels as stored, never decoded
+and encoded again here.
+
 Each op's reply is built here from the commit's intent and result, exactly as the engine's
 call would return it: a ``WeftError`` result is the error the call raises.
 """
@@ -18,9 +24,10 @@ from typing import Any, Callable
 
 from ..bus import encode_error, encode_reply
 from ..errors import WeftError
-from ..shard import answer_reply
+from ..codec import encode
+from ..shard import answer_reply, call_reply, raise_for_outcome, update_outcome
 
-__all__ = ["CommitReply", "commit_reply"]
+__all__ = ["CommitReply", "LaterReply", "commit_reply"]
 
 Send = Callable[[bytes, bytes, Any, "str | None"], None]
 OnSent = Callable[["asyncio.Task[Any] | None"], None]
@@ -82,13 +89,74 @@ class CommitReply:
             self.on_sent(self.task)
 
 
-def commit_reply(send: Send, client: bytes, request: dict[str, Any], on_sent: OnSent | None = None) -> CommitReply | None:
-    """Hand the committer ``request``'s reply if its op is answered by its own commit (sets
-    ``answer_reply`` in the calling task's context: call it from the request's own task,
-    which ``on_sent`` is given once the reply has left)."""
-    shape = SHAPES.get(request["op"])
-    if shape is None:
-        return None
-    reply = CommitReply(send, client, request["id"], shape, on_sent)
-    answer_reply.set([reply])
-    return reply
+_ENCODED_NONE = encode(None)
+
+
+class LaterReply:
+    """The reply of a call a later commit answers (``result``, ``execute``, ``update``), given
+    in that commit's pass (``shard.CallReply``); ``started`` is what an ``execute``'s reply
+    holds besides the outcome (its run's handle)."""
+
+    __slots__ = ("send", "client", "request_id", "sent", "on_sent", "task", "started")
+
+    def __init__(self, send: Send, client: bytes, request_id: Any, on_sent: OnSent | None) -> None:
+        self.send = send
+        self.client = client
+        self.request_id = request_id
+        self.sent = False
+        self.on_sent = on_sent
+        self.task = asyncio.current_task() if on_sent is not None else None
+        self.started: dict[str, Any] | None = None
+
+    def ended(self, wid: str, outcome: dict[str, Any]) -> None:
+        if outcome["status"] == "completed":
+            value = {"status": "completed", "result": outcome["result"]}
+            self._reply(value if self.started is None else {**self.started, **value})
+            return
+        try:
+            raise_for_outcome(wid, outcome)
+        except WeftError as error:
+            self._error(error)
+
+    def answered(self, wid: str, name: str, answer: dict[str, Any]) -> None:
+        if "ok" in answer:
+            self._reply(_ENCODED_NONE if answer["ok"] is None else answer["ok"])
+            return
+        try:
+            update_outcome(wid, name, answer)
+        except WeftError as error:
+            self._error(error)
+
+    def _reply(self, value: Any) -> None:
+        self._sent(encode_reply(self.request_id, value), None)
+
+    def _error(self, error: WeftError) -> None:
+        self._sent(encode_error(self.request_id, error), error.code)
+
+    def _sent(self, reply: bytes, code: str | None) -> None:
+        self.sent = True
+        self.send(self.client, reply, self.request_id, code)
+        if self.on_sent is not None:
+            self.on_sent(self.task)
+
+
+LATER = frozenset(("result", "execute", "update"))
+"""The ops a later commit answers."""
+
+
+def commit_reply(send: Send, client: bytes, request: dict[str, Any], on_sent: OnSent | None = None) -> CommitReply | LaterReply | None:
+    """Hand the engine ``request``'s reply if a commit answers its op: its own
+    (``answer_reply``) or a later one (``call_reply``). Both are set in the calling task's
+    context: call it from the request's own task, which ``on_sent`` is given once the reply
+    has left."""
+    op = request["op"]
+    shape = SHAPES.get(op)
+    if shape is not None:
+        reply = CommitReply(send, client, request["id"], shape, on_sent)
+        answer_reply.set([reply])
+        return reply
+    if op in LATER:
+        later = LaterReply(send, client, request["id"], on_sent)
+        call_reply.set(later)
+        return later
+    return None

@@ -6,7 +6,7 @@ from typing import Any, Awaitable, Callable
 
 from ..codec import decode, decode_args, encode
 from ..errors import InvalidRequest
-from ..shard import Engine
+from ..shard import Engine, call_reply
 
 __all__ = ["ShardOps"]
 
@@ -52,11 +52,14 @@ class ShardOps:
         handle = await self.engine.start(request["workflow"], *decode_args(request["args"]), **self._start_options(request))
         return {"id": handle.id, "run_id": handle.run_id}
 
-    async def execute(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def execute(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """``start``, then ``result`` on the same shard (which holds the new workflow)."""
         started = await self.start(request)
+        reply = call_reply.get()
+        if reply is not None:
+            reply.started = started  # type: ignore[attr-defined]  # a ``LaterReply``
         outcome = await self.result({"wid": started["id"], "wait": request.get("wait")})
-        return {**started, **outcome}
+        return outcome if outcome is None else {**started, **outcome}
 
     async def signal_with_start(self, request: dict[str, Any]) -> dict[str, Any]:
         method = self._engine_method("signal_with_start")
@@ -76,18 +79,24 @@ class ShardOps:
         value = await self.engine.query(request["wid"], request["name"], *decode_args(request["args"], "query argument"))
         return encode(value, "query result")
 
-    async def update(self, request: dict[str, Any]) -> bytes:
+    async def update(self, request: dict[str, Any]) -> bytes | None:
         method = self._engine_method("update")
         value = await method(request["wid"], request["name"], *decode_args(request["args"], "update argument"), request_id=request.get("request_id"))
+        reply = call_reply.get()
+        if reply is not None and reply.sent:
+            return None  # the answering commit's pass replied already
         return encode(value, "update result")
 
-    async def result(self, request: dict[str, Any]) -> dict[str, Any]:
+    async def result(self, request: dict[str, Any]) -> dict[str, Any] | None:
         wait = request.get("wait")
         wait = MAX_RESULT_WAIT if wait is None else max(0.0, min(float(wait), MAX_RESULT_WAIT))
         try:
             value = await self.engine.result(request["wid"], timeout=wait)
         except TimeoutError:
             return {"status": "running"}
+        reply = call_reply.get()
+        if reply is not None and reply.sent:
+            return None  # the ending commit's pass replied already
         return {"status": "completed", "result": encode(value, "workflow result")}
 
     async def cancel(self, request: dict[str, Any]) -> None:

@@ -223,7 +223,10 @@ class ShardServer:
         answered = commit_reply(self._send, client, request, self._answered_early)
         code = None
         try:
-            reply = encode_reply(request_id, await self.ops.dispatch(request))
+            value = await self.ops.dispatch(request)
+            if answered is not None and answered.sent:
+                return  # its commit's pass replied
+            reply = encode_reply(request_id, value)
         except WeftError as error:
             reply = encode_error(request_id, error)
             code = error.code
