@@ -12,22 +12,16 @@ store (``--data``: a data directory or a ``postgresql://`` URL) and are handed t
 from __future__ import annotations
 
 import argparse
-import base64
-import dataclasses
-import datetime as _dt
-import decimal
-import enum
-import json
 import os
 import socket
 import sys
-import uuid
 from typing import Any, Sequence, TextIO
 
 import zmq.auth
 
 from ._cli_json import json_args as _json_args, json_value as _json_value
-from ._schedule_spec import OVERLAP_POLICIES, SCHEDULE_TYPE
+from ._cli_output import emit as _emit, iso_times as _iso_times, readable as _readable, table as _table
+from ._cli_schedule import add_schedule_commands as _schedule_commands, run_schedule as _run_schedule
 from .bus import DEFAULT_ENDPOINT, Client
 from .bus._calls import endpoint_list
 from .errors import OutcomeUnknown, ServerUnavailable, WeftError
@@ -44,43 +38,6 @@ _OPERATOR_COMMANDS = {
     "replay": "check a history against new code (ID or --history FILE, --app MODULE)",
     "export": "write a workflow's history as JSON, for replay --history (ID)",
 }
-
-
-def _json_default(value: Any) -> Any:
-    """Printable stand-ins for what the codec carries but JSON does not."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, _dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, (set, frozenset)):
-        try:
-            return sorted(value)
-        except TypeError:
-            return list(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (decimal.Decimal, uuid.UUID)):
-        return str(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if hasattr(value, "model_dump"):
-        return value.model_dump()
-    return repr(value)
-
-
-def _dumps(value: Any, *, indent: int | None = None) -> str:
-    # Non-string keys (ints, tuples) are made strings rather than failing the whole output.
-    return json.dumps(_string_keys(value), default=_json_default, indent=indent, ensure_ascii=False)
-
-
-def _string_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else _dumps(k): _string_keys(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_string_keys(v) for v in value]
-    return value
 
 
 def _reply_timeout(text: str) -> float:
@@ -193,64 +150,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _schedule_commands(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    p = actions.add_parser("create", help="create a schedule", parents=[common])
-    p.add_argument("id", help="the schedule id (its runs are ID/<fire time ISO>)")
-    p.add_argument("workflow")
-    p.add_argument("args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON", help="JSON array of the workflow's arguments")
-    when = p.add_mutually_exclusive_group(required=True)
-    when.add_argument("--cron", help="5 fields (or 6, seconds first), e.g. '0 9 * * mon-fri'")
-    when.add_argument("--every", type=float, metavar="S", help="an interval in seconds")
-    p.add_argument("--offset", type=float, default=0.0, metavar="S", help="shift of --every's grid (default 0)")
-    p.add_argument("--timezone", default="UTC", help="zoneinfo name the cron string is read in (default UTC)")
-    p.add_argument("--start", type=float, metavar="EPOCH_S", help="no fire before this")
-    p.add_argument("--end", type=float, metavar="EPOCH_S", help="no fire after this")
-    p.add_argument("--jitter", type=float, default=0.0, metavar="S", help="delay each fire by up to S seconds")
-    p.add_argument("--overlap", choices=OVERLAP_POLICIES, default="skip", help="when the previous run still runs (default: %(default)s)")
-    p.add_argument("--catchup-window", type=float, default=60.0, metavar="S", help="missed fires younger than this still start (default 60)")
-    p.add_argument("--paused", action="store_true", help="create it paused")
-    p.add_argument("--note")
-    actions.add_parser("list", help="list schedules", parents=[common]).add_argument("--limit", type=int, default=100)
-    for name, help in (("describe", "next fire times, recent runs, counts"), ("trigger", "fire now"), ("delete", "fire no more")):
-        actions.add_parser(name, help=help, parents=[common]).add_argument("id")
-    for name, help in (("pause", "stop firing until unpaused"), ("unpause", "fire again (what fell due meanwhile is not caught up)")):
-        p = actions.add_parser(name, help=help, parents=[common])
-        p.add_argument("id")
-        p.add_argument("--note")
-    p = actions.add_parser("backfill", help="start every fire time in [START, END] not started yet", parents=[common])
-    p.add_argument("id")
-    p.add_argument("start", type=float, metavar="START_EPOCH_S")
-    p.add_argument("end", type=float, metavar="END_EPOCH_S")
-
-
-def _run_schedule(args: argparse.Namespace, out: TextIO, client: Client) -> None:
-    action = args.action
-    if action == "create":
-        spec = {"cron": args.cron, "every": args.every, "offset": args.offset, "timezone": args.timezone, "start": args.start, "end": args.end, "jitter": args.jitter}
-        handle = client.create_schedule(
-            args.id, args.workflow, *args.args, spec=spec, overlap=args.overlap, catchup_window=args.catchup_window, paused=args.paused, note=args.note,
-        )
-        _emit(args, out, {"id": handle.id}, f"schedule {handle.id} created")
-        return
-    if action == "list":
-        page = client.list(type=SCHEDULE_TYPE, limit=args.limit)
-        _emit(args, out, page, _table(page))
-        return
-    schedule = client.get_schedule(args.id)
-    if action == "describe":
-        value = schedule.describe()
-        _emit(args, out, value, _readable(_iso_times(value)))
-        return
-    if action in ("pause", "unpause"):
-        getattr(schedule, action)(args.note)
-    elif action == "backfill":
-        schedule.backfill(args.start, args.end)
-    else:
-        getattr(schedule, action)()
-    _emit(args, out, {"ok": True}, "ok")
-
-
 def _client(args: argparse.Namespace) -> Client:
     _check_listening(args.endpoint, args.timeout)
     return Client(
@@ -353,42 +252,6 @@ def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
         _emit(args, out, {"ok": True}, "ok")
     else:
         _emit(args, out, value, _readable(_iso_times(value)))
-
-
-def _readable(value: Any) -> str:
-    return value if isinstance(value, str) else _dumps(value, indent=2)
-
-
-def _iso_times(value: Any) -> Any:
-    """``value`` for a person: each time that has an ISO 8601 twin (``created`` beside
-    ``created_iso``) shown as that text, in its place, and the twin dropped."""
-    if isinstance(value, list):
-        return [_iso_times(item) for item in value]
-    if not isinstance(value, dict):
-        return value
-    shown = {}
-    for key, item in value.items():
-        if isinstance(key, str) and key.endswith("_iso") and key[:-4] in value:
-            continue
-        twin = f"{key}_iso" if isinstance(key, str) else None
-        shown[key] = value[twin] if twin in value else _iso_times(item)
-    return shown
-
-
-def _table(page: dict[str, Any]) -> str:
-    rows: list[tuple[str, ...]] = [("ID", "TYPE", "STATUS", "UPDATED")]
-    for item in page.get("items") or []:
-        item = _iso_times(item)
-        rows.append(tuple(_readable(item.get(key)) if item.get(key) is not None else "-" for key in ("id", "type", "status", "updated")))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    if page.get("cursor"):
-        lines.append(f"next: --cursor {page['cursor']}")
-    return "\n".join(lines)
-
-
-def _emit(args: argparse.Namespace, out: TextIO, value: Any, readable: str) -> None:
-    print(_dumps(value) if args.json else readable, file=out)
 
 
 def _first_positional(argv: Sequence[str]) -> str | None:
