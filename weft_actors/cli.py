@@ -19,17 +19,21 @@ from typing import Any, Sequence, TextIO
 
 import zmq.auth
 
+from ._cli_errors import Parser, UsageError, print_error, print_failure, print_usage_error, quiet_broken_pipe
 from ._cli_json import json_args as _json_args, json_value as _json_value
 from ._cli_output import emit as _emit, iso_times as _iso_times, readable as _readable, table as _table
 from ._cli_schedule import add_schedule_commands as _schedule_commands, run_schedule as _run_schedule
+from ._cli_start import started
+from ._endpoint_text import endpoint_problem
 from .bus import DEFAULT_ENDPOINT, Client
 from .bus._calls import endpoint_list
-from .errors import OutcomeUnknown, ServerUnavailable, WeftError
+from .errors import ServerUnavailable, WeftError
 
 __all__ = ["main"]
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C (128 + SIGINT)
-_TRANSPORTS = ("tcp://", "ipc://", "inproc://")
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a writer whose reader went away (128 + SIGPIPE)
+_TIMEOUT_HELP = "seconds to wait for each reply from the supervisor (not for a workflow: result waits without limit unless given its own --timeout)"
 _GLOBAL_OPTIONS_WITH_VALUE = ("--data", "--endpoint", "--timeout", "--curve-server-key", "--curve-key")
 # Handed to weft_actors.admin (they open the store, not a connection); listed here for --help.
 _OPERATOR_COMMANDS = {
@@ -50,15 +54,24 @@ def _reply_timeout(text: str) -> float:
     return seconds
 
 
+def _result_wait(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"seconds to wait for the result, more than 0, not {text!r} (leave it out to wait without limit)")
+    return seconds
+
+
 def _endpoint(text: str) -> str:
     """A ZeroMQ endpoint, or several joined by commas (supervisors sharing one store: the
     client fails over between them); a bare ``host:port`` is refused with the fix, not a
     socket error."""
     for endpoint in endpoint_list(text):
-        if not endpoint.startswith(_TRANSPORTS):
-            raise argparse.ArgumentTypeError(f"{endpoint!r} names no transport: write tcp://{endpoint.split('://')[-1]} (a ZeroMQ endpoint)")
-        if endpoint.startswith("tcp://") and "," in endpoint:
-            raise argparse.ArgumentTypeError(f"{endpoint!r}: name each of several endpoints with its transport, e.g. tcp://a:5555,tcp://b:5555")
+        problem = endpoint_problem(endpoint)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -69,7 +82,7 @@ def _common_options(*, with_timeout: bool) -> argparse.ArgumentParser:
     common.add_argument("--endpoint", type=_endpoint, help="supervisor front door, or several comma-separated to fail over between (env WEFT_ENDPOINT)")
     common.add_argument("--json", action="store_true", help="print one JSON document")
     if with_timeout:
-        common.add_argument("--timeout", type=_reply_timeout, metavar="S", help="seconds to wait for each reply")
+        common.add_argument("--timeout", type=_reply_timeout, metavar="S", help=_TIMEOUT_HELP)
     common.add_argument("--curve-server-key", metavar="FILE", help="server public key file (enables CURVE)")
     common.add_argument("--curve-key", metavar="FILE", help="client secret key file (.key_secret)")
     return common
@@ -92,13 +105,13 @@ def _start_options(p: argparse.ArgumentParser) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     common = _common_options(with_timeout=True)
-    parser = argparse.ArgumentParser(prog="python -m weft_actors", description="Client commands for a weft_actors supervisor.")
+    parser: argparse.ArgumentParser = Parser(prog="python -m weft_actors", description="Client commands for a weft_actors supervisor.")
     parser.add_argument(
         "--endpoint", type=_endpoint, default=os.environ.get("WEFT_ENDPOINT", DEFAULT_ENDPOINT),
         help="supervisor front door, or several comma-separated to fail over between (default: %(default)s)",
     )
     parser.add_argument("--json", action="store_true", default=False, help="print one JSON document")
-    parser.add_argument("--timeout", type=_reply_timeout, default=10.0, metavar="S", help="seconds to wait for each reply (default: %(default)s)")
+    parser.add_argument("--timeout", type=_reply_timeout, default=10.0, metavar="S", help=f"{_TIMEOUT_HELP} (default: %(default)s)")
     parser.add_argument("--curve-server-key", metavar="FILE", default=None, help="server public key file (enables CURVE)")
     parser.add_argument("--curve-key", metavar="FILE", default=None, help="client secret key file (.key_secret)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -125,14 +138,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON")
     p.add_argument("--request-id", help="idempotency key (generated if absent)")
     # After `result`, --timeout is how long to wait for the result (each reply waits that long too).
-    p = command("result", "wait for a workflow's result", _common_options(with_timeout=False))
+    p = command("result", "wait for a workflow's result (without limit, unless --timeout)", _common_options(with_timeout=False))
     p.add_argument("id")
-    p.add_argument("--timeout", dest="wait_timeout", type=float, default=None, metavar="S", help="give up after S seconds")
+    p.add_argument("--timeout", dest="wait_timeout", type=_result_wait, default=None, metavar="S", help="give up after S seconds (default: wait without limit)")
     for name, help in (("cancel", "request cancellation"), ("describe", "show a workflow's record and history")):
         command(name, help).add_argument("id")
     p = command("terminate", "end a workflow at once")
     p.add_argument("id")
-    p.add_argument("--reason")
+    reason = p.add_mutually_exclusive_group()
+    reason.add_argument("reason_text", nargs="?", metavar="REASON", help="why (recorded)")
+    reason.add_argument("--reason", help="the same, as an option")
     command("retry", "lift a workflow's quarantine (after fixing its code): it runs again").add_argument("id")
     p = command("list", "list workflows")
     p.add_argument("--status")
@@ -179,7 +194,7 @@ def _check_listening(endpoint: str, timeout: float) -> None:
         if reason is None:
             return
         refused.append(f"{one} ({reason})")
-    raise ServerUnavailable(f"nothing is listening at {', '.join(refused)}", endpoint=endpoint)
+    raise ServerUnavailable(f"nothing is listening at {', '.join(refused)}", endpoint=endpoint, listening=False)
 
 
 def _not_listening(endpoint: str, timeout: float) -> str | None:
@@ -216,7 +231,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
                 handle = client.start(args.workflow, *args.args, **_start_kwargs(args))
             else:
                 handle = client.signal_with_start(args.workflow, *args.args, signal=args.signal, payload=args.payload, **_start_kwargs(args))
-            _emit(args, out, {"id": handle.id, "run_id": handle.run_id}, f"{handle.id} (run {handle.run_id})")
+            _emit(args, out, *started(handle))
         elif command == "schedule":
             _run_schedule(args, out, client)
         elif command in ("list", "stats", "ping"):
@@ -243,7 +258,7 @@ def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
     elif command == "cancel":
         value = handle.cancel()
     elif command == "terminate":
-        value = handle.terminate(args.reason)
+        value = handle.terminate(args.reason if args.reason is not None else args.reason_text)
     elif command == "retry":
         value = handle.lift_quarantine()
     else:
@@ -265,16 +280,6 @@ def _first_positional(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _print_error(exc: WeftError) -> None:
-    print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-    if isinstance(exc, ServerUnavailable) and not isinstance(exc, OutcomeUnknown):
-        print(
-            "hint: is a supervisor running there? Start one with `python -m weft_actors.supervisor`, "
-            "or name its endpoint with --endpoint (or WEFT_ENDPOINT), e.g. tcp://127.0.0.1:5555",
-            file=sys.stderr,
-        )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 failed, 2 bad usage, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -283,20 +288,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return admin.main(argv)
     parser = _parser()
+    as_json = "--json" in argv
+    args: argparse.Namespace | None = None
     try:
         args = parser.parse_args(argv)
         _run(args, sys.stdout)
-    except SystemExit as exc:  # argparse has printed the usage error (or the help)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except UsageError as exc:
+        print_usage_error(exc, as_json=as_json)
+        return 2
+    except SystemExit as exc:  # argparse has printed the help
         return exc.code if isinstance(exc.code, int) else 2
     except KeyboardInterrupt:  # Ctrl-C, while waiting for a result say: no traceback
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `... | head`: the reader has all it wanted
+        quiet_broken_pipe()
+        return EXIT_BROKEN_PIPE
     except WeftError as exc:
-        _print_error(exc)
+        print_error(exc, as_json=as_json, curve=bool(args is not None and args.curve_server_key))
         return 1
     except TimeoutError as exc:
-        print(f"error: timeout: {exc}", file=sys.stderr)
+        print_failure("timeout", str(exc), as_json=as_json)
         return 1
     except (ValueError, OSError) as exc:  # bad key file, unwritable keygen dir, ...
-        print(f"error: usage: {exc}", file=sys.stderr)
+        print_failure("usage", str(exc), as_json=as_json)
         return 2
     return 0
