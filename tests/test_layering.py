@@ -31,7 +31,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"supervisor"}),  # shard processes, the front door, the console
     frozenset({TOP, "admin", "check", "_cli_schedule"}),  # the package's door (its __init__); operator tools
     frozenset({"cli", "testing", "examples"}),
-    frozenset({"__main__"}),
+    frozenset({"__main__", "pytest_plugin"}),
 )
 """Lowest first. A room may import the rooms of every layer below its own, and none of its
 own layer but itself: rooms of one layer know nothing of each other."""
