@@ -3,8 +3,9 @@
 Every command is one ``Client`` call. Values are given and printed as JSON; with ``--json``
 the output is exactly one JSON document (for scripts, times as epoch seconds with their ISO
 8601 twins: ``created`` and ``created_iso``), otherwise a readable form (times in ISO 8601). A failure
-prints ``error: <code>: <message>`` on stderr and exits 1 (2 for a usage error, 130 when
-interrupted). The operator commands (``backup``, ``purge``, ``replay``, ``export``) work on a
+prints ``error: <code>: <message>`` (and a ``hint:`` where one helps) on stderr, or with
+``--json`` the document ``{"error": {...}}`` on stdout, and exits 1 (2 for a usage error, 130
+when interrupted; a closed pipe ends it quietly, 141). The operator commands (``backup``, ``purge``, ``replay``, ``export``) work on a
 store (``--data``: a data directory or a ``postgresql://`` URL) and are handed to
 ``weft_actors.admin``.
 """
