@@ -57,10 +57,11 @@ def test_schedule_describe_reads_as_a_page_and_json_stays(supervisor: RunningSup
 
 
 def test_schedule_backfill_takes_iso_8601(supervisor: RunningSupervisor, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(supervisor, "schedule", "create", "sb-1", "hello", '["x"]', "--every", "3600", "--paused") == 0
+    assert cli(supervisor, "schedule", "create", "sb-1", "hello", '["x"]', "--every", "3600", "--paused", "--start", "2025-12-31T00:00:00Z") == 0
     assert cli(supervisor, "schedule", "backfill", "sb-1", "2026-01-01T00:00:00Z", "2026-01-01T02:00:00+00:00") == 0
-    assert cli(supervisor, "--json", "schedule", "describe", "sb-1") == 0
     capsys.readouterr()
+    assert cli(supervisor, "--json", "schedule", "describe", "sb-1") == 0
+    assert json.loads(capsys.readouterr().out)["spec"]["start"] == 1767139200.0
     assert cli(supervisor, "schedule", "backfill", "sb-1", "yesterday", "1") == 2
     assert "ISO 8601" in capsys.readouterr().err
 

@@ -5,9 +5,9 @@ the output is exactly one JSON document (for scripts, times as epoch seconds wit
 8601 twins: ``created`` and ``created_iso``), otherwise a readable form (times in ISO 8601). A failure
 prints ``error: <code>: <message>`` (and a ``hint:`` where one helps) on stderr, or with
 ``--json`` the document ``{"error": {...}}`` on stdout, and exits 1 (2 for a usage error, 130
-when interrupted; a closed pipe ends it quietly, 141). The operator commands (``backup``, ``purge``, ``replay``, ``export``) work on a
-store (``--data``: a data directory or a ``postgresql://`` URL) and are handed to
-``weft_actors.admin``.
+when interrupted; a closed pipe ends it quietly, 141). The operator commands (``backup``,
+``purge``, ``replay``, ``export``) work on a store (``--data``: a data directory or a
+``postgresql://`` URL) and are handed to ``weft_actors.admin``.
 """
 
 from __future__ import annotations
