@@ -22,16 +22,16 @@ pytestmark = pytest.mark.timeout(30)
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # the error codes every room raises
-    frozenset({"codec", "history", "_checks", "_clock", "_isotime", "_ratelimit", "_placement", "_cli_json"}),
+    frozenset({"codec", "history", "_checks", "_clock", "_isotime", "_ratelimit", "_placement", "_cli_json", "_cli_output", "_cli_errors", "_cli_start", "_endpoint_text"}),
     frozenset({"_schedule_spec"}),
     frozenset({"_schedule_checks"}),
     frozenset({"workflow", "_schedule_handle"}),  # workflow: the deterministic core, no I/O
     frozenset({"store", "bus"}),  # durable state; ZeroMQ clients and the front door: strangers
     frozenset({"shard", "console"}),  # the engine on the store; the web console over a client
     frozenset({"supervisor"}),  # shard processes, the front door, the console
-    frozenset({TOP, "admin", "check"}),  # the package's door (its __init__); operator tools
+    frozenset({TOP, "admin", "check", "_cli_schedule"}),  # the package's door (its __init__); operator tools
     frozenset({"cli", "testing", "examples"}),
-    frozenset({"__main__"}),
+    frozenset({"__main__", "pytest_plugin"}),
 )
 """Lowest first. A room may import the rooms of every layer below its own, and none of its
 own layer but itself: rooms of one layer know nothing of each other."""

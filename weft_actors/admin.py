@@ -40,8 +40,16 @@ def parse_duration(text: str) -> float:
     """``90``, ``45s``, ``30m``, ``12h``, ``7d``, ``2w`` -> seconds."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
     if match is None:
-        raise ValueError(f"not a duration: {text!r} (use e.g. 45s, 30m, 12h, 7d)")
+        raise ValueError(f"expected a duration such as 7d, 12h, 30m, 0s, not {text!r}")
     return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+def _duration_arg(text: str) -> float:
+    """``parse_duration`` for argparse, whose message for a plain ValueError names the function."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def replay_report(definition: Any, workflow_id: str, record: dict[str, Any], ops: dict[int, dict[str, Any]]) -> dict[str, Any]:
@@ -84,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     cmd.add_argument("destination")
     cmd = commands.add_parser("purge", help="remove finished workflows (dry run unless --yes)")
     cmd.add_argument("--status", choices=("completed", "failed", "cancelled", "terminated", "timed_out", "continued"))
-    cmd.add_argument("--older-than", type=parse_duration, help="e.g. 7d, 12h")
+    cmd.add_argument("--older-than", type=_duration_arg, help="e.g. 7d, 12h")
     cmd.add_argument("--id", action="append", dest="ids", help="a workflow id (repeatable)")
     cmd.add_argument("--yes", action="store_true", help="really delete")
     cmd = commands.add_parser("replay", help="replay one workflow's history against current code")
@@ -183,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WeftError as exc:
         sys.stderr.write(f"error: {exc.code}: {exc}\n")
         return 1
-    except (ValueError, OSError, ImportError) as exc:
+    except ImportError as exc:  # --app names a module that cannot be imported: not a usage error
+        sys.stderr.write(f"error: import_failed: cannot import the app module {getattr(args, 'app', None)!r}: {exc}\n")
+        return 1
+    except (ValueError, OSError) as exc:
         sys.stderr.write(f"error: usage: {exc}\n")
         return 2

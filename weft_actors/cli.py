@@ -3,39 +3,38 @@
 Every command is one ``Client`` call. Values are given and printed as JSON; with ``--json``
 the output is exactly one JSON document (for scripts, times as epoch seconds with their ISO
 8601 twins: ``created`` and ``created_iso``), otherwise a readable form (times in ISO 8601). A failure
-prints ``error: <code>: <message>`` on stderr and exits 1 (2 for a usage error, 130 when
-interrupted). The operator commands (``backup``, ``purge``, ``replay``, ``export``) work on a
-store (``--data``: a data directory or a ``postgresql://`` URL) and are handed to
-``weft_actors.admin``.
+prints ``error: <code>: <message>`` (and a ``hint:`` where one helps) on stderr, or with
+``--json`` the document ``{"error": {...}}`` on stdout, and exits 1 (2 for a usage error, 130
+when interrupted; a closed pipe ends it quietly, 141). The operator commands (``backup``,
+``purge``, ``replay``, ``export``) work on a store (``--data``: a data directory or a
+``postgresql://`` URL) and are handed to ``weft_actors.admin``.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import dataclasses
-import datetime as _dt
-import decimal
-import enum
-import json
 import os
 import socket
 import sys
-import uuid
 from typing import Any, Sequence, TextIO
 
 import zmq.auth
 
+from ._cli_errors import Parser, UsageError, print_error, print_failure, print_usage_error, quiet_broken_pipe
 from ._cli_json import json_args as _json_args, json_value as _json_value
-from ._schedule_spec import OVERLAP_POLICIES, SCHEDULE_TYPE
+from ._cli_output import emit as _emit, iso_times as _iso_times, readable as _readable, table as _table
+from ._cli_schedule import add_schedule_commands as _schedule_commands, run_schedule as _run_schedule
+from ._cli_start import started
+from ._endpoint_text import endpoint_problem
 from .bus import DEFAULT_ENDPOINT, Client
 from .bus._calls import endpoint_list
-from .errors import OutcomeUnknown, ServerUnavailable, WeftError
+from .errors import ServerUnavailable, WeftError
 
 __all__ = ["main"]
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a command ended by Ctrl-C (128 + SIGINT)
-_TRANSPORTS = ("tcp://", "ipc://", "inproc://")
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a writer whose reader went away (128 + SIGPIPE)
+_TIMEOUT_HELP = "seconds to wait for each reply from the supervisor (not for a workflow: result waits without limit unless given its own --timeout)"
 _GLOBAL_OPTIONS_WITH_VALUE = ("--data", "--endpoint", "--timeout", "--curve-server-key", "--curve-key")
 # Handed to weft_actors.admin (they open the store, not a connection); listed here for --help.
 _OPERATOR_COMMANDS = {
@@ -44,43 +43,6 @@ _OPERATOR_COMMANDS = {
     "replay": "check a history against new code (ID or --history FILE, --app MODULE)",
     "export": "write a workflow's history as JSON, for replay --history (ID)",
 }
-
-
-def _json_default(value: Any) -> Any:
-    """Printable stand-ins for what the codec carries but JSON does not."""
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
-        return value.isoformat()
-    if isinstance(value, _dt.timedelta):
-        return value.total_seconds()
-    if isinstance(value, (set, frozenset)):
-        try:
-            return sorted(value)
-        except TypeError:
-            return list(value)
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (decimal.Decimal, uuid.UUID)):
-        return str(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    if hasattr(value, "model_dump"):
-        return value.model_dump()
-    return repr(value)
-
-
-def _dumps(value: Any, *, indent: int | None = None) -> str:
-    # Non-string keys (ints, tuples) are made strings rather than failing the whole output.
-    return json.dumps(_string_keys(value), default=_json_default, indent=indent, ensure_ascii=False)
-
-
-def _string_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k if isinstance(k, str) else _dumps(k): _string_keys(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_string_keys(v) for v in value]
-    return value
 
 
 def _reply_timeout(text: str) -> float:
@@ -93,15 +55,24 @@ def _reply_timeout(text: str) -> float:
     return seconds
 
 
+def _result_wait(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"seconds to wait for the result, more than 0, not {text!r} (leave it out to wait without limit)")
+    return seconds
+
+
 def _endpoint(text: str) -> str:
     """A ZeroMQ endpoint, or several joined by commas (supervisors sharing one store: the
     client fails over between them); a bare ``host:port`` is refused with the fix, not a
     socket error."""
     for endpoint in endpoint_list(text):
-        if not endpoint.startswith(_TRANSPORTS):
-            raise argparse.ArgumentTypeError(f"{endpoint!r} names no transport: write tcp://{endpoint.split('://')[-1]} (a ZeroMQ endpoint)")
-        if endpoint.startswith("tcp://") and "," in endpoint:
-            raise argparse.ArgumentTypeError(f"{endpoint!r}: name each of several endpoints with its transport, e.g. tcp://a:5555,tcp://b:5555")
+        problem = endpoint_problem(endpoint)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -112,7 +83,7 @@ def _common_options(*, with_timeout: bool) -> argparse.ArgumentParser:
     common.add_argument("--endpoint", type=_endpoint, help="supervisor front door, or several comma-separated to fail over between (env WEFT_ENDPOINT)")
     common.add_argument("--json", action="store_true", help="print one JSON document")
     if with_timeout:
-        common.add_argument("--timeout", type=_reply_timeout, metavar="S", help="seconds to wait for each reply")
+        common.add_argument("--timeout", type=_reply_timeout, metavar="S", help=_TIMEOUT_HELP)
     common.add_argument("--curve-server-key", metavar="FILE", help="server public key file (enables CURVE)")
     common.add_argument("--curve-key", metavar="FILE", help="client secret key file (.key_secret)")
     return common
@@ -135,13 +106,13 @@ def _start_options(p: argparse.ArgumentParser) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     common = _common_options(with_timeout=True)
-    parser = argparse.ArgumentParser(prog="python -m weft_actors", description="Client commands for a weft_actors supervisor.")
+    parser: argparse.ArgumentParser = Parser(prog="python -m weft_actors", description="Client commands for a weft_actors supervisor.")
     parser.add_argument(
         "--endpoint", type=_endpoint, default=os.environ.get("WEFT_ENDPOINT", DEFAULT_ENDPOINT),
         help="supervisor front door, or several comma-separated to fail over between (default: %(default)s)",
     )
     parser.add_argument("--json", action="store_true", default=False, help="print one JSON document")
-    parser.add_argument("--timeout", type=_reply_timeout, default=10.0, metavar="S", help="seconds to wait for each reply (default: %(default)s)")
+    parser.add_argument("--timeout", type=_reply_timeout, default=10.0, metavar="S", help=f"{_TIMEOUT_HELP} (default: %(default)s)")
     parser.add_argument("--curve-server-key", metavar="FILE", default=None, help="server public key file (enables CURVE)")
     parser.add_argument("--curve-key", metavar="FILE", default=None, help="client secret key file (.key_secret)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -168,14 +139,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON")
     p.add_argument("--request-id", help="idempotency key (generated if absent)")
     # After `result`, --timeout is how long to wait for the result (each reply waits that long too).
-    p = command("result", "wait for a workflow's result", _common_options(with_timeout=False))
+    p = command("result", "wait for a workflow's result (without limit, unless --timeout)", _common_options(with_timeout=False))
     p.add_argument("id")
-    p.add_argument("--timeout", dest="wait_timeout", type=float, default=None, metavar="S", help="give up after S seconds")
+    p.add_argument("--timeout", dest="wait_timeout", type=_result_wait, default=None, metavar="S", help="give up after S seconds (default: wait without limit)")
     for name, help in (("cancel", "request cancellation"), ("describe", "show a workflow's record and history")):
         command(name, help).add_argument("id")
     p = command("terminate", "end a workflow at once")
     p.add_argument("id")
-    p.add_argument("--reason")
+    reason = p.add_mutually_exclusive_group()
+    reason.add_argument("reason_text", nargs="?", metavar="REASON", help="why (recorded)")
+    reason.add_argument("--reason", help="the same, as an option")
     command("retry", "lift a workflow's quarantine (after fixing its code): it runs again").add_argument("id")
     p = command("list", "list workflows")
     p.add_argument("--status")
@@ -191,64 +164,6 @@ def _parser() -> argparse.ArgumentParser:
     for name, help in _OPERATOR_COMMANDS.items():  # parsed by weft_actors.admin (see main)
         commands.add_parser(name, help=help, add_help=False)
     return parser
-
-
-def _schedule_commands(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    p = actions.add_parser("create", help="create a schedule", parents=[common])
-    p.add_argument("id", help="the schedule id (its runs are ID/<fire time ISO>)")
-    p.add_argument("workflow")
-    p.add_argument("args", nargs="?", type=_json_args, default=(), metavar="ARGS_JSON", help="JSON array of the workflow's arguments")
-    when = p.add_mutually_exclusive_group(required=True)
-    when.add_argument("--cron", help="5 fields (or 6, seconds first), e.g. '0 9 * * mon-fri'")
-    when.add_argument("--every", type=float, metavar="S", help="an interval in seconds")
-    p.add_argument("--offset", type=float, default=0.0, metavar="S", help="shift of --every's grid (default 0)")
-    p.add_argument("--timezone", default="UTC", help="zoneinfo name the cron string is read in (default UTC)")
-    p.add_argument("--start", type=float, metavar="EPOCH_S", help="no fire before this")
-    p.add_argument("--end", type=float, metavar="EPOCH_S", help="no fire after this")
-    p.add_argument("--jitter", type=float, default=0.0, metavar="S", help="delay each fire by up to S seconds")
-    p.add_argument("--overlap", choices=OVERLAP_POLICIES, default="skip", help="when the previous run still runs (default: %(default)s)")
-    p.add_argument("--catchup-window", type=float, default=60.0, metavar="S", help="missed fires younger than this still start (default 60)")
-    p.add_argument("--paused", action="store_true", help="create it paused")
-    p.add_argument("--note")
-    actions.add_parser("list", help="list schedules", parents=[common]).add_argument("--limit", type=int, default=100)
-    for name, help in (("describe", "next fire times, recent runs, counts"), ("trigger", "fire now"), ("delete", "fire no more")):
-        actions.add_parser(name, help=help, parents=[common]).add_argument("id")
-    for name, help in (("pause", "stop firing until unpaused"), ("unpause", "fire again (what fell due meanwhile is not caught up)")):
-        p = actions.add_parser(name, help=help, parents=[common])
-        p.add_argument("id")
-        p.add_argument("--note")
-    p = actions.add_parser("backfill", help="start every fire time in [START, END] not started yet", parents=[common])
-    p.add_argument("id")
-    p.add_argument("start", type=float, metavar="START_EPOCH_S")
-    p.add_argument("end", type=float, metavar="END_EPOCH_S")
-
-
-def _run_schedule(args: argparse.Namespace, out: TextIO, client: Client) -> None:
-    action = args.action
-    if action == "create":
-        spec = {"cron": args.cron, "every": args.every, "offset": args.offset, "timezone": args.timezone, "start": args.start, "end": args.end, "jitter": args.jitter}
-        handle = client.create_schedule(
-            args.id, args.workflow, *args.args, spec=spec, overlap=args.overlap, catchup_window=args.catchup_window, paused=args.paused, note=args.note,
-        )
-        _emit(args, out, {"id": handle.id}, f"schedule {handle.id} created")
-        return
-    if action == "list":
-        page = client.list(type=SCHEDULE_TYPE, limit=args.limit)
-        _emit(args, out, page, _table(page))
-        return
-    schedule = client.get_schedule(args.id)
-    if action == "describe":
-        value = schedule.describe()
-        _emit(args, out, value, _readable(_iso_times(value)))
-        return
-    if action in ("pause", "unpause"):
-        getattr(schedule, action)(args.note)
-    elif action == "backfill":
-        schedule.backfill(args.start, args.end)
-    else:
-        getattr(schedule, action)()
-    _emit(args, out, {"ok": True}, "ok")
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -280,7 +195,7 @@ def _check_listening(endpoint: str, timeout: float) -> None:
         if reason is None:
             return
         refused.append(f"{one} ({reason})")
-    raise ServerUnavailable(f"nothing is listening at {', '.join(refused)}", endpoint=endpoint)
+    raise ServerUnavailable(f"nothing is listening at {', '.join(refused)}", endpoint=endpoint, listening=False)
 
 
 def _not_listening(endpoint: str, timeout: float) -> str | None:
@@ -317,7 +232,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
                 handle = client.start(args.workflow, *args.args, **_start_kwargs(args))
             else:
                 handle = client.signal_with_start(args.workflow, *args.args, signal=args.signal, payload=args.payload, **_start_kwargs(args))
-            _emit(args, out, {"id": handle.id, "run_id": handle.run_id}, f"{handle.id} (run {handle.run_id})")
+            _emit(args, out, *started(handle))
         elif command == "schedule":
             _run_schedule(args, out, client)
         elif command in ("list", "stats", "ping"):
@@ -344,7 +259,7 @@ def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
     elif command == "cancel":
         value = handle.cancel()
     elif command == "terminate":
-        value = handle.terminate(args.reason)
+        value = handle.terminate(args.reason if args.reason is not None else args.reason_text)
     elif command == "retry":
         value = handle.lift_quarantine()
     else:
@@ -353,42 +268,6 @@ def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
         _emit(args, out, {"ok": True}, "ok")
     else:
         _emit(args, out, value, _readable(_iso_times(value)))
-
-
-def _readable(value: Any) -> str:
-    return value if isinstance(value, str) else _dumps(value, indent=2)
-
-
-def _iso_times(value: Any) -> Any:
-    """``value`` for a person: each time that has an ISO 8601 twin (``created`` beside
-    ``created_iso``) shown as that text, in its place, and the twin dropped."""
-    if isinstance(value, list):
-        return [_iso_times(item) for item in value]
-    if not isinstance(value, dict):
-        return value
-    shown = {}
-    for key, item in value.items():
-        if isinstance(key, str) and key.endswith("_iso") and key[:-4] in value:
-            continue
-        twin = f"{key}_iso" if isinstance(key, str) else None
-        shown[key] = value[twin] if twin in value else _iso_times(item)
-    return shown
-
-
-def _table(page: dict[str, Any]) -> str:
-    rows: list[tuple[str, ...]] = [("ID", "TYPE", "STATUS", "UPDATED")]
-    for item in page.get("items") or []:
-        item = _iso_times(item)
-        rows.append(tuple(_readable(item.get(key)) if item.get(key) is not None else "-" for key in ("id", "type", "status", "updated")))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
-    if page.get("cursor"):
-        lines.append(f"next: --cursor {page['cursor']}")
-    return "\n".join(lines)
-
-
-def _emit(args: argparse.Namespace, out: TextIO, value: Any, readable: str) -> None:
-    print(_dumps(value) if args.json else readable, file=out)
 
 
 def _first_positional(argv: Sequence[str]) -> str | None:
@@ -402,16 +281,6 @@ def _first_positional(argv: Sequence[str]) -> str | None:
     return None
 
 
-def _print_error(exc: WeftError) -> None:
-    print(f"error: {exc.code}: {exc.message}", file=sys.stderr)
-    if isinstance(exc, ServerUnavailable) and not isinstance(exc, OutcomeUnknown):
-        print(
-            "hint: is a supervisor running there? Start one with `python -m weft_actors.supervisor`, "
-            "or name its endpoint with --endpoint (or WEFT_ENDPOINT), e.g. tcp://127.0.0.1:5555",
-            file=sys.stderr,
-        )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status (0 ok, 1 failed, 2 bad usage, 130 interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -420,20 +289,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return admin.main(argv)
     parser = _parser()
+    as_json = "--json" in argv
+    args: argparse.Namespace | None = None
     try:
         args = parser.parse_args(argv)
         _run(args, sys.stdout)
-    except SystemExit as exc:  # argparse has printed the usage error (or the help)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+    except UsageError as exc:
+        print_usage_error(exc, as_json=as_json)
+        return 2
+    except SystemExit as exc:  # argparse has printed the help
         return exc.code if isinstance(exc.code, int) else 2
     except KeyboardInterrupt:  # Ctrl-C, while waiting for a result say: no traceback
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `... | head`: the reader has all it wanted
+        quiet_broken_pipe()
+        return EXIT_BROKEN_PIPE
     except WeftError as exc:
-        _print_error(exc)
+        print_error(exc, as_json=as_json, curve=bool(args is not None and args.curve_server_key))
         return 1
     except TimeoutError as exc:
-        print(f"error: timeout: {exc}", file=sys.stderr)
+        print_failure("timeout", str(exc), as_json=as_json)
         return 1
     except (ValueError, OSError) as exc:  # bad key file, unwritable keygen dir, ...
-        print(f"error: usage: {exc}", file=sys.stderr)
+        print_failure("usage", str(exc), as_json=as_json)
         return 2
     return 0

@@ -30,12 +30,12 @@ def cli(server: FakeServer, *argv: str) -> int:
 def test_start_with_args_and_options(server: FakeServer, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(server, "start", "order", '["o-1", 1299]', "--id", "order-o-1", "--memo", '{"a": 1}', "--start-delay", "1.5") == 0
     assert capsys.readouterr().out.strip() == "order-o-1 (run run-1)"
-    request = server.requests[-1]
+    request = [request for request in server.requests if request["op"] == "start"][-1]  # then a describe (queued?)
     assert decode_args(request["args"]) == ("o-1", 1299) and decode(request["memo"]) == {"a": 1}
     assert (request["wid"], request["start_delay"], request["if_exists"]) == ("order-o-1", 1.5, "error")
     assert cli(server, "start", "order", '"single"', "--json") == 0
     assert json.loads(capsys.readouterr().out) == {"id": "generated-1", "run_id": "run-1"}
-    assert decode_args(server.requests[-1]["args"]) == ("single",)
+    assert decode_args([request for request in server.requests if request["op"] == "start"][-1]["args"]) == ("single",)
 
 
 def test_signal_query_update_result(server: FakeServer, capsys: pytest.CaptureFixture[str]) -> None:

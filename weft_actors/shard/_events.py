@@ -125,11 +125,11 @@ def workflow_quarantined(engine_id: str, wid: str, wf_type: str, run_id: str, lo
     )
 
 
-def workflow_taken_over(engine_id: str, wid: str, wf_type: str | None, from_engine: str | None, epoch: int) -> None:
-    """This engine claimed ``wid`` from an owner that was lost (``from_engine``) or that let
-    it go (None: released at a stop, or never held). The op it resumes is known only once it
-    is replayed, after this."""
-    source = f"engine {from_engine}" if from_engine is not None else "nobody (released, or never claimed)"
+def workflow_taken_over(engine_id: str, wid: str, wf_type: str | None, from_engine: str | None, epoch: int, source: str | None = None) -> None:
+    """This engine claimed ``wid`` from an owner that was lost, or that released it at its
+    stop (``from_engine``; None: never held), described by ``source`` (``_takeover_source``).
+    The op it resumes is known only once it is replayed, after this."""
+    source = source or (f"engine {from_engine}" if from_engine is not None else "nobody (released, or never claimed)")
     log.info(
         "workflow %s (%s) taken over from %s at epoch %d",
         wid, wf_type, source, epoch,
@@ -140,9 +140,9 @@ def workflow_taken_over(engine_id: str, wid: str, wf_type: str | None, from_engi
     )
 
 
-def workflows_taken_over(engine_id: str, count: int, from_engine: str | None) -> None:
+def workflows_taken_over(engine_id: str, count: int, from_engine: str | None, source: str | None = None) -> None:
     """The rest of one takeover past its per-workflow lines, in one line (``_reclaim``)."""
-    source = f"engine {from_engine}" if from_engine is not None else "nobody (released, or never claimed)"
+    source = source or (f"engine {from_engine}" if from_engine is not None else "nobody (released, or never claimed)")
     log.info(
         "%d more workflows taken over from %s",
         count, source,

@@ -31,6 +31,7 @@ from ..errors import WeftError
 from ..store import CloseWorkflow, FireStart, expiry_time, offered_types
 from ..workflow import SYSTEM_TYPES
 from . import _events as events
+from ._takeover_source import takeover_sources
 
 if TYPE_CHECKING:
     from .._clock import Clock
@@ -231,7 +232,9 @@ class Reclaimer:
         metrics = engine.metrics
         taken = 0
         unlogged: dict[str | None, int] = {}
+        described: dict[str | None, str] = {}
         for attempt in range(1, MAX_TAKEOVER_TRIES + 1):
+            sources = takeover_sources(store, wanted)  # read before the claims move
             won = store.takeover(engine.engine_id, wanted)
             lost = []
             for wid, holder in wanted:
@@ -242,9 +245,10 @@ class Reclaimer:
                     continue
                 metrics.claim("takeover")
                 taken += 1
-                from_engine = None if holder is None else holder[:16].hex()
+                from_engine, source = sources[wid]
+                described[from_engine] = source
                 if taken <= TAKEOVER_LINES:
-                    events.workflow_taken_over(engine.engine_id, wid, self._types.get(wid), from_engine, epoch)
+                    events.workflow_taken_over(engine.engine_id, wid, self._types.get(wid), from_engine, epoch, source)
                 else:
                     unlogged[from_engine] = unlogged.get(from_engine, 0) + 1
                 self.drive(wid, epoch)
@@ -256,7 +260,7 @@ class Reclaimer:
             if not wanted:
                 break
         for from_engine, count in unlogged.items():
-            events.workflows_taken_over(engine.engine_id, count, from_engine)
+            events.workflows_taken_over(engine.engine_id, count, from_engine, described[from_engine])
         return taken
 
     def drive(self, wid: str, epoch: int) -> None:

@@ -155,7 +155,8 @@ APPLIERS: dict[type, Any] = {
 
 def release_claims(state: TxnState) -> int:
     """Graceful release: every holder of this engine goes; its running workflows move to the
-    ``NO_ENGINE`` index so that any live engine reclaims them at once."""
+    ``NO_ENGINE`` index so that any live engine reclaims them at once, each entry's value
+    naming this engine (``released_by``: whoever takes one over can say from whom)."""
     txn, dbs = state.txn, state.dbs
     moved = 0
     prefix = state.engine_raw
@@ -172,6 +173,6 @@ def release_claims(state: TxnState) -> int:
         if holder is not None and holder[:16] == prefix:
             txn.delete(wid_raw, db=dbs.claim_holder)
         txn.delete(key, db=dbs.by_engine)
-        txn.put(NO_ENGINE + wid_raw, b"", db=dbs.by_engine)
+        txn.put(NO_ENGINE + wid_raw, prefix, db=dbs.by_engine)
         moved += 1
     return moved

@@ -275,6 +275,17 @@ class KeyspaceStore(UpkeepMixin, RequestsMixin):
         with self.env.begin() as txn:
             return _queries.by_engine(txn, self.dbs, engine_key(engine_id))
 
+    def released_by(self, wids: list[str]) -> dict[str, str]:
+        """The engine (id) that released each of ``wids`` at its stop, for those with no holder
+        whose release recorded it (a takeover names it; never claimed: absent)."""
+        found: dict[str, str] = {}
+        with self.env.begin() as txn:
+            for wid in wids:
+                value = txn.get(NO_ENGINE + wid.encode(), db=self.dbs.by_engine)
+                if value:
+                    found[wid] = bytes(value).hex()
+        return found
+
     def reclaim_candidates(self, engine_id: str, limit: int | None = None) -> list[tuple[str, bytes | None, str]]:
         """``(wid, holder bytes, type)`` of running workflows held by dead or expired engines,
         or held by nobody (the first ``limit`` of them, if given). The caller filters by

@@ -7,6 +7,7 @@ and the wait slot in it, are ``_lockfile``'s: ``Ownership`` builds on them."""
 from __future__ import annotations
 
 import os
+import socket
 from typing import TYPE_CHECKING, Any, Iterable
 
 from ..codec import unpack_record
@@ -89,6 +90,7 @@ class Ownership(EngineLockFiles):
             fresh: dict[str, Any] = {
                 "slot": slot,
                 "pid": pid if pid is not None else os.getpid(),
+                "host": socket.gethostname(),  # read by people: where the engine ran (a takeover names it)
                 "state": "live",
                 "heartbeat": heartbeat,
                 "ttl": ttl,

@@ -11,7 +11,9 @@ import argparse
 import logging
 import os
 import sys
+from typing import NoReturn
 
+from .._endpoint_text import endpoint_problem
 from ..errors import WeftError
 from ..shard import validate_timing
 from ..store import is_store_url
@@ -22,6 +24,7 @@ from ._supervisor import EXIT_STARTUP, Supervisor
 log = logging.getLogger("weft_actors.supervisor")
 
 
+DESCRIPTION = "Run the engine's shards under one supervisor (exit 0 after a clean drain, 1 when it cannot start, 2 for a usage error, 3 when shards died too often)."
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
@@ -37,6 +40,21 @@ class _HelpWithDefaults(argparse.HelpFormatter):
         return f"{help} (default: %(default)s)"
 
 
+class _OneLineErrors(argparse.ArgumentParser):
+    """A usage error is one line that names the flag, not the fifty-line usage above it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
+
+def _bind_endpoint(text: str) -> str:
+    """``--bind``: the client's ``--endpoint`` check (a bare ``host:port`` names no transport)."""
+    problem = endpoint_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def _have_h11() -> bool:
     """Whether the console's HTTP layer can be imported (the ``console`` extra)."""
     try:
@@ -47,11 +65,11 @@ def _have_h11() -> bool:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m weft_actors.supervisor", description=__doc__.splitlines()[0], formatter_class=_HelpWithDefaults)
+    parser = _OneLineErrors(prog="python -m weft_actors.supervisor", description=DESCRIPTION, formatter_class=_HelpWithDefaults)
     parser.add_argument("--shards", type=int, metavar="N", default=os.cpu_count() or 1, help="shard processes (default: CPU count)")
     parser.add_argument("--app", metavar="MODULE", default="weft_actors.examples", help="module holding the @workflow functions (default: the bundled example app, %(default)s)")
     parser.add_argument("--data", "--store", dest="data", metavar="DIR|URL", default="./weft-data", help="the store: a data directory (LMDB), or a postgresql:// URL that supervisors on several hosts share")
-    parser.add_argument("--bind", metavar="ENDPOINT", default="tcp://127.0.0.1:5555", help="client endpoint")
+    parser.add_argument("--bind", type=_bind_endpoint, metavar="ENDPOINT", default="tcp://127.0.0.1:5555", help="client endpoint")
     parser.add_argument("--heartbeat", type=float, default=0.5, metavar="S", help="seconds between a shard's lease renewals")
     parser.add_argument("--ttl", type=float, default=3.0, metavar="S", help="seconds a lease lasts: a shard silent for this long loses its workflows to the others")
     parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", help="least severe level logged")

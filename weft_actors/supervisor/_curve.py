@@ -12,6 +12,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from ..bus import KeyRing
 from ..errors import InvalidRequest
+from ._zap_log import LoggedKeys
 
 __all__ = ["server_keys", "start_authenticator", "is_loopback", "is_loopback_host", "check_bind"]
 
@@ -37,7 +38,7 @@ def start_authenticator(
     keys = KeyRing(authorized_keys_dir, readonly_keys_dir)
     authenticator = ThreadAuthenticator(context)
     authenticator.start()
-    authenticator.configure_curve_callback(domain="*", credentials_provider=keys)
+    authenticator.configure_curve_callback(domain="*", credentials_provider=LoggedKeys(keys))
     log.info(
         "CURVE enabled; full-access keys from %s, read-only keys from %s",
         authorized_keys_dir,
