@@ -27,6 +27,7 @@ from typing import Any, Sequence, TextIO
 import zmq.auth
 
 from ._cli_json import json_args as _json_args, json_value as _json_value
+from ._cli_memo import add_memo_filter, memo_filter
 from ._schedule_spec import OVERLAP_POLICIES, SCHEDULE_TYPE
 from .bus import DEFAULT_ENDPOINT, Client
 from .bus._calls import endpoint_list
@@ -182,6 +183,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--type")
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--cursor")
+    add_memo_filter(p)
     command("stats", "server statistics")
     command("ping", "check that the server answers")
     p = command("keygen", "write a CURVE key pair")
@@ -322,7 +324,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
             _run_schedule(args, out, client)
         elif command in ("list", "stats", "ping"):
             if command == "list":
-                page = client.list(status=args.status, type=args.type, limit=args.limit, cursor=args.cursor)
+                page = client.list(status=args.status, type=args.type, limit=args.limit, cursor=args.cursor, memo=memo_filter(args))
                 _emit(args, out, page, _table(page))
             else:
                 value = getattr(client, command)()
