@@ -168,3 +168,12 @@ def test_the_listing_reads_the_matching_entries_only_not_the_store(store_factory
     assert [item["id"] for item in page["items"]] == ["m-1", "x-2", "z-3"]
     # per match: its index entry, the second field's entry and the record; one seek and one step past the end
     assert counting.reads <= 3 * 3 + 2, counting.reads
+
+
+def test_a_memo_has_its_first_32_indexable_fields_indexed(kit):
+    eid = kit.engine()
+    memo = {"skip": [1], **{f"k{i:02d}": i for i in range(40)}}
+    _start(kit, eid, "wide", memo)
+    assert kit.listed_ids(memo={"k31": 31}) == ["wide"]
+    assert kit.listed_ids(memo={"k32": 32}) == []  # stored, not indexed: a start writes at most 32 entries
+    assert kit.store.count("memo") == 32

@@ -10,7 +10,8 @@ their values strings (at most ``MAX_VALUE_BYTES`` bytes), ints (at most ``MAX_VA
 decimal digits) or bools. Any other field (a nested value, a float, an oversized string) is
 stored with the memo as always but not indexed: a start never fails because of its memo's
 shape, and a filter on such a value is refused (``memo_filter``) instead of finding nothing.
-The bounds keep the longest entry (with a 256-byte id) under LMDB's 511-byte key limit.
+The bounds keep the longest entry (with a 256-byte id) under LMDB's 511-byte key limit; a memo
+has its first ``MAX_INDEXED_FIELDS`` indexable fields indexed, in its own order.
 
 The memo is written once, by the start (``_apply.create_workflow``, which indexes it in the
 same transaction, and only when a memo is given); nothing changes it later. A start that
@@ -34,6 +35,7 @@ __all__ = [
     "MAX_KEY_BYTES",
     "MAX_VALUE_BYTES",
     "MAX_FILTER_FIELDS",
+    "MAX_INDEXED_FIELDS",
     "memo_prefix",
     "memo_fields",
     "memo_filter",
@@ -48,6 +50,9 @@ MAX_KEY_BYTES: Final = 64
 MAX_VALUE_BYTES: Final = 128
 MAX_FILTER_FIELDS: Final = 8
 """A filter names at most this many fields (each one more point read per candidate)."""
+MAX_INDEXED_FIELDS: Final = 32
+"""The first this many indexable fields of a memo are indexed, the rest only stored: a start
+writes a bounded number of entries, whatever the size of its memo."""
 
 _U16: Final = struct.Struct(">H")
 _STR, _INT, _BOOL = b"s", b"i", b"b"
@@ -92,6 +97,8 @@ def memo_fields(memo: bytes | None) -> list[bytes]:
         prefix = _encoded(key, field)
         if prefix is not None:
             found.append(prefix)
+            if len(found) == MAX_INDEXED_FIELDS:
+                break
     return found
 
 
