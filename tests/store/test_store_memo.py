@@ -177,3 +177,30 @@ def test_a_memo_has_its_first_32_indexable_fields_indexed(kit):
     assert kit.listed_ids(memo={"k31": 31}) == ["wide"]
     assert kit.listed_ids(memo={"k32": 32}) == []  # stored, not indexed: a start writes at most 32 entries
     assert kit.store.count("memo") == 32
+
+
+def _tamper(backend, remove: bytes, add: bytes) -> None:
+    """Delete one memo index entry and write a stray one, behind the store's back."""
+    if backend.name == "lmdb":
+        env = lmdb.open(backend.location, max_dbs=32)
+        try:
+            with env.begin(write=True) as txn:
+                memo = env.open_db(b"memo", txn=txn)
+                assert txn.delete(remove, db=memo)
+                txn.put(add, b"", db=memo)
+        finally:
+            env.close()
+    else:
+        with psycopg.connect(backend.location, autocommit=True) as conn:
+            assert conn.execute("DELETE FROM weft_memo WHERE k = %s", (remove,)).rowcount == 1
+            conn.execute("INSERT INTO weft_memo (k, v) VALUES (%s, '')", (add,))
+
+
+def test_the_checker_finds_a_missing_and_a_stray_memo_entry(store_factory, kit, customers, fake_clock):
+    from weft_actors.store._memo import memo_prefix
+
+    kit.store.close()
+    assert [p.kind for p in check_store(store_factory.location, fake_clock.now())] == []
+    _tamper(store_factory, memo_prefix("region", "us") + b"a-1", memo_prefix("customer", "acme") + b"gone-1")
+    found = {(p.kind, p.workflow_id) for p in check_store(store_factory.location, fake_clock.now())}
+    assert found == {("memo_index_missing", "a-1"), ("memo_index_orphan", "gone-1")}
