@@ -16,12 +16,12 @@ import datetime
 import time
 from typing import Any, Mapping
 
+from .._cli_memo import parse_memo_text
 from .._isotime import iso_utc
 from .._schedule_spec import SCHEDULE_TYPE
 from ..bus import Client
 from ..errors import InvalidRequest, WeftError
 from ..store import LmdbStore
-from .._cli_memo import parse_memo_text
 from ._listing import STATUSES, ListQuery, newest_first
 from ._memo_page import memo_newest_first
 from ._pacing import ReadPacer
