@@ -26,6 +26,7 @@ from ._cli_output import emit as _emit, iso_times as _iso_times, readable as _re
 from ._cli_schedule import add_schedule_commands as _schedule_commands, run_schedule as _run_schedule
 from ._cli_start import started
 from ._endpoint_text import endpoint_problem
+from ._cli_memo import add_memo_filter, memo_filter
 from .bus import DEFAULT_ENDPOINT, Client
 from .bus._calls import endpoint_list
 from .errors import ServerUnavailable, WeftError
@@ -155,6 +156,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--type")
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--cursor")
+    add_memo_filter(p)
     command("stats", "server statistics")
     command("ping", "check that the server answers")
     p = command("keygen", "write a CURVE key pair")
@@ -237,7 +239,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
             _run_schedule(args, out, client)
         elif command in ("list", "stats", "ping"):
             if command == "list":
-                page = client.list(status=args.status, type=args.type, limit=args.limit, cursor=args.cursor)
+                page = client.list(status=args.status, type=args.type, limit=args.limit, cursor=args.cursor, memo=memo_filter(args))
                 _emit(args, out, page, _table(page))
             else:
                 value = getattr(client, command)()

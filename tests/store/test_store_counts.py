@@ -114,5 +114,5 @@ def test_a_schema_3_store_gets_its_counts_when_it_is_upgraded(store_factory, kit
     upgraded = store_factory()
     assert upgraded.workflow_counts() == expected == {("running", "order"): 2, ("running", "refund"): 1}
     with upgraded.env.begin() as txn:
-        assert txn.get(b"schema", db=upgraded.dbs.meta) == str(SCHEMA_VERSION).encode() == b"5"
+        assert txn.get(b"schema", db=upgraded.dbs.meta) == str(SCHEMA_VERSION).encode() == b"6"
     assert isinstance(upgraded, LmdbStore)

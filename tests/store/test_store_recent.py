@@ -152,7 +152,7 @@ def test_a_schema_4_store_gets_the_recent_index_on_its_first_read_write_open(sto
     assert _page(upgraded, query)["items"] == before
     assert _page(upgraded, ListQuery(status="failed", limit=500))["items"] == [item for item in before if item["status"] == "failed"]
     upgraded.close()
-    assert store_factory.get_schema_version() == 5
+    assert store_factory.get_schema_version() == 6
 
 
 @pytest.mark.timeout(120)

@@ -133,9 +133,12 @@ class AsyncClient(TargetShell):
         """A handle on schedule ``id``; no I/O happens until one of its methods is awaited."""
         return ScheduleHandle(self.get_handle(id))
 
-    async def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
-        """One page of workflows, ``{"items": [...], "cursor": next_or_None}``."""
-        return await self._request(_calls.list_call(status, type, limit, cursor))
+    async def list(
+        self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None, memo: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One page of workflows, ``{"items": [...], "cursor": next_or_None}``; ``memo`` keeps those whose
+        memo has each of its top-level fields (``{"customer": "acme"}``), read from the memo index."""
+        return await self._request(_calls.list_call(status, type, limit, cursor, memo))
 
     async def stats(self) -> dict[str, Any]:
         return await self._request(_calls.stats_call())

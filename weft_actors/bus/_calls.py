@@ -235,10 +235,22 @@ def _described(ok: bytes) -> dict[str, Any]:
     return described
 
 
-def list_call(status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> Call:
+def list_call(
+    status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None, memo: dict[str, Any] | None = None
+) -> Call:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
         raise InvalidRequest(f"limit must be a positive integer, not {limit!r}")
-    return Call("list", _compact(status=status, type=type, limit=limit, cursor=cursor))
+    if memo is not None and not _plain_memo_filter(memo):
+        raise InvalidRequest(f"a memo filter is a mapping of memo key (str) to a str, int or bool value, not {memo!r}")
+    return Call("list", _compact(status=status, type=type, limit=limit, cursor=cursor, memo_filter=memo))
+
+
+def _plain_memo_filter(memo: Any) -> bool:
+    """What the wire can carry as a filter; its bounds are the server's to check (``invalid_request``)."""
+    return isinstance(memo, dict) and all(
+        isinstance(key, str) and (isinstance(value, (str, bool)) or (isinstance(value, int) and -(1 << 63) <= value < 1 << 64))
+        for key, value in memo.items()
+    )
 
 
 def stats_call() -> Call:

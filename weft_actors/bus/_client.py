@@ -132,9 +132,12 @@ class Client(TargetShell):
         """A handle on schedule ``id``; no I/O happens until one of its methods is called."""
         return ScheduleHandle(self.get_handle(id))
 
-    def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
-        """One page of workflows, ``{"items": [...], "cursor": next_or_None}``."""
-        return self._request(_calls.list_call(status, type, limit, cursor))
+    def list(
+        self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None, memo: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One page of workflows, ``{"items": [...], "cursor": next_or_None}``; ``memo`` keeps those whose
+        memo has each of its top-level fields (``{"customer": "acme"}``), read from the memo index."""
+        return self._request(_calls.list_call(status, type, limit, cursor, memo))
 
     def stats(self) -> dict[str, Any]:
         return self._request(_calls.stats_call())

@@ -25,7 +25,7 @@ cancel              wid                                                   None
 terminate           wid, reason?                                          None
 lift_quarantine     wid                                                   None
 describe            wid                                                   bin (encoded dict)
-list                status?, type?, limit?, cursor?                       {"items", "cursor"}
+list                status?, type?, limit?, cursor?, memo_filter?         {"items", "cursor"}
 stats               —                                                     dict
 ping                —                                                     "pong"
 =================== ===================================================== ==========================
@@ -90,6 +90,7 @@ _OPTIONAL: Final[dict[str, tuple[type, ...]]] = {
     "type": (str, type(None)),
     "limit": (int,),
     "cursor": (str, type(None)),
+    "memo_filter": (dict, type(None)),
 }
 
 OPS: Final = frozenset(_FIELDS)

@@ -16,12 +16,14 @@ import datetime
 import time
 from typing import Any, Mapping
 
+from .._cli_memo import parse_memo_text
 from .._isotime import iso_utc
 from .._schedule_spec import SCHEDULE_TYPE
 from ..bus import Client
 from ..errors import InvalidRequest, WeftError
 from ..store import LmdbStore
 from ._listing import STATUSES, ListQuery, newest_first
+from ._memo_page import memo_newest_first
 from ._pacing import ReadPacer
 
 __all__ = ["overview", "workflows", "workflow", "schedules", "list_query", "encode_cursor", "MAX_LIMIT", "ReadPacer"]
@@ -68,7 +70,8 @@ def _decode_cursor(text: str) -> tuple[int, str]:
 
 def list_query(params: Mapping[str, str]) -> ListQuery:
     """The Workflows filter from query parameters ``status``, ``type``, ``prefix``, ``from``,
-    ``to`` (ISO 8601 or epoch seconds), ``limit`` and ``cursor``; empty ones are ignored."""
+    ``to`` (ISO 8601 or epoch seconds), ``limit``, ``cursor`` and ``memo`` (``KEY=VALUE,
+    ...``); empty ones are ignored."""
     status = params.get("status") or None
     if status is not None and status not in STATUSES:
         raise InvalidRequest(f"unknown status; one of {', '.join(STATUSES)}")
@@ -88,7 +91,14 @@ def list_query(params: Mapping[str, str]) -> ListQuery:
         updated_to=updated_to,
         limit=limit,
         after=_decode_cursor(params["cursor"]) if params.get("cursor") else None,
+        memo=_memo_text(params.get("memo") or ""),
     )
+
+
+def _memo_text(text: str) -> str:
+    """The memo filter as typed, once it reads (``InvalidRequest``, a bad request, if not)."""
+    parse_memo_text(text)
+    return text.strip()
 
 
 def overview(client: Client) -> dict[str, Any]:
@@ -111,7 +121,8 @@ def workflows(store: LmdbStore, query: ListQuery, pacer: ReadPacer | None = None
     with pacer.turn() if pacer is not None else contextlib.nullcontext():
         began = time.perf_counter()
         with store.read() as txn:
-            page = newest_first(txn, store.dbs, query)
+            memo = parse_memo_text(query.memo)
+            page = newest_first(txn, store.dbs, query) if memo is None else memo_newest_first(txn, store.dbs, query, memo)
         page["read_ms"] = round((time.perf_counter() - began) * 1000, 3)
     for item in page["items"]:
         item["updated_iso"] = iso_utc(item["updated"])
@@ -123,6 +134,7 @@ def workflows(store: LmdbStore, query: ListQuery, pacer: ReadPacer | None = None
         "from": iso_utc(query.updated_from),
         "to": iso_utc(query.updated_to),
         "limit": query.limit,
+        "memo": query.memo,
     }
     return page
 

@@ -55,6 +55,8 @@ class ListQuery:
     limit: int = 50
     after: tuple[int, str] | None = None
     """The previous page's last ``(updated ms, id)``."""
+    memo: str = ""
+    """Memo fields as typed (``customer=acme, region=eu``); read by ``_memo_page``."""
 
 
 def _bounds(query: ListQuery) -> tuple[int, int]:

@@ -69,7 +69,7 @@ def _by_type(entries: list[dict[str, Any]]) -> str:
 
 def workflows_page(data: dict[str, Any]) -> str:
     chosen = data["filter"]
-    base = {"type": chosen["type"], "prefix": chosen["prefix"], "from": chosen["from"], "to": chosen["to"], "limit": chosen["limit"]}
+    base = {"type": chosen["type"], "prefix": chosen["prefix"], "from": chosen["from"], "to": chosen["to"], "limit": chosen["limit"], "memo": chosen.get("memo") or None}
     options = "".join(
         f'<option value="{esc(s)}"{" selected" if s == chosen["status"] else ""}>{esc(s or "any status")}</option>' for s in ("", *STATUSES)
     )
@@ -78,6 +78,7 @@ def workflows_page(data: dict[str, Any]) -> str:
         f'<label>status <select name="status">{options}</select></label> '
         f'<label>type <input name="type" value="{esc(chosen["type"])}" size="14"></label> '
         f'<label>id prefix <input name="prefix" value="{esc(chosen["prefix"])}" size="14"></label> '
+        f'<label>memo <input name="memo" value="{esc(chosen.get("memo") or "")}" placeholder="customer=acme" size="18"></label> '
         f'<label>updated from <input name="from" value="{esc(chosen["from"])}" placeholder="2025-01-31T00:00:00Z" size="22"></label> '
         f'<label>to <input name="to" value="{esc(chosen["to"])}" size="22"></label> '
         f'<label>per page <input name="limit" value="{esc(chosen["limit"])}" size="4"></label> '

@@ -181,16 +181,19 @@ class WorkflowReads:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
         return describe_workflow(workflow_id, snapshot, input_encoded)
 
-    async def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+    async def list(
+        self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None, memo: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """One page, ``{"items": [{"id", "type", "status", "updated", "updated_iso"}...],
         "cursor": next or None}``, in workflow-id order. Following the cursors never lists a workflow twice, and
         lists every workflow that matches throughout, even one whose status changes meanwhile
-        (the exact guarantee: ``store._listing.list_workflows``)."""
+        (the exact guarantee: ``store._listing.list_workflows``). ``memo`` keeps the workflows whose
+        memo has each of its top-level fields, read from the memo index (``store._memo``)."""
         host = self._host
         host.check_running()
         if status is not None and status not in TERMINAL | {"pending", "running", "quarantined"}:
             raise InvalidRequest(f"unknown status {status!r}")
-        page = host.store.list_workflows(status, type, limit, cursor)
+        page = host.store.list_workflows(status, type, limit, cursor, memo)
         page["items"] = [with_iso(item, "updated") for item in page["items"]]
         return page
 

@@ -20,6 +20,7 @@ from ..errors import FencedOut, WorkflowAlreadyExists, WorkflowNotFound
 from ._flow import admit, record_flow
 from ._intents import AppendInbox, Created, CreateWorkflow, StepCommit, StepResult
 from ._keys import DEADLINE_SEQ, NO_ENGINE, START_SEQ, TERMINAL, by_engine_key, holder_value, inbox_key, pack_u32, pack_u64, prefixed, run_prefix, timer_key
+from ._memo import index_memo, unindex_memo
 from ._relays import EffectfulStep, OnTerminal
 from ._state import DEFAULT_MAX_INBOX, TxnState
 from ._table import apply_intent
@@ -52,6 +53,8 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
         prefix = prefixed(wid)
         delete_prefix(txn, dbs.inbox, prefix)
         delete_prefix(txn, dbs.requests, prefix)
+        if existing.get("memo") is not None:  # the new run's memo replaces the old one's entries
+            unindex_memo(txn, dbs, wid_raw, existing["memo"])
     pending = intent.start_at is not None and intent.start_at > state.now
     record: dict[str, Any] = {
         "type": intent.wf_type,
@@ -85,6 +88,8 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
     if record["deadline"] is not None:
         txn.put(timer_key(record["deadline"], wid, DEADLINE_SEQ), pack_record({"kind": "deadline", "run_id": intent.run_id}), True, True, False, dbs.timers)
     txn.put(wid_raw, pack_record(record), True, True, False, dbs.workflows)
+    if intent.memo is not None:
+        index_memo(txn, dbs, wid_raw, intent.memo)
     set_visibility(state, record, wid, existing)
     return Created(True, intent.run_id, record["status"], epoch)
 

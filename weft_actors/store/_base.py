@@ -11,6 +11,7 @@ from ..codec import unpack_record
 from ..errors import StorageError, StorageFull, WeftError
 from .._ratelimit import RateLimitedLog
 from . import _engines, _listing, _queries
+from ._memo_listing import list_by_memo
 from ._feed import feed_head, read_feed
 from ._flow import flow_totals
 from ._keys import COUNT_PREFIX, NO_ENGINE, STATUS_CODES, engine_key, prefixed, run_prefix, split_holder, split_visibility_group, unpack_u64
@@ -318,10 +319,13 @@ class KeyspaceStore(UpkeepMixin, RequestsMixin):
             return found
 
     def list_workflows(
-        self, status: str | None = None, wf_type: str | None = None, limit: int = 100, cursor: str | None = None
+        self, status: str | None = None, wf_type: str | None = None, limit: int = 100, cursor: str | None = None, memo: Any = None
     ) -> dict[str, Any]:
-        """One page in workflow-id order, read in one snapshot (guarantee: ``_listing``)."""
+        """One page in workflow-id order, read in one snapshot (guarantee: ``_listing``); with
+        ``memo`` (``{key: value}``, every field equal) read from the memo index (``_memo_listing``)."""
         with self.env.begin() as txn:
+            if memo is not None:
+                return list_by_memo(txn, self.dbs, status, wf_type, memo, limit, cursor)
             return _listing.list_workflows(txn, self.dbs, status, wf_type, limit, cursor)
 
     def count_quarantined(self) -> int:

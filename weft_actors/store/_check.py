@@ -60,6 +60,7 @@ from ._check_read import (
     workflow_decoder,
 )
 from ._check_totals import check_counts, check_flow
+from ._check_memo import check_memo
 from ._keys import NO_ENGINE, TERMINAL, expiring_key, split_timer_key, visibility_key, visibility_value
 
 __all__ = ["Problem", "check_environment", "check_counts", "check_flow", "check_store"]
@@ -272,7 +273,7 @@ def check_store(location: str, now: float, feed_retention: float = 3600.0) -> li
     try:
         with store.env.begin() as txn:
             problems = check_environment(txn, store.dbs, now, feed_retention, lease_clock=store.clock)
-            for whole_store_check in (check_counts, check_flow):
+            for whole_store_check in (check_counts, check_flow, check_memo):
                 try:
                     problems += whole_store_check(txn, store.dbs)
                 except Exception as exc:  # as check_environment: report it, never crash

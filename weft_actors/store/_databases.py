@@ -26,6 +26,7 @@ DATABASES: Final = (
     "expiring",
     "requests",
     "meta",
+    "memo",
 )
 
 
@@ -48,6 +49,7 @@ class Databases:
     expiring: lmdb._Database
     requests: lmdb._Database
     meta: lmdb._Database
+    memo: lmdb._Database
 
     def __init__(self, env: lmdb.Environment) -> None:
         for name in DATABASES:

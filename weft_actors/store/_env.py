@@ -18,7 +18,7 @@ __all__ = ["SCHEMA_VERSION", "DATABASES", "open_environment", "Databases", "lock
 
 log = logging.getLogger("weft_actors.store")
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 DEFAULT_MAP_SIZE: Final = 1 << 40  # sparse: LMDB only takes what it writes
 
 _OPEN: dict[str, list] = {}

@@ -30,6 +30,7 @@ from ._keys import (
     timer_key,
     visibility_key,
 )
+from ._memo import unindex_memo
 from ._queries import load_ops
 from ._relays import OnTerminal, ReleaseSlot
 from ._state import TxnState
@@ -125,6 +126,8 @@ def purge_workflow(state: TxnState, intent: PurgeWorkflow) -> int:
     delete_recent(txn, dbs, record, wid)
     state.count(record["status"], record["type"], -1)
     txn.delete(expiring_key(record["updated"], wid), db=dbs.expiring)
+    if record.get("memo") is not None:
+        unindex_memo(txn, dbs, wid.encode(), record["memo"])
     txn.delete(wid.encode(), db=dbs.workflows)
     return next_epoch(state, wid.encode())
 

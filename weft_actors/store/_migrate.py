@@ -8,7 +8,8 @@ open, moves older records onto it). Version 4 keeps the number of workflows per 
 type) in ``meta`` (``count/`` keys: what ``/metrics`` reports without scanning); the upgrade
 counts the visibility index once. An older version would not keep those counts, so it refuses a
 version-4 store. Version 5 adds the ``recent`` index (newest first per status, ``_recent``),
-derived from the visibility index once.
+derived from the visibility index once. Version 6 adds the ``memo`` index (``_memo``), built
+from the records once.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..codec import pack_record, unpack_record
+from ._memo import rebuild_memo
 from ._recent import rebuild_recent
 from ._keys import COUNT_PREFIX, TERMINAL, count_key, expiring_key, group_length, pack_u64, visibility_key, visibility_value
 
@@ -83,6 +85,8 @@ def upgrade(txn: lmdb.Transaction[bytes], dbs: Databases, version: int) -> None:
         rebuild_counts(txn, dbs)
     if version < 5:
         rebuild_recent(txn, dbs)
+    if version < 6:
+        rebuild_memo(txn, dbs)
 
 
 def adopt_lease_clock(txn: lmdb.Transaction[bytes], dbs: Databases, clock: Clock) -> int:

@@ -114,7 +114,7 @@ class ShardOps:
         return encode(await self.engine.describe(request["wid"], input_encoded=True), "describe")
 
     async def list(self, request: dict[str, Any]) -> dict[str, Any]:
-        return await self.engine.list(request.get("status"), request.get("type"), request.get("limit", 100), request.get("cursor"))
+        return await self.engine.list(request.get("status"), request.get("type"), request.get("limit", 100), request.get("cursor"), request.get("memo_filter"))
 
     async def stats(self, request: dict[str, Any]) -> dict[str, Any]:
         return self.engine.stats()

@@ -14,6 +14,7 @@ import psycopg
 
 from ...errors import SchemaVersionError, StorageError
 from .._env import DATABASES, SCHEMA_VERSION as STORE_SCHEMA_VERSION
+from .._memo import fill_memo
 from .._recent import fill_recent
 
 __all__ = ["SCHEMA_VERSION", "PgDatabases", "table_of", "migrate", "check_version", "require_store"]
@@ -54,7 +55,14 @@ def _add_recent(conn: psycopg.Connection[Any]) -> None:
     fill_recent(conn, table_of("visibility"), table_of("recent"))
 
 
-_MIGRATIONS: Final = {FIRST_VERSION: _create, 5: _add_recent}
+def _add_memo(conn: psycopg.Connection[Any]) -> None:
+    """Version 6: the ``memo`` table, filled from the workflow records (``_memo``)."""
+    _create(conn)
+    conn.execute(f"DELETE FROM {table_of('memo')}")
+    fill_memo(conn, table_of("workflows"), table_of("memo"))
+
+
+_MIGRATIONS: Final = {FIRST_VERSION: _create, 5: _add_recent, 6: _add_memo}
 """version -> what brings a database of the version before it up to it."""
 
 
