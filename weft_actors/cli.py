@@ -27,6 +27,7 @@ from typing import Any, Sequence, TextIO
 import zmq.auth
 
 from ._cli_json import json_args as _json_args, json_value as _json_value
+from ._cli_stack import add_stack_command, format_stack
 from ._schedule_spec import OVERLAP_POLICIES, SCHEDULE_TYPE
 from .bus import DEFAULT_ENDPOINT, Client
 from .bus._calls import endpoint_list
@@ -177,6 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("id")
     p.add_argument("--reason")
     command("retry", "lift a workflow's quarantine (after fixing its code): it runs again").add_argument("id")
+    add_stack_command(command)
     p = command("list", "list workflows")
     p.add_argument("--status")
     p.add_argument("--type")
@@ -347,6 +349,8 @@ def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
         value = handle.terminate(args.reason)
     elif command == "retry":
         value = handle.lift_quarantine()
+    elif command == "stack":
+        return _emit(args, out, (stack := handle.stack()), format_stack(args.id, stack))
     else:
         value = handle.describe()
     if command in ("signal", "cancel", "terminate", "retry"):

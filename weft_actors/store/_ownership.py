@@ -238,6 +238,7 @@ class Ownership(EngineLockFiles):
                 txn.put(wid_raw, holder_value(me, epoch, now), db=store.dbs.claim_holder)
                 txn.put(by_engine_key(me, wid), b"", db=store.dbs.by_engine)
                 won[wid] = epoch
+            state.flush()  # the counts a resumed ``stuck`` workflow moved, if any
             return won
 
         refusals = store._refusals
