@@ -6,6 +6,7 @@ across a restart."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from _processes import TESTS, RunningSupervisor, free_port, wait_until
-from weft_actors import Client
+from weft_actors import AsyncClient, Client
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -66,12 +67,16 @@ def test_describe_lists_pending_activities_and_stack_shows_where_it_waits(tmp_pa
         stack = _cli(sup, "stack", "ap-1")
         assert stack.returncode == 0, stack.stderr
         app_file = str(TESTS / "ops_app.py")
+        source = (TESTS / "ops_app.py").read_text().splitlines()
+        outer = 1 + source.index("    return await _approval(ctx)")
+        inner = 1 + source.index('    return await ctx.wait_signal("approve")')
         assert stack.stdout.splitlines()[1:] == [
-            f'  File "{app_file}", line 49, in approval',
-            f'  File "{app_file}", line 44, in _approval',
+            f'  File "{app_file}", line {outer}, in approval',
+            f'  File "{app_file}", line {inner}, in _approval',
             "    -> signal 'approve' (op #0)",
         ]
         assert json.loads(_cli(sup, "--json", "stack", "ap-1").stdout)[-1]["waits_on"][0]["name"] == "approve"
+        assert asyncio.run(_async_stack(sup.endpoint, "ap-1"))[-1]["waits_on"][0]["name"] == "approve"
         unknown = _cli(sup, "stack", "no-such")
         assert unknown.returncode == 1 and "error: workflow_not_found" in unknown.stderr
         client.get_handle("ap-1").signal("approve", True)
@@ -111,3 +116,8 @@ def test_a_deploy_whose_replay_diverges_makes_the_workflow_stuck_listed_counted_
 def _stuck(client: Client, wid: str) -> dict[str, Any] | None:
     described = client.get_handle(wid).describe()
     return described if described["status"] == "stuck" else None
+
+
+async def _async_stack(endpoint: str, wid: str) -> list[dict[str, Any]]:
+    async with AsyncClient(endpoint, timeout=10) as client:
+        return await client.get_handle(wid).stack()
