@@ -13,7 +13,9 @@ import pytest
 
 from _support import eventually, run
 from weft_actors import Engine, activity, workflow
-from weft_actors.store import check_store
+from weft_actors.admin import replay_history
+from weft_actors.history import export_history
+from weft_actors.store import check_store, open_store
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,6 +30,12 @@ async def shifting_v1(ctx) -> str:
     first = await ctx.run(step, "a")
     await ctx.wait_signal("go")
     return first
+
+
+@workflow(name="shifting")
+async def shifting_fails(ctx) -> str:
+    await ctx.run(step, "a")
+    raise ValueError("the fix gives up")
 
 
 @workflow(name="shifting")
@@ -60,6 +68,15 @@ def test_a_diverging_replay_is_stuck_listed_counted_kept_and_cleared_by_code_tha
             assert engine.stats()["stuck_workflows"] == 2
         if store_backend == "lmdb":  # released stuck workflows are consistent: ownerless, to be retried
             assert [p for p in check_store(str(tmp_path), time.time())] == []
+            # Checking a fix before deploying it: a stuck run has not ended, so a fix that fails it
+            # is what replay expects, not a divergence.
+            store = open_store(str(tmp_path), readonly=True)
+            try:
+                recorded = export_history(store, "s-1")
+            finally:
+                store.close()
+            report = replay_history(recorded, [shifting_fails])
+            assert (report["status"], report["ok"], report["next"]) == ("stuck", True, "fail")
         async with Engine(str(tmp_path), app=[shifting_v2]) as engine:  # still the wrong code: stuck again
             described = await _described_when(engine, "s-1", lambda d: d["status"] == "stuck" and d["owner"] == engine.engine_id)
             assert "activity 'step'" in described["nondeterminism"]
