@@ -77,7 +77,7 @@ def replay_report(definition: Any, workflow_id: str, record: dict[str, Any], ops
         if not same:
             report["divergence"] = "replay completed with a different result than the recorded one"
     else:
-        expected = record["status"] in ("failed", "running")
+        expected = record["status"] in ("failed", "running", "stuck")  # stuck: its run has not ended
         report.update(ok=expected, next="fail", error=command.error.get("message") if command.error else None)
         if not expected:
             report["divergence"] = f"replay fails but the recorded run ended {record['status']}"

@@ -27,6 +27,7 @@ from ._cli_schedule import add_schedule_commands as _schedule_commands, run_sche
 from ._cli_start import started
 from ._endpoint_text import endpoint_problem
 from ._cli_memo import add_memo_filter, memo_filter
+from ._cli_stack import add_stack_command, format_stack
 from .bus import DEFAULT_ENDPOINT, Client
 from .bus._calls import endpoint_list
 from .errors import ServerUnavailable, WeftError
@@ -151,6 +152,7 @@ def _parser() -> argparse.ArgumentParser:
     reason.add_argument("reason_text", nargs="?", metavar="REASON", help="why (recorded)")
     reason.add_argument("--reason", help="the same, as an option")
     command("retry", "lift a workflow's quarantine (after fixing its code): it runs again").add_argument("id")
+    add_stack_command(command)
     p = command("list", "list workflows")
     p.add_argument("--status")
     p.add_argument("--type")
@@ -264,6 +266,8 @@ def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
         value = handle.terminate(args.reason if args.reason is not None else args.reason_text)
     elif command == "retry":
         value = handle.lift_quarantine()
+    elif command == "stack":
+        return _emit(args, out, (stack := handle.stack()), format_stack(args.id, stack))
     else:
         value = handle.describe()
     if command in ("signal", "cancel", "terminate", "retry"):

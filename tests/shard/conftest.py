@@ -37,6 +37,8 @@ ON_BOTH_BACKENDS = frozenset({
     "test_cancel_reentry",
     "test_expiry_wake",
     "test_signal_request_id",
+    "test_stuck",
+    "test_live_describe",
 })
 
 

@@ -131,7 +131,7 @@ def test_changed_workflow_body_is_flagged_as_non_determinism(tmp_path):
             await eventually(lambda: engine.actors["v"].run.waiting_signal() == "go")
         async with Engine(str(tmp_path), app=[versioned_v2]) as engine:
             described = await eventually_describe(engine, "v")
-            assert described["status"] == "running"
+            assert described["status"] == "stuck"
             assert "activity 'record_call'" in described["nondeterminism"]
             assert "sleep" in described["nondeterminism"]
         async with Engine(str(tmp_path), app=[versioned_v1]) as engine:  # fixed code deployed

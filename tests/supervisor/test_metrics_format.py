@@ -49,7 +49,8 @@ def test_workflows_by_type_and_status_have_a_series_for_every_status_of_a_type()
     assert 'weft_workflows{type="order",status="running"} 12' in lines
     assert 'weft_workflows{type="order",status="completed"} 40' in lines
     assert 'weft_workflows{type="order",status="quarantined"} 0' in lines  # a status that empties keeps its series
-    assert sum(line.startswith('weft_workflows{type="order",') for line in lines) == 9
+    assert 'weft_workflows{type="order",status="stuck"} 0' in lines
+    assert sum(line.startswith('weft_workflows{type="order",') for line in lines) == 10
     # A type is a user's string: quotes, backslashes and newlines are escaped in the label.
     assert r'weft_workflows{type="a \"b\" \\ c\nd",status="failed"} 1' in lines
     assert 'weft_shard_loop_lag_ms{slot="0"} 1.5' in lines and "# TYPE weft_shard_loop_lag_ms gauge" in lines

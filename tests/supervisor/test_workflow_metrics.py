@@ -65,7 +65,7 @@ def test_workflow_counts_by_type_and_status_and_timer_gauges_back_at_the_live_ti
         entries, timers = per_shard(samples, "weft_shard_timer_entries"), per_shard(samples, "weft_shard_timers")
         assert all(entries[slot] <= timers[slot] + 64 for slot in entries), entries
         assert workflows(samples, "timed_wait") == {
-            "pending": 0, "running": 0, "completed": 50, "failed": 0, "cancelled": 0, "terminated": 0, "timed_out": 0, "continued": 0, "quarantined": 0,
+            "pending": 0, "running": 0, "completed": 50, "failed": 0, "cancelled": 0, "terminated": 0, "timed_out": 0, "continued": 0, "quarantined": 0, "stuck": 0,
         }
         assert workflows(samples, "napper")["running"] == 1 and workflows(samples, "napper")["completed"] == 0
         client.get_handle("napping").terminate("done")

@@ -13,6 +13,7 @@ import os
 from typing import Any, Sequence
 
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
+from ..workflow import stack_answer
 from . import _calls
 from ._async_transport import LoopTransport
 from ._request_core import DEFAULT_ENDPOINT, Target, TargetShell
@@ -215,3 +216,7 @@ class AsyncClientHandle:
 
     async def describe(self) -> dict[str, Any]:
         return await self._client._request(_calls.describe_call(self.id))
+
+    async def stack(self) -> list[dict[str, Any]]:
+        """Where the running workflow waits (see ``Client``'s ``stack``)."""
+        return stack_answer(await self.describe())

@@ -13,6 +13,7 @@ import time
 from typing import Any, Sequence
 
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
+from ..workflow import stack_answer
 from . import _calls
 from ._request_core import DEFAULT_ENDPOINT, Target, TargetShell
 from ._sync_transport import ThreadTransport
@@ -213,3 +214,9 @@ class ClientHandle:
 
     def describe(self) -> dict[str, Any]:
         return self._client._request(_calls.describe_call(self.id))
+
+    def stack(self) -> list[dict[str, Any]]:
+        """Where the running workflow waits: ``describe()["stack"]`` (its coroutines' frames,
+        the innermost with the ops it awaits); ``WorkflowClosed`` once it has ended,
+        ``InvalidRequest`` while none of its code runs (``pending``, ``quarantined``, ``stuck``)."""
+        return stack_answer(self.describe())

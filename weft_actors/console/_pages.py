@@ -7,6 +7,7 @@ from typing import Any
 
 from ._html import as_json, badge, esc, page, query_href, table, workflow_href
 from ._listing import STATUSES
+from ._live_parts import LIVE_FIELDS, live_parts
 
 __all__ = ["overview_page", "workflows_page", "workflow_page", "schedules_page", "error_page", "login_page"]
 
@@ -264,6 +265,7 @@ _SHOWN = {
     "created_iso", "updated_iso", "ended_iso", "history", "timers", "inbox", "result", "error", "nondeterminism", "lost_owners",
     "parent", "previous_runs", "memo", "history_pruned", "queued", "flow",
 }
+_SHOWN |= LIVE_FIELDS  # rendered by ``_live_parts``
 
 
 def _flow(data: dict[str, Any]) -> str:
@@ -326,6 +328,7 @@ def workflow_page(data: dict[str, Any], notice: str | None = None, now: float | 
             f'<h2>{title}</h2><p id="lost">{esc(lost.get("count"))} owners lost in a row{at} while it ran '
             f'{esc(lost.get("reason"))}</p>'
         )
+    parts.extend(live_parts(data))
     parts.append(f'<h2>History</h2>{_history(data.get("history") or [], now)}')
     parts.append(f'<h2>Pending timers</h2>{_timers(data.get("timers") or [])}')
     inbox = data.get("inbox") or []

@@ -185,7 +185,10 @@ class Attempts:
             self._log_failed_attempt(seq, op.name, attempts, error, None if retry_at is None else delay)
         if retry_at is not None:
             ref = TimerRef(retry_at, seq, "retry")
-            started = run.record_started(seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"], at0=now if at0 is None else at0)
+            last_failure = {"type": failure.get("type"), "message": failure.get("message"), "traceback": failure.get("traceback")}
+            started = run.record_started(
+                seq, attempts=attempts, retry_at=ref.fire_at, first_at=first_at, last_error=failure["message"], last_failure=last_failure, at0=now if at0 is None else at0
+            )  # ``last_failure``: for ``describe`` (``_pending``), written on the retry path only
             stale = actor.clear_timer(seq)
             actor.schedule_timer(ref)
             actor.commit(ops=((seq, started),), timers_put=(ref,), timers_del=stale)

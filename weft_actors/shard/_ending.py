@@ -13,7 +13,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import PayloadTooLarge
-from ..store import ContinueRun, Finish, TimerRef
+from ..store import STUCK, ContinueRun, Finish, TimerRef
 from ..workflow import Command, error_record
 from ._call_replies import reply_at_ending
 from ._validate import new_id
@@ -157,4 +157,4 @@ class Ending:
         actor.writes = None
         self.stop_work(None)
         log.error("workflow %s is stuck: %s", actor.wid, error.get("message"))
-        actor.commit(fields={"nondeterminism": error.get("message")})
+        actor.commit(fields={"nondeterminism": error.get("message"), "status": STUCK})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Coroutine, Protocol
 
+from ..workflow import stack_answer
+
 __all__ = ["WorkflowHandle"]
 
 
@@ -58,6 +60,11 @@ class WorkflowHandle:
 
     async def describe(self) -> dict[str, Any]:
         return await self._engine.describe(self.id)
+
+    async def stack(self) -> list[dict[str, Any]]:
+        """Where the running workflow waits (``describe()["stack"]``); ``WorkflowClosed`` once
+        it has ended, ``InvalidRequest`` while none of its code runs."""
+        return stack_answer(await self._engine.describe(self.id))
 
     async def update(self, name: str, *args: Any, request_id: str | None = None) -> Any:
         """Apply update ``name(*args)`` and return the handler's result; the same

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 from .._isotime import with_iso
 from ..codec import decode, decode_args, encode
 from ..errors import InvalidRequest, PayloadTooLarge, WorkflowClosed, WorkflowNotFound
-from ..store import TERMINAL
+from ..store import STUCK, TERMINAL
 from ..workflow import WorkflowRun
 from ._call_replies import call_reply
 from ._waiters import resolve
 from ._validate import validate_id, validate_name
 from ._describe import describe_workflow
+from ._live_view import add_live_parts
 from ._outcome import raise_for_outcome
 from ._on_loop import QUERY, running, start
 
@@ -179,7 +180,9 @@ class WorkflowReads:
         snapshot = host.store.load_for_describe(workflow_id)
         if snapshot is None:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
-        return describe_workflow(workflow_id, snapshot, input_encoded)
+        described = describe_workflow(workflow_id, snapshot, input_encoded)
+        add_live_parts(described, host.actors.get(workflow_id), snapshot.ops)
+        return described
 
     async def list(
         self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None, memo: dict[str, Any] | None = None
@@ -191,7 +194,7 @@ class WorkflowReads:
         memo has each of its top-level fields, read from the memo index (``store._memo``)."""
         host = self._host
         host.check_running()
-        if status is not None and status not in TERMINAL | {"pending", "running", "quarantined"}:
+        if status is not None and status not in TERMINAL | {"pending", "running", "quarantined", STUCK}:
             raise InvalidRequest(f"unknown status {status!r}")
         page = host.store.list_workflows(status, type, limit, cursor, memo)
         page["items"] = [with_iso(item, "updated") for item in page["items"]]

@@ -87,6 +87,7 @@ def engine_stats(host: StatsSource, in_flight: int, starts_overloaded: int) -> d
         "workflows_in_flight": in_flight,
         "starts_overloaded_total": starts_overloaded,
         "quarantined_workflows": host.store.count_quarantined() if host.state == "running" else 0,  # a stopped engine's store is closed
+        "stuck_workflows": host.store.count_stuck() if host.state == "running" else 0,
         "loop_stalls_total": 0 if watchdog is None else watchdog.stalls,
         "loop_lag_ms": None if watchdog is None else round(watchdog.lag * 1000.0, 1),
         "feed_cursor": host.maintenance.feed_cursor,

@@ -27,6 +27,7 @@ from ._offers import describe_type_mismatch, offered_types, type_mismatches
 from ._quarantine import QUARANTINED, LiftQuarantine, QuarantineWorkflow, describe_reason, remove_stall_note, stall_note_path, write_stall_note
 from ._blame import LoopSlot, loop_slot_path, loop_turning, read_loop_slot
 from ._stallnotes import StallNotes, stall_notes
+from ._stuck import STUCK
 from ._store import LmdbStore
 from ._base import ReplayRows
 from ._open import open_store, is_store_url, describe_location
@@ -57,6 +58,7 @@ __all__ = [
     "RequestCancel",
     "SignalWithStart",
     "QUARANTINED",
+    "STUCK",
     "LiftQuarantine",
     "QuarantineWorkflow",
     "describe_reason",

@@ -133,6 +133,9 @@ def step_commit(state: TxnState, intent: StepCommit) -> Any:
         return None
     if fields:
         record.update(fields)
+        if finish is None and old is not None and record["status"] != old["status"]:  # parked as ``stuck`` (``_stuck``)
+            record["updated"] = state.now
+            set_visibility(state, record, wid, old)
     if finish is not None:
         record["status"] = finish.status
         record["result"] = finish.result

@@ -17,6 +17,7 @@ from ._flow import flow_totals
 from ._keys import COUNT_PREFIX, NO_ENGINE, STATUS_CODES, engine_key, prefixed, run_prefix, split_holder, split_visibility_group, unpack_u64
 from ._messages import RequestsMixin
 from ._quarantine import QUARANTINED
+from ._stuck import DRIVEN, STUCK
 from ._reads import warm, warm_prefixes
 from ._refusals import last_refusal
 from ._upkeep import UpkeepMixin
@@ -311,7 +312,7 @@ class KeyspaceStore(UpkeepMixin, RequestsMixin):
                     warm(txn, self.dbs.claim_holder, keys)
                     for wid, key in zip(chunk, keys):
                         record = _queries.get_workflow(txn, self.dbs, wid)
-                        if record is None or record["status"] != "running":
+                        if record is None or record["status"] not in DRIVEN:
                             continue
                         found.append((wid, txn.get(key, db=self.dbs.claim_holder), record["type"]))
                         if len(found) == limit:
@@ -341,6 +342,15 @@ class KeyspaceStore(UpkeepMixin, RequestsMixin):
                         break
                     found += 1
         return found
+
+    def count_stuck(self) -> int:
+        """How many workflows are ``stuck`` now (``_stuck``): their visibility group's size."""
+        prefix = bytes((STATUS_CODES[STUCK],))
+        with self.env.begin() as txn:
+            cursor = txn.cursor(db=self.dbs.visibility)
+            if not cursor.set_range(prefix):
+                return 0
+            return sum(1 for key in cursor.iternext(values=False) if key.startswith(prefix))
 
     def workflow_counts(self) -> dict[tuple[str, str], int]:
         """How many workflows the store holds per ``(status, type)``: the counts kept in

@@ -61,6 +61,7 @@ from ._check_read import (
 )
 from ._check_totals import check_counts, check_flow
 from ._check_memo import check_memo
+from ._stuck import DRIVEN
 from ._keys import NO_ENGINE, TERMINAL, expiring_key, split_timer_key, visibility_key, visibility_value
 
 __all__ = ["Problem", "check_environment", "check_counts", "check_flow", "check_store"]
@@ -170,7 +171,7 @@ def _check_claims(reader: Reader, records: dict[str, dict[str, Any]]) -> list[Pr
             problems.append(Problem("running_unreclaimable", wid, "running, no holder, not indexed as ownerless"))
     for wid in ownerless:
         record = records.get(wid)
-        if record is None or record["status"] != "running":
+        if record is None or record["status"] not in DRIVEN:
             problems.append(Problem("ownerless_not_running", wid, "indexed as ownerless but not running"))
     return problems
 

@@ -30,6 +30,7 @@ STATUS_CODES: Final = {
     "timed_out": 7,
     "continued": 8,
     "quarantined": 9,
+    "stuck": 10,
 }
 STATUS_NAMES: Final = {code: name for name, code in STATUS_CODES.items()}
 STATUSES: Final = tuple(STATUS_CODES)

@@ -23,6 +23,7 @@ from ._quarantine import LOOK_BACK, note_lost_owner
 from ._reads import Prefetch, prefix_end
 from ._refusals import REFUSED_KEY
 from ._state import TxnState
+from ._stuck import DRIVEN, STUCK, resume_stuck
 from ._writes import next_epoch
 
 if TYPE_CHECKING:
@@ -220,13 +221,15 @@ class Ownership(EngineLockFiles):
                 holder = txn.get(wid_raw, db=store.dbs.claim_holder)
                 record_raw = txn.get(wid_raw, db=store.dbs.workflows)
                 record = None if record_raw is None else unpack_record(record_raw)
-                if holder != expected or record is None or record["status"] != "running":
+                if holder != expected or record is None or record["status"] not in DRIVEN:
                     won[wid] = None
                     continue
                 if holder is not None:  # its owner was lost holding it (a release leaves no holder)
                     lost_engine = holder[:16]
                     blame = stalls[lost_engine] if lost_engine in stalls else blame_of(txn, store.dbs, store.path, lost_engine)
                     note_lost_owner(state, wid, record, stalls.setdefault(lost_engine, blame), lease=lease)
+                if record["status"] == STUCK:  # code that replays may have been deployed: try again
+                    resume_stuck(state, wid, record)
                 old_engine = NO_ENGINE if holder is None else holder[:16]
                 if holder is not None and old_engine not in marked:
                     marked.add(old_engine)
@@ -237,6 +240,7 @@ class Ownership(EngineLockFiles):
                 txn.put(wid_raw, holder_value(me, epoch, now), db=store.dbs.claim_holder)
                 txn.put(by_engine_key(me, wid), b"", db=store.dbs.by_engine)
                 won[wid] = epoch
+            state.flush()  # the counts a resumed ``stuck`` workflow moved, if any
             return won
 
         refusals = store._refusals

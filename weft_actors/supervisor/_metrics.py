@@ -59,6 +59,7 @@ _HELP = {
     "shard_workflows_in_flight": "Workflows running now, not parked (bounded by --max-running).",
     "shard_starts_overloaded_total": "Starts refused with Overloaded by the shard.",
     "shard_quarantined_workflows": "Workflows quarantined in the store.",
+    "shard_stuck_workflows": "Workflows stuck in the store (their replay diverged from their history).",
     "shard_loop_stalls_total": "Event loop stalls the watchdog reported.",
     "shard_claim_attempts_total": "Claim attempts by outcome.",
     "shard_heartbeat_failures_total": "Heartbeats that failed to commit.",

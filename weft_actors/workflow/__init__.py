@@ -14,6 +14,7 @@ from ._api import (
 )
 from ._context import Context
 from ._driver import WorkflowRun
+from ._stack import stack_answer, stack_of
 from ._ops import (
     CHILD_DONE_SIGNAL,
     HANDLER,
@@ -76,6 +77,8 @@ __all__ = [
     "ValueOp",
     "WorkflowDefinition",
     "WorkflowRun",
+    "stack_of",
+    "stack_answer",
     "activity",
     "activity_definition",
     "cancelled_record",
