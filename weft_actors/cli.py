@@ -176,7 +176,9 @@ def _parser() -> argparse.ArgumentParser:
     p = command("terminate", "end a workflow at once")
     p.add_argument("id")
     p.add_argument("--reason")
-    command("retry", "lift a workflow's quarantine (after fixing its code): it runs again").add_argument("id")
+    p = command("retry", "lift a workflow's quarantine (after fixing its code): it runs again")
+    p.add_argument("id")
+    p.add_argument("--reason", help="why it may run again (kept in its record, with who lifted it)")
     p = command("list", "list workflows")
     p.add_argument("--status")
     p.add_argument("--type")
@@ -346,7 +348,7 @@ def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
     elif command == "terminate":
         value = handle.terminate(args.reason)
     elif command == "retry":
-        value = handle.lift_quarantine()
+        value = handle.lift_quarantine(args.reason)
     else:
         value = handle.describe()
     if command in ("signal", "cancel", "terminate", "retry"):
