@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -217,3 +219,24 @@ def test_a_lifted_quarantine_stays_in_the_record(tmp_path):
         lifts = _table(dump_dom(wid_url(base, "poison")), "lifts")
         assert "console 127.0.0.1" in lifts and "fixed in v2 &lt;b&gt;" in lifts and "blocks_unless_fixed" in lifts
         assert get_json(wid_url(base, "poison", api=True))["quarantine_lifts"][0]["reason"] == "fixed in v2 <b>"
+
+
+def test_a_payload_of_a_type_a_client_does_not_know_costs_that_payload_only(served):
+    from console_app import Parcel  # registered here and in the app's processes
+
+    sup, base, client = served
+    handle = client.start("waiter", "t", id="parcel-1")
+    handle.signal("item", Parcel("fragile", 750))
+    wait_until(lambda: any(op["name"] == "item" and op["outcome"] == "ok" for op in handle.describe()["history"]), timeout=10)
+    assert next(op for op in handle.describe()["history"] if op["name"] == "item")["payload"] == Parcel("fragile", 750)
+    assert "Parcel(label='fragile', grams=750)" in _table(dump_dom(wid_url(base, "parcel-1")), "history")
+    # A client that never imported the app: that payload is an error, the rest of the answer is there.
+    script = (
+        "import json, sys; from weft_actors import Client\n"
+        "with Client(sys.argv[1], timeout=10) as c: d = c.get_handle('parcel-1').describe()\n"
+        "print(json.dumps({'status': d['status'], 'item': [op for op in d['history'] if op['name'] == 'item'][0]}, default=repr))"
+    )
+    done = subprocess.run([sys.executable, "-c", script, sup.endpoint], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert seen["status"] == "running" and seen["item"]["payload"] is None and "Parcel" in seen["item"]["payload_error"]
