@@ -76,3 +76,23 @@ async def ship(ctx, parcel: Parcel | None = None) -> str:
     if parcel is None:
         return ctx.continue_as_new(Parcel("fragile", 750))
     return f"{parcel.label}: " + await ctx.wait_signal("go")
+
+
+@workflow
+async def ledger(ctx, owner: str) -> int:
+    """Payloads for the history (a waited signal, a signal handler, an update's arguments and
+    result), a query with arguments, and a timer that loses a race (to ``close``); then
+    waits for ``finish``."""
+    state = {"total": 0, "notes": []}
+
+    def add(amount: int) -> int:
+        state["total"] += amount
+        return state["total"]
+
+    ctx.on_signal("note", lambda text: state["notes"].append(text))
+    ctx.on_update("add", add)
+    ctx.on_query("balance", lambda scale=1: {"owner": owner, "total": state["total"] * scale, "notes": state["notes"]})
+    first = await ctx.wait_signal("item")
+    await ctx.race([ctx.wait_signal("close"), ctx.sleep(3600)])
+    await ctx.wait_signal("finish")
+    return state["total"] + len(first)

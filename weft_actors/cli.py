@@ -151,7 +151,9 @@ def _parser() -> argparse.ArgumentParser:
     reason = p.add_mutually_exclusive_group()
     reason.add_argument("reason_text", nargs="?", metavar="REASON", help="why (recorded)")
     reason.add_argument("--reason", help="the same, as an option")
-    command("retry", "lift a workflow's quarantine (after fixing its code): it runs again").add_argument("id")
+    p = command("retry", "lift a workflow's quarantine (after fixing its code): it runs again")
+    p.add_argument("id")
+    p.add_argument("--reason", help="why it may run again (kept in its record, with who lifted it)")
     add_stack_command(command)
     p = command("list", "list workflows")
     p.add_argument("--status")
@@ -265,7 +267,7 @@ def _run_on_handle(args: argparse.Namespace, out: TextIO, handle: Any) -> None:
     elif command == "terminate":
         value = handle.terminate(args.reason if args.reason is not None else args.reason_text)
     elif command == "retry":
-        value = handle.lift_quarantine()
+        value = handle.lift_quarantine(args.reason)
     elif command == "stack":
         return _emit(args, out, (stack := handle.stack()), format_stack(args.id, stack))
     else:

@@ -186,17 +186,21 @@ def test_actions_need_the_token_and_then_act(served):
     status, body = post_json(f"{url}/retry", {})
     assert status == 400 and body["error"]["code"] == "invalid_request"  # not quarantined
     # The HTML form: a 303 back to the workflow's page, which says it was done.
-    status, headers, _ = post_form(f"{wid_url(base, handle.id)}/terminate", {"token": TOKEN, "reason": "from the console"})
+    status, headers, _ = post_form(f"{wid_url(base, handle.id)}/terminate", {"token": TOKEN, "reason": "from the console", "confirm": "yes"})
     assert status == 303 and headers["Location"] == "/workflows/act-1?done=terminate"
     described = get_json(url)
     assert described["status"] == "terminated" and described["error"]["message"] == "from the console"
     cancelled = client.start("waiter", "t", id="act-2")
     assert post_json(f"{wid_url(base, cancelled.id, api=True)}/cancel", {})[0] == 200
     wait_until(lambda: client.get_handle("act-2").describe()["status"] == "cancelled", timeout=10)
-    # A refused action is answered on the POST itself (nothing of it travels in a URL).
-    status, headers, body = post_form(f"{wid_url(base, 'act-2')}/signal", {"token": TOKEN, "name": "item", "payload": "{not json"})
+    # A refused action is answered on the POST itself (nothing of it travels in a URL): the
+    # workflow's page again, the error shown and the form as typed.
+    status, headers, body = post_form(f"{wid_url(base, 'act-1')}/signal", {"token": TOKEN, "name": "item", "payload": "{not json"})
     assert status == 400 and "Location" not in headers
-    assert b"signal refused: invalid_request" in body and b'id="back" href="/workflows/act-2"' in body
+    assert b"signal refused: invalid_request" in body and b'<h1>Workflow act-1</h1>' in body
+    # A signal to a finished workflow: refused by the engine, shown on its page (no form there).
+    status, headers, body = post_form(f"{wid_url(base, 'act-2')}/signal", {"token": TOKEN, "name": "item", "payload": "1"})
+    assert status >= 400 and "Location" not in headers and b"signal refused: " in body and b'<h1>Workflow act-2</h1>' in body
 
 
 def test_console_reads_through_curve_with_its_own_key(tmp_path):

@@ -143,6 +143,7 @@ def test_terminate_through_the_rendered_form(served):
             "(() => { const f = document.querySelector('#terminate');"
             f" f.querySelector('[name=token]').value = {TOKEN!r};"
             " f.querySelector('[name=reason]').value = 'ended from the browser';"
+            " f.querySelector('[name=confirm]').checked = true;"
             " f.querySelector('button').click(); })()"
         )
         browser.wait_for("location.search === '?done=terminate' && document.readyState === 'complete'")
@@ -160,7 +161,7 @@ def test_schedules_page_renders_each_schedule_and_links_its_workflow(served):
     client.create_schedule("b-weekly", "echo", "week", spec={"cron": "0 6 * * mon"}, overlap="skip", paused=True, note="<b>not yet</b>")
     dom = dump_dom(base + "/schedules")
     assert "<h1>Schedules</h1>" in dom and '<a href="/schedules">Schedules</a>' in dom
-    row = re.search(r'<tr><td><a href="/workflows/b-weekly">b-weekly</a></td>(.*?)</tr>', dom)
+    row = re.search(r'<tr><td><a href="/schedules/b-weekly">b-weekly</a></td>(.*?)</tr>', dom)
     assert row, dom[-2000:]
     assert 'badge paused">paused</span> &lt;b&gt;not yet&lt;/b&gt;' in row[1]  # the note escaped
     assert "<td>echo</td><td>cron 0 6 * * mon (UTC)</td><td>skip</td><td>-</td>" in row[1]  # paused: no next fire

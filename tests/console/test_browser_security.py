@@ -57,8 +57,9 @@ def test_the_browser_logs_in_and_the_cookie_is_out_of_reach_of_scripts(served):
         assert browser.evaluate("sessionStorage.getItem('weft-token')") is None
         # The read token's cookie reads but cannot act: the form without the action token is refused.
         browser.evaluate("(() => { const f = document.querySelector('#cancel'); f.querySelector('[name=token]').removeAttribute('required'); f.querySelector('button').click(); })()")
-        browser.wait_for("document.readyState === 'complete' && !!document.querySelector('#failure')")
-        assert "action token is missing or wrong" in browser.evaluate("document.querySelector('#failure').innerText")
+        browser.wait_for("document.readyState === 'complete' && !!document.querySelector('#cancel-failure')")
+        assert "action token is missing or wrong" in browser.evaluate("document.querySelector('#cancel-failure').innerText")
+        assert browser.evaluate("document.querySelector('#status').innerText") == "running"  # its page again, unchanged
 
 
 def test_a_rebound_name_reads_nothing(served):

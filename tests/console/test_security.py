@@ -77,7 +77,7 @@ def test_off_loopback_every_read_needs_a_credential_and_only_the_action_token_ac
         status, headers, _ = _form(f"{base}/login", {"credential": TOKEN, "next": "/workflows/card-1"})
         assert status == 303 and headers["Location"] == "/workflows/card-1"
         acting = {"Cookie": headers["Set-Cookie"].split(";")[0]}
-        status, headers, _ = _form(f"{wid_url(base, 'card-1')}/terminate", {"reason": "by cookie"}, acting)
+        status, headers, _ = _form(f"{wid_url(base, 'card-1')}/terminate", {"reason": "by cookie", "confirm": "yes"}, acting)
         assert status == 303 and headers["Location"] == "/workflows/card-1?done=terminate"
         assert client.get_handle("card-1").describe()["status"] == "terminated"
 

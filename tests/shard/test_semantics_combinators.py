@@ -91,7 +91,7 @@ def test_with_both_branches_satisfiable_the_earliest_message_wins_and_the_other_
             await handle.signal("start")
             assert await handle.result(timeout=5) == [(1, "B"), "A"]
             history = (await handle.describe())["history"]
-            assert [(op["name"], op["outcome"]) for op in history] == [("start", "ok"), ("a", "error"), ("b", "ok"), ("a", "ok")]
+            assert [(op["name"], op["outcome"]) for op in history] == [("start", "ok"), ("a", "lost_race"), ("b", "ok"), ("a", "ok")]
 
     run(main())
 
@@ -104,8 +104,8 @@ def test_a_timer_winning_a_race_cancels_the_running_activity(tmp_path):
             assert await handle.result(timeout=5) == (1, None)
             await eventually(lambda: "cancelled work" in EVENTS)
             history = (await handle.describe())["history"]
-            assert [(op["kind"], op["outcome"]) for op in history] == [("activity", "error"), ("sleep", "ok")]
-            assert history[0]["error"]["type"] == "CancelledError"
+            assert [(op["kind"], op["outcome"]) for op in history] == [("activity", "lost_race"), ("sleep", "ok")]
+            assert "error" not in history[0]  # stopped by the race: not a failure
             assert engine.store.count("timers") == 0
 
     run(main())
@@ -130,7 +130,7 @@ def test_a_losing_wait_signal_leaves_its_signal_buffered_for_the_next_wait(tmp_p
             await handle.signal("approve", "late but kept")
             assert await handle.result(timeout=5) == [1, None, "late but kept"]
             ops = {op["seq"]: op for op in (await handle.describe())["history"]}
-            assert ops[0]["outcome"] == "error" and ops[0]["error"]["type"] == "CancelledError"
+            assert ops[0]["outcome"] == "lost_race" and "error" not in ops[0]
             assert ops[2]["outcome"] == "ok"
 
     run(main())

@@ -85,13 +85,15 @@ def test_retry_lifts_the_quarantine_and_fixed_code_completes_it(tmp_path):
         wid = _quarantine(sup, client, str(flag))
         flag.write_text("deployed")  # the fix
         cli = subprocess.run(
-            [sys.executable, "-m", "weft_actors", "--endpoint", sup.endpoint, "retry", wid],
+            [sys.executable, "-m", "weft_actors", "--endpoint", sup.endpoint, "retry", wid, "--reason", "deployed the fix"],
             capture_output=True, text=True, timeout=30, env=sup.env, cwd=str(TESTS),
         )
         assert cli.returncode == 0 and cli.stdout.strip() == "ok", cli.stderr
         assert _result(client, wid, timeout=20) == "fixed"
         described = client.get_handle(wid).describe()
         assert described["status"] == "completed" and described["lost_owners"] is None
+        (lift,) = described["quarantine_lifts"]  # the lift stays in its record: who, why
+        assert lift["reason"] == "deployed the fix" and lift["by"].startswith("client ") and "@" in lift["by"]
         again = subprocess.run(
             [sys.executable, "-m", "weft_actors", "--endpoint", sup.endpoint, "retry", wid],
             capture_output=True, text=True, timeout=30, env=sup.env, cwd=str(TESTS),

@@ -14,13 +14,16 @@ workflow, so another one can answer whatever the first was asked.
 from __future__ import annotations
 
 import datetime as _dt
+import getpass
+import os
+import socket
 import uuid
 from typing import Any, Callable, Final, NamedTuple, Sequence
 
 import msgpack
 
 from .._checks import check_instant, check_priority, check_seconds, not_text, validate_id, validate_name
-from ..codec import decode, encode, encode_args, try_decode_args
+from ..codec import decode, encode, encode_args, try_decode, try_decode_args
 from ..errors import InvalidRequest, OutcomeUnknown, PayloadTooLarge, ServerUnavailable, UnknownWorkflowType, from_wire
 from ._protocol import VERSION
 
@@ -216,8 +219,17 @@ def terminate_call(wid: str, reason: str | None = None) -> Call:
     return Call("terminate", _compact(wid=validate_id(wid), reason=reason), _none)
 
 
-def lift_quarantine_call(wid: str) -> Call:
-    return Call("lift_quarantine", {"wid": wid}, _none)
+def lift_quarantine_call(wid: str, reason: str | None = None, by: str | None = None) -> Call:
+    """``by``: who lifts it, kept with the workflow (default: this client's user and host)."""
+    return Call("lift_quarantine", _compact(wid=wid, reason=reason, by=by or _caller()), _none)
+
+
+def _caller() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        user = str(os.getuid())
+    return f"client {user}@{socket.gethostname()}"
 
 
 def describe_call(wid: str) -> Call:
@@ -232,7 +244,21 @@ def _described(ok: bytes) -> dict[str, Any]:
         described["input"], error = try_decode_args(described["input"], "workflow arguments")
         if error is not None:
             described["input_error"] = error
+    if isinstance(described, dict) and described.pop("payloads_encoded", False):
+        for entry in described.get("history") or ():
+            _decode_payloads(entry)
     return described
+
+
+def _decode_payloads(entry: dict[str, Any]) -> None:
+    """An op's payloads (``shard._describe_ops``, sent as codec bytes), decoded in place: to
+    ``None`` and a ``<field>_error`` where a type is not registered in this process."""
+    for field in ("payload", "args", "result"):
+        data = entry.get(field)
+        if isinstance(data, bytes):
+            entry[field], error = try_decode(data, f"{field} of an op")
+            if error is not None:
+                entry[f"{field}_error"] = error
 
 
 def list_call(

@@ -207,10 +207,11 @@ class ClientHandle:
         """End the workflow at once, without running any more of its code."""
         self._client._request(_calls.terminate_call(self.id, reason))
 
-    def lift_quarantine(self) -> None:
+    def lift_quarantine(self, reason: str | None = None, *, by: str | None = None) -> None:
         """Let a quarantined workflow run again: it goes back to ``running`` and a live shard
-        takes it over (``InvalidRequest`` if it is not quarantined)."""
-        self._client._request(_calls.lift_quarantine_call(self.id))
+        takes it over (``InvalidRequest`` if it is not quarantined). Its record keeps the lift:
+        when, ``by`` whom (default: this client's user and host) and ``reason``."""
+        self._client._request(_calls.lift_quarantine_call(self.id, reason, by))
 
     def describe(self) -> dict[str, Any]:
         return self._client._request(_calls.describe_call(self.id))

@@ -23,7 +23,7 @@ result              wid, wait (seconds the server may hold the request)   {"stat
                                                                           {"status": "running"}
 cancel              wid                                                   None
 terminate           wid, reason?                                          None
-lift_quarantine     wid                                                   None
+lift_quarantine     wid, reason?, by?                                     None
 describe            wid                                                   bin (encoded dict)
 list                status?, type?, limit?, cursor?, memo_filter?         {"items", "cursor"}
 stats               —                                                     dict
@@ -86,6 +86,7 @@ _OPTIONAL: Final[dict[str, tuple[type, ...]]] = {
     "request_id": (str, type(None)),
     "wait": (int, float, type(None)),
     "reason": (str, type(None)),
+    "by": (str, type(None)),
     "status": (str, type(None)),
     "type": (str, type(None)),
     "limit": (int,),

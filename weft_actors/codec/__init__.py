@@ -28,7 +28,7 @@ must only be called from the engine's event-loop thread.
 
 from ._pack import encode, encode_args
 from ._records import pack_record, unpack_record
-from ._unpack import count_args, decode, decode_args, try_decode_args
+from ._unpack import count_args, decode, decode_args, try_decode, try_decode_args
 from ._wire import register_type
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "encode_args",
     "decode_args",
     "count_args",
+    "try_decode",
     "try_decode_args",
     "register_type",
 ]

@@ -250,3 +250,12 @@ def try_decode_args(data: bytes, where: str = "workflow argument") -> tuple[list
         return list(decode_args(data, where)), None
     except SerializationError as exc:
         return None, f"{exc.code}: {exc}"
+
+
+def try_decode(data: bytes, where: str = "value") -> tuple[Any, str | None]:
+    """``(value, None)``, or ``(None, why)`` when ``data`` cannot be decoded in this process:
+    for views (``describe``'s payloads) that a value they cannot read must not cost."""
+    try:
+        return decode(data, where), None
+    except SerializationError as exc:
+        return None, f"{exc.code}: {exc}"

@@ -1,6 +1,7 @@
 """The console's actions, each one client call on the supervisor's endpoint, as the CLI's.
 
-``retry`` lifts a quarantine (the CLI's ``retry`` command: ``lift_quarantine``).
+``retry`` lifts a quarantine (the CLI's ``retry`` command: ``lift_quarantine``). ``query``
+is no action (it changes nothing): ``run_query`` asks one, for whoever may read.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any, Callable, Mapping
 from ..bus import Client
 from ..errors import InvalidRequest
 
-__all__ = ["ACTIONS", "run_action"]
+__all__ = ["ACTIONS", "run_action", "run_query"]
 
 
 def _cancel(client: Client, wid: str, form: Mapping[str, str]) -> None:
@@ -35,7 +36,7 @@ def _signal(client: Client, wid: str, form: Mapping[str, str]) -> None:
 
 
 def _retry(client: Client, wid: str, form: Mapping[str, str]) -> None:
-    client.get_handle(wid).lift_quarantine()
+    client.get_handle(wid).lift_quarantine(form.get("reason", "").strip() or None, by=form.get("by") or "console")
 
 
 ACTIONS: dict[str, Callable[[Client, str, Mapping[str, str]], None]] = {
@@ -46,10 +47,27 @@ ACTIONS: dict[str, Callable[[Client, str, Mapping[str, str]], None]] = {
 }
 
 
-def run_action(client: Client, wid: str, action: str, form: Mapping[str, str]) -> None:
+def run_action(client: Client, wid: str, action: str, form: Mapping[str, str], by: str = "console") -> None:
     """Do ``action`` on ``wid`` with the form's fields (``reason``; ``name`` and ``payload``);
-    raises the client's error (``WorkflowNotFound``, ``InvalidRequest``, ...)."""
+    ``by`` names who acts where the record keeps it (a lifted quarantine); raises the
+    client's error (``WorkflowNotFound``, ``InvalidRequest``, ...)."""
     handler = ACTIONS.get(action)
     if handler is None:
         raise InvalidRequest(f"unknown action {action!r}; one of {', '.join(ACTIONS)}")
-    handler(client, wid, form)
+    handler(client, wid, {**form, "by": by})
+
+
+def run_query(client: Client, wid: str, form: Mapping[str, str]) -> Any:
+    """The answer of query ``name`` with ``args``, a JSON array of its arguments (empty or
+    absent: none); raises the client's error (``UnknownQuery``, ``InvalidRequest``, ...)."""
+    name = form.get("name", "").strip()
+    if not name:
+        raise InvalidRequest("a query needs a name")
+    text = form.get("args", "").strip()
+    try:
+        args: Any = json.loads(text) if text else []
+    except ValueError as exc:
+        raise InvalidRequest(f"the query's arguments must be a JSON array (e.g. [] or [1, \"a\"]): {exc}") from None
+    if not isinstance(args, list):
+        raise InvalidRequest("the query's arguments must be a JSON array (e.g. [] or [1, \"a\"])")
+    return client.get_handle(wid).query(name, *args)

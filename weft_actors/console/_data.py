@@ -22,6 +22,7 @@ from .._schedule_spec import SCHEDULE_TYPE
 from ..bus import Client
 from ..errors import InvalidRequest, WeftError
 from ..store import LmdbStore
+from ._list_columns import add_run_columns
 from ._listing import STATUSES, ListQuery, newest_first
 from ._memo_page import memo_newest_first
 from ._pacing import ReadPacer
@@ -36,7 +37,7 @@ _LATEST = 253402300799.0
 """9999-12-31T23:59:59Z, the last moment ISO 8601 and ``datetime`` can write."""
 
 
-def _parse_time(text: str, what: str) -> float:
+def parse_time(text: str, what: str) -> float:
     """Epoch seconds from epoch seconds or ISO 8601 (UTC unless it names a zone), between 0
     and the year 9999: ``nan``, ``inf`` or ``1e308`` is a bad request, not a failed one."""
     try:
@@ -81,8 +82,8 @@ def list_query(params: Mapping[str, str]) -> ListQuery:
         raise InvalidRequest("limit must be a whole number") from None
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidRequest(f"limit must be between 1 and {MAX_LIMIT}")
-    updated_from = _parse_time(params["from"], "from") if params.get("from") else None
-    updated_to = _parse_time(params["to"], "to") if params.get("to") else None
+    updated_from = parse_time(params["from"], "from") if params.get("from") else None
+    updated_to = parse_time(params["to"], "to") if params.get("to") else None
     return ListQuery(
         status=status,
         type=params.get("type") or None,
@@ -123,6 +124,7 @@ def workflows(store: LmdbStore, query: ListQuery, pacer: ReadPacer | None = None
         with store.read() as txn:
             memo = parse_memo_text(query.memo)
             page = newest_first(txn, store.dbs, query) if memo is None else memo_newest_first(txn, store.dbs, query, memo)
+            add_run_columns(txn, store.dbs, page["items"], time.time())
         page["read_ms"] = round((time.perf_counter() - began) * 1000, 3)
     for item in page["items"]:
         item["updated_iso"] = iso_utc(item["updated"])

@@ -6,8 +6,11 @@ import time
 from typing import Any
 
 from ._html import as_json, badge, esc, page, query_href, table, workflow_href
+from ._lifts import lifts_html
 from ._listing import STATUSES
 from ._live_parts import LIVE_FIELDS, live_parts
+from ._schedule_page import schedule_href
+from ._workflow_actions import Kept, actions_html, query_html
 
 __all__ = ["overview_page", "workflows_page", "workflow_page", "schedules_page", "error_page", "login_page"]
 
@@ -86,10 +89,15 @@ def workflows_page(data: dict[str, Any]) -> str:
         "<button>Filter</button></form>"
     )
     rows = [
-        [f'<a href="{esc(workflow_href(item["id"]))}">{esc(item["id"])}</a>', esc(item["type"]), badge(item["status"]), esc(item["updated_iso"])]
+        [
+            f'<a href="{esc(workflow_href(item["id"]))}">{esc(item["id"])}</a>', esc(item["type"]), badge(item["status"]),
+            esc(item.get("started_iso")), esc(item.get("ended_iso") or ""), esc(duration_text(item.get("duration"))),
+            esc(item["updated_iso"]), f'<code>{esc(item.get("run_id"))}</code>',
+        ]
         for item in data["items"]
     ]
-    listing = table(["id", "type", "status", "updated"], rows) if rows else "<p id=\"empty\">No workflow matches.</p>"
+    headers = ["id", "type", "status", "started", "ended", "duration", "updated", "run id"]
+    listing = table(headers, rows, table_id="workflows") if rows else "<p id=\"empty\">No workflow matches.</p>"
     nav = [f'<a href="{query_href("/workflows", {**base, "status": chosen["status"]})}">first page</a>']
     if data["cursor"]:
         nav.append(f'<a id="next" href="{query_href("/workflows", {**base, "status": chosen["status"], "cursor": data["cursor"]})}">next page</a>')
@@ -119,7 +127,7 @@ def schedules_page(data: dict[str, Any]) -> str:
         state = "deleted" if item["deleted"] else "paused" if item["paused"] else "active"
         recent = item["recent"][-1] if item["recent"] else None
         rows.append([
-            _link(item["id"]),
+            f'<a href="{esc(schedule_href(item["id"]))}">{esc(item["id"])}</a>',
             badge(state) + (f" {esc(item['note'])}" if item.get("note") else ""),
             esc(item["workflow"]),
             esc(_spec_text(item["spec"])),
@@ -132,7 +140,7 @@ def schedules_page(data: dict[str, Any]) -> str:
     headers = ["schedule", "state", "workflow", "when", "overlap", "next fire", "last run", "fired / missed / skipped", "running"]
     listing = table(headers, rows, table_id="schedules") if rows else '<p id="empty">No schedule yet.</p>'
     more = "<p>Only the first schedules are shown.</p>" if data["more"] else ""
-    return page("Schedules", f"<p>Each schedule is a workflow: its page has its history and actions.</p>{listing}{more}")
+    return page("Schedules", f"<p>Each schedule's page has its fire times, recent runs and actions.</p>{listing}{more}")
 
 
 def _link(wid: Any) -> str:
@@ -182,7 +190,21 @@ def _bars(history: list[dict[str, Any]], now: float | None) -> list[str]:
     return bars
 
 
-_HISTORY_SHOWN = {"seq", "kind", "name", "outcome", "attempts", "child_id", "error", "started", "started_iso", "ended", "ended_iso", "duration"}
+_HISTORY_SHOWN = {
+    "seq", "kind", "name", "outcome", "attempts", "child_id", "error", "started", "started_iso", "ended", "ended_iso", "duration",
+    "payload", "payload_error", "args", "args_error", "result", "result_error",
+}
+
+
+def _payloads(op: dict[str, Any]) -> str:
+    """An op's payloads (a signal's value; an update's arguments and result), as JSON."""
+    parts = []
+    for field, label in (("payload", ""), ("args", "args "), ("result", "result ")):
+        if op.get(f"{field}_error"):
+            parts.append(f'{esc(label)}<span class="badge error">cannot decode</span> {esc(op[f"{field}_error"])}')
+        elif field in op:
+            parts.append(f'{esc(label)}<code class="payload">{as_json(op[field])}</code>')
+    return "<br>".join(parts)
 
 
 def _history(history: list[dict[str, Any]], now: float | None) -> str:
@@ -197,9 +219,11 @@ def _history(history: list[dict[str, Any]], now: float | None) -> str:
             esc(op.get("started_iso") or ""), esc(op.get("ended_iso") or ""), esc(duration_text(op.get("duration"))), bar,
             _link(op["child_id"]) if op.get("child_id") else "",
             "" if not error else f"{esc(error.get('type'))}: {esc(error.get('message'))}",
+            _payloads(op),
             as_json(more) if more else "",
         ])
-    return table(["seq", "kind", "name", "outcome", "attempts", "started", "ended", "duration", "timeline", "child", "error", "more"], rows, table_id="history")
+    headers = ["seq", "kind", "name", "outcome", "attempts", "started", "ended", "duration", "timeline", "child", "error", "payload", "more"]
+    return table(headers, rows, table_id="history")
 
 
 def _timers(timers: list[dict[str, Any]]) -> str:
@@ -246,24 +270,10 @@ def _input(data: dict[str, Any]) -> str:
     return f'<pre id="input">{as_json(data.get("input"))}</pre>'
 
 
-def _actions(wid: str) -> str:
-    href = esc(workflow_href(wid))
-    token = '<input name="token" type="password" placeholder="action token" required size="18">'
-    return (
-        f'<form method="post" class="inline" id="cancel" action="{href}/cancel">{token} <button>Cancel</button></form>'
-        f'<form method="post" class="inline" id="terminate" action="{href}/terminate">{token} '
-        '<input name="reason" placeholder="reason" size="18"> <button>Terminate</button></form>'
-        f'<form method="post" class="inline" id="signal" action="{href}/signal">{token} '
-        '<input name="name" placeholder="signal name" required size="12"> '
-        '<input name="payload" placeholder="JSON payload, e.g. true" size="18"> <button>Signal</button></form>'
-        f'<form method="post" class="inline" id="retry" action="{href}/retry">{token} <button>Lift quarantine</button></form>'
-    )
-
-
 _SHOWN = {
     "id", "type", "status", "run_id", "input", "input_error", "owner", "owner_shard", "epoch", "created", "updated", "ended",
     "created_iso", "updated_iso", "ended_iso", "history", "timers", "inbox", "result", "error", "nondeterminism", "lost_owners",
-    "parent", "previous_runs", "memo", "history_pruned", "queued", "flow",
+    "parent", "previous_runs", "memo", "history_pruned", "queued", "flow", "quarantine_lifts",
 }
 _SHOWN |= LIVE_FIELDS  # rendered by ``_live_parts``
 
@@ -280,9 +290,10 @@ def _flow(data: dict[str, Any]) -> str:
     return slots
 
 
-def workflow_page(data: dict[str, Any], notice: str | None = None, now: float | None = None) -> str:
+def workflow_page(data: dict[str, Any], notice: str | None = None, now: float | None = None, kept: Kept | None = None) -> str:
     """``notice``: the server's own words (an action done), never text from the query;
-    ``now``: the time the timeline of a run still going reaches (default: the clock's)."""
+    ``now``: the time the timeline of a run still going reaches (default: the clock's);
+    ``kept``: a POST's form shown again, with its failure or a query's answer."""
     wid = data["id"]
     if now is None and data.get("ended") is None:
         now = time.time()
@@ -328,12 +339,14 @@ def workflow_page(data: dict[str, Any], notice: str | None = None, now: float | 
             f'<h2>{title}</h2><p id="lost">{esc(lost.get("count"))} owners lost in a row{at} while it ran '
             f'{esc(lost.get("reason"))}</p>'
         )
+    parts.append(lifts_html(list(data.get("quarantine_lifts") or ())))
     parts.extend(live_parts(data))
     parts.append(f'<h2>History</h2>{_history(data.get("history") or [], now)}')
     parts.append(f'<h2>Pending timers</h2>{_timers(data.get("timers") or [])}')
     inbox = data.get("inbox") or []
     parts.append("<h2>Inbox</h2>" + (table(["seq", "kind", "name"], [[esc(m.get("seq")), esc(m.get("kind")), esc(m.get("name"))] for m in inbox], table_id="inbox") if inbox else "<p>Empty.</p>"))
-    parts.append(f"<h2>Actions</h2><p>Actions need the token the supervisor printed at start (typed once per tab).</p>{_actions(wid)}")
+    parts.append(f'<h2>Actions</h2>{actions_html(wid, data.get("status"), kept)}')
+    parts.append(f"<h2>Query</h2>{query_html(wid, kept)}")
     return page(f"Workflow {wid}", "".join(parts))
 
 

@@ -21,8 +21,10 @@ from ..errors import WeftError
 from ..store import LmdbStore
 from . import _data, _pages
 from ._access import Access
-from ._actions import ACTIONS, run_action
+from ._actions import ACTIONS, run_action, run_query
 from ._http import HttpLimits, HttpServer, Request, Response
+from ._schedule_actions import SCHEDULE_ACTIONS, run_schedule_action, schedule
+from ._schedule_page import schedule_href, schedule_page
 
 __all__ = ["ConsoleServer"]
 
@@ -189,33 +191,104 @@ class ConsoleServer:
             return self._answer(api, _data.workflows(self.store, _data.list_query(params), self.reads), _pages.workflows_page)
         if path.rstrip("/") == "/schedules":
             return self._answer(api, _data.schedules(self.client), _pages.schedules_page)
+        if path.startswith("/schedules/") and "/" not in path[len("/schedules/"):]:
+            item = schedule(self.client, unquote(path[len("/schedules/"):]))
+            done = params.get("done")
+            return self._answer(api, item, lambda d: schedule_page(d, f"{done}: done" if done in SCHEDULE_ACTIONS else None))
         if path.startswith("/workflows/") and "/" not in path[len("/workflows/"):]:
             described = _data.workflow(self.client, unquote(path[len("/workflows/"):]))
             return self._answer(api, described, lambda d: _pages.workflow_page(d, _notice(params)))
         raise _Refused(404, "not_found", "no such page")
 
     def _post(self, request: Request, api: bool, path: str) -> Response:
+        if path.startswith("/schedules/"):
+            return self._schedule_post(request, api, path)
         rest = path[len("/workflows/"):] if path.startswith("/workflows/") else ""
         quoted, _, action = rest.rpartition("/")
-        if not quoted or action not in ACTIONS:
-            raise _Refused(404, "not_found", f"no such action; POST /workflows/<id>/{{{','.join(ACTIONS)}}}")
+        if not quoted or (action not in ACTIONS and action != "query"):
+            raise _Refused(404, "not_found", f"no such action; POST /workflows/<id>/{{{','.join((*ACTIONS, 'query'))}}}")
         form = _read_form(request)
-        if self.access.grant(request.headers, form.get("token")) != "act":
-            log.warning("console: refused %s on %s from %s: wrong or missing token", action, path, request.peer)
-            raise _Refused(403, "permission_denied", "the action token is missing or wrong (the supervisor printed it at start)")
+        grant = self.access.grant(request.headers, form.get("token"))
         wid = unquote(quoted)
+        if action == "query":  # a read: what may read the page may ask it
+            if not grant:
+                raise _Refused(401, "unauthenticated", "this console needs a token to read")
+            return self._query(api, wid, form)
+        if grant != "act":
+            log.warning("console: refused %s on %s from %s: wrong or missing token", action, path, request.peer)
+            message = "the action token is missing or wrong (the supervisor printed it at start)"
+            if api or grant != "read":
+                raise _Refused(403, "permission_denied", message)
+            return self._again(wid, action, form, 403, f"{action} refused: permission_denied: {message}")
+        if not api and action == "terminate" and form.get("confirm") != "yes":
+            return self._again(wid, action, form, 400, "terminate refused: confirm_missing: tick confirm to terminate")
         log.info("console: %s %r (from %s)", action, wid, request.peer)
         if api:
-            run_action(self.client, wid, action, form)
+            run_action(self.client, wid, action, form, by=f"console {request.peer}")
             return _reply(200, _json_bytes({"ok": True, "id": wid, "action": action}), _JSON)
-        target = "/workflows/" + quote(wid, safe="")
         try:
-            run_action(self.client, wid, action, form)
+            run_action(self.client, wid, action, form, by=f"console {request.peer}")
         except WeftError as exc:
             # Answered here, not through the URL: no page shows text a link could carry.
-            message = f"{action} refused: {exc.code}: {exc}"
-            return _reply(_STATUS_OF.get(exc.code, 409), _pages.error_page(_STATUS_OF.get(exc.code, 409), message, back=target).encode(), _HTML)
-        return _redirect(f"{target}?done={action}")
+            return self._again(wid, action, form, _STATUS_OF.get(exc.code, 409), f"{action} refused: {exc.code}: {exc}")
+        return _redirect("/workflows/" + quote(wid, safe="") + f"?done={action}")
+
+    def _query(self, api: bool, wid: str, form: dict[str, str]) -> Response:
+        """A query's answer: JSON for the API, else the workflow page with the answer (or the
+        error) under the query form, as typed."""
+        if api:
+            answer = run_query(self.client, wid, form)
+            return _reply(200, _json_bytes({"ok": True, "id": wid, "query": form.get("name"), "answer": answer}), _JSON)
+        try:
+            answer = run_query(self.client, wid, form)
+        except WeftError as exc:
+            return self._again(wid, "query", form, _STATUS_OF.get(exc.code, 409), f"query refused: {exc.code}: {exc}")
+        return self._again(wid, "query", form, 200, None, answer)
+
+    def _again(self, wid: str, action: str, form: dict[str, str], status: int, failure: str | None, answer: Any = None) -> Response:
+        """The workflow page again after a POST, the form as typed (never the token) with the
+        failure or the answer; the error page if the workflow cannot be described."""
+        target = "/workflows/" + quote(wid, safe="")
+        try:
+            described = _data.workflow(self.client, wid)
+        except WeftError as exc:
+            message = failure or f"{exc.code}: {exc}"
+            return _reply(status if failure else _STATUS_OF.get(exc.code, 409), _pages.error_page(status, message, back=target).encode(), _HTML)
+        kept = {"action": action, "form": {k: v for k, v in form.items() if k != "token"}, "failure": failure, "answer": answer}
+        return _reply(status, _pages.workflow_page(described, kept=kept).encode(), _HTML)
+
+    def _schedule_post(self, request: Request, api: bool, path: str) -> Response:
+        """A schedule's action (``_schedule_actions``): the action token, as a workflow's."""
+        quoted, _, action = path[len("/schedules/"):].rpartition("/")
+        if not quoted or action not in SCHEDULE_ACTIONS:
+            raise _Refused(404, "not_found", f"no such action; POST /schedules/<id>/{{{','.join(SCHEDULE_ACTIONS)}}}")
+        form = _read_form(request)
+        sid = unquote(quoted)
+        grant = self.access.grant(request.headers, form.get("token"))
+        failure: tuple[int, str] | None = None
+        if grant != "act":
+            log.warning("console: refused schedule %s on %s from %s: wrong or missing token", action, path, request.peer)
+            failure = (403, f"{action} refused: permission_denied: the action token is missing or wrong (the supervisor printed it at start)")
+            if api or grant != "read":
+                raise _Refused(403, "permission_denied", failure[1])
+        else:
+            log.info("console: schedule %s %r (from %s)", action, sid, request.peer)
+            try:
+                run_schedule_action(self.client, sid, action, form)
+            except WeftError as exc:
+                if api:
+                    raise
+                failure = (_STATUS_OF.get(exc.code, 409), f"{action} refused: {exc.code}: {exc}")
+        if api:
+            return _reply(200, _json_bytes({"ok": True, "id": sid, "action": action}), _JSON)
+        if failure is None:
+            return _redirect(schedule_href(sid) + f"?done={action}")
+        kept = {"action": action, "form": {k: v for k, v in form.items() if k != "token"}, "failure": failure[1]}
+        try:
+            item = schedule(self.client, sid)
+        except WeftError:
+            return _reply(failure[0], _pages.error_page(failure[0], failure[1], back=schedule_href(sid)).encode(), _HTML)
+        return _reply(failure[0], schedule_page(item, kept=kept).encode(), _HTML)
 
     # -- replies --------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from .._isotime import with_iso
 from ..codec import decode, try_decode_args
 from ..store import TERMINAL, describe_reason, split_holder
 from ..workflow import HANDLER, UPDATE
+from ._describe_ops import op_payloads, stopped_outcome
 
 __all__ = ["describe_workflow"]
 
@@ -58,7 +59,7 @@ def describe_workflow(workflow_id: str, snapshot: Any, input_encoded: bool = Fal
         "created": record["created"],
         "updated": record["updated"],
         "ended": ended,
-        "history": _history(snapshot.ops, _run_start(record)),
+        "history": _history(snapshot.ops, _run_start(record), input_encoded),
         "timers": [with_iso(timer, "fire_at") for timer in snapshot.timers],
         "inbox": [{"seq": seq, "kind": m["kind"], "name": m["name"]} for seq, m in snapshot.inbox],
         "result": result,
@@ -69,8 +70,10 @@ def describe_workflow(workflow_id: str, snapshot: Any, input_encoded: bool = Fal
         "parent": record.get("parent"),
         "previous_runs": [with_iso(run, "ended") for run in record.get("previous_runs") or ()],
         "lost_owners": _lost(record),
+        "quarantine_lifts": _lifts(record),
         "queued": record.get("queued") is not None,
         "flow": snapshot.flow,
+        **({"payloads_encoded": True} if input_encoded else {}),
     }
     return with_iso(described, "created", "updated", "ended")
 
@@ -110,7 +113,7 @@ def _outcome(record: dict[str, Any]) -> str:
     return "pending"
 
 
-def _history(ops: dict[int, dict[str, Any]], run_start: float) -> list[dict[str, Any]]:
+def _history(ops: dict[int, dict[str, Any]], run_start: float, encoded: bool = False) -> list[dict[str, Any]]:
     history = []
     moved_on: float | None = run_start
     """The latest end of an op before the current one: when the code reached it."""
@@ -123,7 +126,12 @@ def _history(ops: dict[int, dict[str, Any]], run_start: float) -> list[dict[str,
         if "child_id" in op:
             entry["child_id"] = op["child_id"]
         if "err" in op:
-            entry["error"] = {"type": op["err"].get("type"), "message": op["err"].get("message")}
+            stopped = stopped_outcome(op["err"])
+            if stopped is None:
+                entry["error"] = {"type": op["err"].get("type"), "message": op["err"].get("message")}
+            else:
+                entry["outcome"] = stopped
+        entry.update(op_payloads(op, encoded))
         ended = op.get("at1") if "t" in op else None
         if "at0" in op:
             started = op["at0"]
@@ -143,6 +151,12 @@ def _history(ops: dict[int, dict[str, Any]], run_start: float) -> list[dict[str,
             elif moved_on is None or ended > moved_on:
                 moved_on = ended
     return history
+
+
+def _lifts(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The quarantines lifted from this workflow (``store._lifts``): when, by whom, why, and
+    what it had been quarantined for, oldest first."""
+    return [with_iso({**lift, "quarantined_for": describe_reason(lift.get("quarantined_for"))}, "at") for lift in record.get("lifted") or ()]
 
 
 def _lost(record: dict[str, Any]) -> dict[str, Any] | None:

@@ -354,12 +354,12 @@ class Engine:
         out. ``WorkflowClosed`` if it has already finished."""
         await self._messages.terminate(workflow_id, reason)
 
-    async def lift_quarantine(self, workflow_id: str) -> None:
+    async def lift_quarantine(self, workflow_id: str, reason: str | None = None, by: str | None = None) -> None:
         """Put a quarantined workflow back to work (after a fix is deployed): ``running`` with no
         owner and its lost-owner count reset, taken over at a live engine's next reclaim pass
         (this one's at once); under flow control, ``pending`` at the head of its queue. Raises
         ``InvalidRequest`` if it is not quarantined (``WorkflowClosed`` if it has finished)."""
-        await self._messages.lift_quarantine(workflow_id)
+        await self._messages.lift_quarantine(workflow_id, reason, by)
 
     async def purge(self, workflow_id: str) -> None:
         """Delete a finished workflow's record, history, inbox and listing entry; its epoch is

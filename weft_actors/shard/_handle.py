@@ -27,7 +27,7 @@ class Calls(Protocol):
 
     async def terminate(self, workflow_id: str, reason: str | None = None) -> None: ...
 
-    async def lift_quarantine(self, workflow_id: str) -> None: ...
+    async def lift_quarantine(self, workflow_id: str, reason: str | None = None, by: str | None = None) -> None: ...
 
 
 class WorkflowHandle:
@@ -79,6 +79,6 @@ class WorkflowHandle:
         """End the workflow at once, whichever engine owns it (see ``Engine.terminate``)."""
         await self._engine.terminate(self.id, reason)
 
-    async def lift_quarantine(self) -> None:
+    async def lift_quarantine(self, reason: str | None = None, *, by: str | None = None) -> None:
         """Let a quarantined workflow run again (see ``Engine.lift_quarantine``)."""
-        await self._engine.lift_quarantine(self.id)
+        await self._engine.lift_quarantine(self.id, reason, by)

@@ -239,15 +239,19 @@ class WorkflowMessages:
         host.committer.submit_answer(intent, done)
         return future
 
-    async def lift_quarantine(self, workflow_id: str) -> None:
+    async def lift_quarantine(self, workflow_id: str, reason: str | None = None, by: str | None = None) -> None:
         """Put a quarantined workflow back to work (after a fix is deployed): ``running`` with no
         owner and its lost-owner count reset, taken over at a live engine's next reclaim pass
         (this one's at once); under flow control, ``pending`` at the head of its queue. Raises
-        ``InvalidRequest`` if it is not quarantined (``WorkflowClosed`` if it has finished)."""
+        ``InvalidRequest`` if it is not quarantined (``WorkflowClosed`` if it has finished).
+        ``by`` and ``reason`` stay in its record (``describe``'s ``quarantine_lifts``)."""
         host = self._host
         host.check_running()
         validate_id(workflow_id)
-        result = await host.committer.submit_and_wait(LiftQuarantine(workflow_id))
+        for name, value in (("reason", reason), ("by", by)):
+            if value is not None and not isinstance(value, str):
+                raise InvalidRequest(f"a lift's {name} must be a string, not {value!r}")
+        result = await host.committer.submit_and_wait(LiftQuarantine(workflow_id, by or "engine", reason))
         if isinstance(result, WeftError):
             raise result
         log.warning("workflow %s: quarantine lifted (it had lost %s owners); it is %s again", workflow_id, result["lost"].get("count"), result["status"])

@@ -34,6 +34,7 @@ from ..errors import FencedOut, InvalidRequest, WorkflowClosed, WorkflowNotFound
 from ._feed import feed_entry
 from ._flow import fill_free_slots, queue_first, vacate
 from ._keys import NO_ENGINE, TERMINAL, by_engine_key, fence, op_seq, pack_u64, run_prefix
+from ._lifts import note_lift
 from ._reads import last_rows, prefix_end
 from ._state import TxnState
 from ._writes import set_visibility
@@ -57,9 +58,12 @@ class QuarantineWorkflow(NamedTuple):
 
 class LiftQuarantine(NamedTuple):
     """``quarantined`` -> ``running`` with no holder and the lost count reset (any engine); a
-    workflow under flow control goes ``pending`` at the head of its group's queue instead."""
+    workflow under flow control goes ``pending`` at the head of its group's queue instead.
+    The lift stays in the record (``lifted``): when, ``by`` whom, ``reason``."""
 
     wid: str
+    by: str | None = None
+    reason: str | None = None
 
 
 def stall_note_path(store_path: str, engine_id: str) -> str:
@@ -194,6 +198,7 @@ def lift_quarantine(state: TxnState, intent: LiftQuarantine) -> dict[str, Any]:
         raise cls(f"workflow {wid!r} is {record['status']}, not quarantined", workflow_id=wid, status=record["status"])
     old = dict(record)
     lost = record.pop("lost", None) or {}
+    note_lift(record, lost, state.now, intent.by, intent.reason)
     if "flow" in record and not record.get("slot"):  # it gave its slot up when parked
         queue_first(state, wid, record)
         _touch(state, wid, record, old)

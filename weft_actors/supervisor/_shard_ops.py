@@ -106,7 +106,7 @@ class ShardOps:
         await self._engine_method("terminate")(request["wid"], request.get("reason"))
 
     async def lift_quarantine(self, request: dict[str, Any]) -> None:
-        await self._engine_method("lift_quarantine")(request["wid"])
+        await self._engine_method("lift_quarantine")(request["wid"], request.get("reason"), request.get("by"))
 
     async def describe(self, request: dict[str, Any]) -> bytes:
         """The input travels as its own codec bytes: the client decodes it apart from the rest,
