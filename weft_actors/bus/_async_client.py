@@ -12,6 +12,7 @@ import asyncio
 import os
 from typing import Any, Sequence
 
+from .. import _tracing
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from . import _calls
 from ._async_transport import LoopTransport
@@ -93,7 +94,7 @@ class AsyncClient(TargetShell):
             workflow, args, id=id, if_exists=if_exists, start_delay=start_delay, start_at=start_at,
             execution_timeout=execution_timeout, memo=memo, priority=priority,
         )
-        wid, run_id = await self._request(call)
+        wid, run_id = await (self._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._request, call))
         return AsyncClientHandle._make(self, wid, run_id)
 
     async def execute(self, workflow: Any, *args: Any, timeout: float | None = None, **start_options: Any) -> Any:
@@ -105,7 +106,7 @@ class AsyncClient(TargetShell):
         deadline = None if timeout is None else loop.time() + timeout
         wait = _calls.MAX_RESULT_WAIT if timeout is None else timeout
         call = _calls.execute_call(workflow, args, wait, **start_options)
-        ok = await self._request(call)
+        ok = await (self._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._request, call))
         done, value = _calls.result_value(ok)
         if done:
             return value
@@ -118,7 +119,7 @@ class AsyncClient(TargetShell):
         """Signal the workflow with ``start_options["id"]``, starting it first if it does not
         exist, in one atomic step on the server."""
         call = _calls.start_call(workflow, args, signal=signal, payload=payload, **start_options)
-        wid, run_id = await self._request(call)
+        wid, run_id = await (self._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._request, call))
         return AsyncClientHandle._make(self, wid, run_id)
 
     def get_handle(self, id: str) -> AsyncClientHandle:
@@ -173,7 +174,8 @@ class AsyncClientHandle:
         """Returns once the signal is committed to the workflow's durable inbox. The same
         ``request_id`` sent twice is delivered once (one is made if not given, so a failover
         that sends it again cannot deliver it twice)."""
-        await self._client._request(_calls.signal_call(self.id, name, payload, request_id))
+        call = _calls.signal_call(self.id, name, payload, request_id)
+        await (self._client._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._client._request, call))
 
     async def query(self, name: str, *args: Any) -> Any:
         return await self._client._request(_calls.query_call(self.id, name, args))
@@ -181,7 +183,8 @@ class AsyncClientHandle:
     async def update(self, name: str, *args: Any, request_id: str | None = None) -> Any:
         """Run update handler ``name`` and return its result; the same ``request_id`` applied
         twice runs the handler once (one is generated when not given)."""
-        return await self._client._request(_calls.update_call(self.id, name, args, request_id))
+        call = _calls.update_call(self.id, name, args, request_id)
+        return await (self._client._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._client._request, call))
 
     async def result(self, timeout: float | None = None) -> Any:
         """The workflow's result; raises ``WorkflowFailed`` & co. for other endings and the

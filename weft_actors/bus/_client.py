@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any, Sequence
 
+from .. import _tracing
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from . import _calls
 from ._request_core import DEFAULT_ENDPOINT, Target, TargetShell
@@ -93,7 +94,7 @@ class Client(TargetShell):
             workflow, args, id=id, if_exists=if_exists, start_delay=start_delay, start_at=start_at,
             execution_timeout=execution_timeout, memo=memo, priority=priority,
         )
-        wid, run_id = self._request(call)
+        wid, run_id = self._request(call) if _tracing.tracer() is None else _tracing.client_call(self._request, call)
         return ClientHandle._make(self, wid, run_id)
 
     def execute(self, workflow: Any, *args: Any, timeout: float | None = None, **start_options: Any) -> Any:
@@ -104,7 +105,7 @@ class Client(TargetShell):
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = _calls.MAX_RESULT_WAIT if timeout is None else timeout
         call = _calls.execute_call(workflow, args, wait, **start_options)
-        ok = self._request(call)
+        ok = self._request(call) if _tracing.tracer() is None else _tracing.client_call(self._request, call)
         done, value = _calls.result_value(ok)
         if done:
             return value
@@ -117,7 +118,7 @@ class Client(TargetShell):
         """Signal the workflow with ``start_options["id"]``, starting it first if it does not
         exist, in one atomic step on the server."""
         call = _calls.start_call(workflow, args, signal=signal, payload=payload, **start_options)
-        wid, run_id = self._request(call)
+        wid, run_id = self._request(call) if _tracing.tracer() is None else _tracing.client_call(self._request, call)
         return ClientHandle._make(self, wid, run_id)
 
     def get_handle(self, id: str) -> ClientHandle:
@@ -172,7 +173,8 @@ class ClientHandle:
         """Returns once the signal is committed to the workflow's durable inbox. The same
         ``request_id`` sent twice is delivered once (one is made if not given, so a failover
         that sends it again cannot deliver it twice)."""
-        self._client._request(_calls.signal_call(self.id, name, payload, request_id))
+        call = _calls.signal_call(self.id, name, payload, request_id)
+        self._client._request(call) if _tracing.tracer() is None else _tracing.client_call(self._client._request, call)
 
     def query(self, name: str, *args: Any) -> Any:
         return self._client._request(_calls.query_call(self.id, name, args))
@@ -180,7 +182,8 @@ class ClientHandle:
     def update(self, name: str, *args: Any, request_id: str | None = None) -> Any:
         """Run update handler ``name`` and return its result; the same ``request_id`` applied
         twice runs the handler once (one is generated when not given)."""
-        return self._client._request(_calls.update_call(self.id, name, args, request_id))
+        call = _calls.update_call(self.id, name, args, request_id)
+        return self._client._request(call) if _tracing.tracer() is None else _tracing.client_call(self._client._request, call)
 
     def result(self, timeout: float | None = None) -> Any:
         """The workflow's result; raises ``WorkflowFailed`` & co. for other endings and the

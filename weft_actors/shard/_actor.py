@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Protocol
 
+from .. import _tracing
 from ..errors import WeftError
 from ..store import Finish, StepCommit, TimerRef
 from ..workflow import Command, WorkflowRun
@@ -120,6 +121,7 @@ class Actor:
         """While the run is ahead of its commit: the queries waiting for it, each answered
         (``answer(True)``) as the commit lands, before the run goes on, or told to look again
         (``answer(False)``) if it failed or the actor closed."""
+        if _tracing.ACTIVE is not None: _tracing.run_opened(self)  # noqa: E701
 
     @property
     def cmd(self) -> Command | None:
@@ -290,6 +292,7 @@ class Actor:
             return
         outcome = self.run.outcome
         if outcome is not None:
+            if _tracing.ACTIVE is not None: _tracing.run_ended(self)  # noqa: E701
             if self.next_run is not None:
                 self.engine.continue_run(self, result.epoch)
             else:
@@ -393,3 +396,4 @@ class Actor:
             _answer_all(ahead, False)
         self._ending().stop_work(None)
         self.run.discard()
+        if _tracing.ACTIVE is not None: _tracing.run_left(self)  # noqa: E701
