@@ -54,3 +54,17 @@ async def hold(gate: str) -> str:
 @workflow
 async def traced(ctx, key: str, gate: str) -> list:
     return [await ctx.run(prepare, key), await ctx.run(flaky, key), await ctx.run(hold, gate)]
+
+
+@workflow
+async def counter(ctx) -> int:
+    """Counts ``add`` updates until the ``done`` signal."""
+    total = {"n": 0}
+
+    def add(n: int) -> int:
+        total["n"] += n
+        return total["n"]
+
+    ctx.on_update("add", add)
+    await ctx.wait_signal("done")
+    return total["n"]

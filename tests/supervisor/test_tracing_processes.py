@@ -1,6 +1,7 @@
 """OpenTelemetry across processes: a ``Client`` (the SDK's in-memory exporter here) starts a
 workflow on a real supervisor whose shards export their spans to files (``tracing_app``);
-the client's span is the trace's root, and a takeover goes on in the same trace."""
+the client's span is the trace's root, and a takeover goes on in the same trace; an
+``AsyncClient``'s start, signal and update are spans of the caller's trace."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
+from opentelemetry import trace  # noqa: E402
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
-from _processes import RunningSupervisor, wait_until  # noqa: E402
 from _otel import spans  # noqa: E402
-from weft_actors import Client  # noqa: E402
+from _processes import RunningSupervisor, wait_until  # noqa: E402
+from _support import run  # noqa: E402
+from weft_actors import AsyncClient, Client  # noqa: E402
 
 APP = "tracing_app"
 FAST = ("--heartbeat", "0.2", "--ttl", "0.6")
@@ -66,8 +69,8 @@ def test_a_client_start_is_the_root_of_one_trace_with_a_span_per_attempt(tmp_pat
     assert {span["context"]["trace_id"] for span in found} == {trace_id}
     (start,) = _named(found, "weft start")
     assert start["parent_id"] == _hex(root.context.span_id, 16)
-    (run,) = _named(found, "weft run")
-    assert run["parent_id"] == start["context"]["span_id"]
+    (run_span,) = _named(found, "weft run")
+    assert run_span["parent_id"] == start["context"]["span_id"]
     attempts = _named(found, "weft activity")
     assert [(a["name"], a["attributes"]["weft.activity.attempt"], a["attributes"]["weft.activity.outcome"]) for a in attempts] == [
         ("weft activity prepare", 1, "completed"),
@@ -75,7 +78,7 @@ def test_a_client_start_is_the_root_of_one_trace_with_a_span_per_attempt(tmp_pat
         ("weft activity flaky", 2, "completed"),
         ("weft activity hold", 1, "completed"),
     ]
-    assert all(a["parent_id"] == run["context"]["span_id"] for a in attempts)
+    assert all(a["parent_id"] == run_span["context"]["span_id"] for a in attempts)
     failed = attempts[1]
     assert failed["status"]["status_code"] == StatusCode.ERROR.name
     assert failed["events"][0]["name"] == "exception"
@@ -100,9 +103,35 @@ def test_a_takeover_goes_on_in_the_same_trace(tmp_path):
     (root,) = [span for span in exporter.get_finished_spans() if span.name == "weft start traced"]
     assert {span["context"]["trace_id"] for span in found} == {_hex(root.context.trace_id, 32)}
     (start,) = _named(found, "weft start")
-    (run,) = _named(found, "weft run")  # the killed owner's run span never ended
-    assert run["pid"] != victim and run["parent_id"] == start["context"]["span_id"]
+    (run_span,) = _named(found, "weft run")  # the killed owner's run span never ended
+    assert run_span["pid"] != victim and run_span["parent_id"] == start["context"]["span_id"]
     held = [a for a in _named(found, "weft activity hold") if a["pid"] != victim]
-    assert [(a["attributes"]["weft.activity.outcome"], a["parent_id"]) for a in held] == [("completed", run["context"]["span_id"])]
+    assert [(a["attributes"]["weft.activity.outcome"], a["parent_id"]) for a in held] == [("completed", run_span["context"]["span_id"])]
     before = [a for a in _named(found, "weft activity") if a["pid"] == victim]
     assert [a["name"] for a in before] == ["weft activity prepare", "weft activity flaky", "weft activity flaky"]
+
+
+@pytest.mark.timeout(90)
+def test_async_client_start_signal_and_update_are_spans_of_the_callers_trace(tmp_path):
+    exporter = spans()
+    sup, trace_dir = _supervisor(tmp_path)
+    tracer = trace.get_tracer("test")
+
+    async def main() -> None:
+        async with AsyncClient(sup.endpoint) as client:
+            with tracer.start_as_current_span("checkout"):
+                handle = await client.start("counter", id="count-1")
+                assert await handle.update("add", 2) == 2
+                await handle.signal("done")
+            assert await handle.result(timeout=20) == 2
+
+    with sup:
+        run(main())
+        found = wait_until(lambda: (f := _shard_spans(trace_dir)) and _named(f, "weft run") and f, timeout=10)
+    mine = {span.name: span for span in exporter.get_finished_spans()}
+    parent = mine["checkout"]
+    assert [mine[name].parent.span_id for name in ("weft start counter", "weft update add", "weft signal done")] == [parent.context.span_id] * 3
+    assert all(mine[name].kind is SpanKind.CLIENT for name in ("weft start counter", "weft update add", "weft signal done"))
+    assert {span["context"]["trace_id"] for span in found} == {_hex(parent.context.trace_id, 32)}
+    (start,) = _named(found, "weft start counter")
+    assert start["parent_id"] == _hex(mine["weft start counter"].context.span_id, 16)
