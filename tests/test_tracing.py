@@ -17,7 +17,7 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 
 from _otel import spans  # noqa: E402
 from _support import run  # noqa: E402
-from tracing_app import traced  # noqa: E402
+from tracing_app import parent, traced  # noqa: E402
 from weft_actors import Engine  # noqa: E402
 from weft_actors.errors import InvalidRequest  # noqa: E402
 
@@ -138,3 +138,26 @@ def test_without_a_provider_nothing_is_traced_and_nothing_imported(mode, expecte
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
+
+
+@pytest.mark.timeout(60)
+def test_a_child_and_a_continued_run_stay_in_the_trace(tmp_path):
+    exporter = spans()
+    gate = tmp_path / "gate"
+    gate.write_text("open")
+
+    async def main() -> None:
+        async with Engine(str(tmp_path / "data"), app=[parent, traced]) as engine:
+            handle = await engine.start(parent, "p", str(gate), id="fam")
+            assert await handle.result(timeout=20) == ["prepared p+"]
+
+    run(main())
+    found = exporter.get_finished_spans()
+    (start,) = _by_name(found, "weft start parent")
+    assert {span.context.trace_id for span in found} == {start.context.trace_id}
+    first, second = _by_name(found, "weft run parent")
+    assert first.attributes["weft.outcome"] == "continued" and second.attributes["weft.outcome"] == "completed"
+    assert first.parent.span_id == second.parent.span_id == start.context.span_id
+    (child,) = _by_name(found, "weft run traced")
+    assert child.parent.span_id == first.context.span_id
+    assert len(_by_name(found, "weft activity")) == 5

@@ -68,3 +68,12 @@ async def counter(ctx) -> int:
     ctx.on_update("add", add)
     await ctx.wait_signal("done")
     return total["n"]
+
+
+@workflow
+async def parent(ctx, key: str, gate: str) -> list:
+    """A child, then continue-as-new once: every run and the child in the start's trace."""
+    if key.endswith("+"):
+        return [await ctx.run(prepare, key)]
+    await ctx.child(traced, key, gate, id=f"{ctx.workflow_id}-child")
+    return ctx.continue_as_new(key + "+", gate)

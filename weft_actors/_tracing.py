@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Final
 
 from .errors import InvalidRequest
 
-__all__ = ["ACTIVE", "tracer", "check_traceparent", "client_call", "client_acall", "traced_start", "run_opened", "run_ended", "run_left", "attempt_started", "attempt_ended"]
+__all__ = ["ACTIVE", "tracer", "check_traceparent", "client_call", "client_acall", "traced_start", "child_trace", "run_opened", "run_ended", "run_left", "attempt_started", "attempt_ended"]
 
 log = logging.getLogger("weft_actors.tracing")
 
@@ -158,6 +158,12 @@ def run_opened(actor: Any) -> None:
         log.exception("workflow %s: could not open its run span", actor.wid)
         return
     _runs[actor] = (span, {})
+
+
+def child_trace(actor: Any) -> str | None:
+    """The trace context a child started by ``actor``'s run records: its run span's."""
+    found = _runs.get(actor)
+    return None if found is None else _traceparent(found[0])
 
 
 def run_ended(actor: Any) -> None:

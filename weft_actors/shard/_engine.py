@@ -268,7 +268,7 @@ class Engine:
         ``traceparent`` (W3C) is the trace the run's spans join (``_tracing``)."""
         options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout, "priority": priority, "traceparent": traceparent}
         call = self._starts.start(workflow, args, options)
-        wid, run_id = await (call if _tracing.tracer() is None else _tracing.traced_start(workflow, options, call))
+        wid, run_id = await (call if _tracing.ACTIVE is None else _tracing.traced_start(workflow, options, call))
         return WorkflowHandle(self, wid, run_id)
 
     async def execute(self, workflow: Any, *args: Any, timeout: float | None = None, **start_options: Any) -> Any:
@@ -276,7 +276,7 @@ class Engine:
         as ``AsyncClient.execute``. ``start_options`` are ``start``'s. Raises like ``start`` and
         like ``result``, and ``TimeoutError`` if it does not end within ``timeout`` seconds."""
         call = self._starts.execute(workflow, args, timeout, start_options, self._reads.result)
-        return await (call if _tracing.tracer() is None else _tracing.traced_start(workflow, start_options, call))
+        return await (call if _tracing.ACTIVE is None else _tracing.traced_start(workflow, start_options, call))
 
     async def signal_with_start(
         self,
@@ -299,7 +299,7 @@ class Engine:
         (``"error"``) or ``WorkflowClosed`` (``"return"``)."""
         options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout, "priority": priority, "traceparent": traceparent}
         call = self._starts.signal_with_start(workflow, args, signal, payload, options)
-        wid, run_id = await (call if _tracing.tracer() is None else _tracing.traced_start(workflow, options, call))
+        wid, run_id = await (call if _tracing.ACTIVE is None else _tracing.traced_start(workflow, options, call))
         return WorkflowHandle(self, wid, run_id)
 
     def in_flight(self) -> int:
