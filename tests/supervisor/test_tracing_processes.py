@@ -22,6 +22,8 @@ from _otel import spans  # noqa: E402
 from _processes import RunningSupervisor, wait_until  # noqa: E402
 from _support import run  # noqa: E402
 from weft_actors import AsyncClient, Client  # noqa: E402
+from weft_actors.bus import _calls  # noqa: E402
+from weft_actors.errors import InvalidRequest, WorkflowNotFound  # noqa: E402
 
 APP = "tracing_app"
 FAST = ("--heartbeat", "0.2", "--ttl", "0.6")
@@ -60,6 +62,12 @@ def test_a_client_start_is_the_root_of_one_trace_with_a_span_per_attempt(tmp_pat
     gate.write_text("open")
     sup, trace_dir = _supervisor(tmp_path)
     with sup, Client(sup.endpoint) as client:
+        bad = _calls.start_call("traced", ("k0", str(gate)), id="bad-trace")
+        bad.fields["traceparent"] = "00-not-a-trace-01"  # as a foreign client might send it
+        with pytest.raises(InvalidRequest, match="traceparent"):
+            client._request(bad)
+        with pytest.raises(WorkflowNotFound):
+            client.get_handle("bad-trace").describe()  # refused whole: nothing written
         handle = client.start("traced", "k1", str(gate), id="trace-1")
         assert handle.result(timeout=30) == ["prepared k1", "flaky ok k1", "held"]
         found = wait_until(lambda: (f := _shard_spans(trace_dir)) and _named(f, "weft run") and f, timeout=10)
