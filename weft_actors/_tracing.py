@@ -1,7 +1,8 @@
 """OpenTelemetry spans, when the application configured a tracer provider (the ``otel`` extra).
 
 One trace per workflow: the client's ``start`` span is its root (``signal``/``update`` spans
-are the caller's, in its current context); the engine's start span is its child; each owner
+go in the caller's current trace, else in that of the start that made the handle); the
+engine's start span is its child; each owner
 of the run opens a ``run`` span under the trace context recorded with the workflow at its
 start (W3C ``traceparent``, in the workflow record), so a takeover, a wake from eviction or
 continue-as-new goes on in the same trace; each activity attempt is a span under its run's.
@@ -98,24 +99,34 @@ def _client_span(call: Any) -> tuple[str, dict[str, Any]]:
     return f"weft {call.op} {fields['name']}", attributes
 
 
-def client_call(request: Callable[[Any], Any], call: Any) -> Any:
+def _parent(started: str | None) -> Any:
+    """The context of a handle's call: the caller's current span, else the trace of the start
+    that made the handle (``started``), else none (a root)."""
+    from opentelemetry import trace
+
+    if started is None or trace.get_current_span().get_span_context().is_valid:
+        return None
+    return _context(started)
+
+
+def client_call(request: Callable[[Any], Any], call: Any, started: str | None = None) -> Any:
     """``request(call)`` inside a client span (ERROR with the exception if it raises); a start
-    carries the span's context as ``traceparent``."""
+    carries the span's context as ``traceparent``. ``started``: see ``_parent``."""
     from opentelemetry.trace import SpanKind
 
     name, attributes = _client_span(call)
-    with ACTIVE.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=attributes) as span:
+    with ACTIVE.start_as_current_span(name, context=_parent(started), kind=SpanKind.CLIENT, attributes=attributes) as span:
         if call.op in _START_OPS:
             call.fields["traceparent"] = _traceparent(span)
         return request(call)
 
 
-async def client_acall(request: Callable[[Any], Awaitable[Any]], call: Any) -> Any:
+async def client_acall(request: Callable[[Any], Awaitable[Any]], call: Any, started: str | None = None) -> Any:
     """``client_call`` for ``AsyncClient``."""
     from opentelemetry.trace import SpanKind
 
     name, attributes = _client_span(call)
-    with ACTIVE.start_as_current_span(name, kind=SpanKind.CLIENT, attributes=attributes) as span:
+    with ACTIVE.start_as_current_span(name, context=_parent(started), kind=SpanKind.CLIENT, attributes=attributes) as span:
         if call.op in _START_OPS:
             call.fields["traceparent"] = _traceparent(span)
         return await request(call)

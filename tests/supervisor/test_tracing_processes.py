@@ -132,14 +132,26 @@ def test_async_client_start_signal_and_update_are_spans_of_the_callers_trace(tmp
                 assert await handle.update("add", 2) == 2
                 await handle.signal("done")
             assert await handle.result(timeout=20) == 2
+            alone = await client.start("counter", id="count-2")  # no span around: the start is the root
+            assert await alone.update("add", 5) == 5
+            await alone.signal("done")
+            assert await alone.result(timeout=20) == 5
 
     with sup:
         run(main())
         found = wait_until(lambda: (f := _shard_spans(trace_dir)) and _named(f, "weft run") and f, timeout=10)
-    mine = {span.name: span for span in exporter.get_finished_spans()}
+    finished = exporter.get_finished_spans()
+    mine = {span.name: span for span in finished[:4]}
     parent = mine["checkout"]
+    root, update, signal_span = finished[4:]
+    assert root.name == "weft start counter" and root.parent is None
+    assert [(s.name, s.parent.span_id, s.context.trace_id) for s in (update, signal_span)] == [
+        ("weft update add", root.context.span_id, root.context.trace_id),
+        ("weft signal done", root.context.span_id, root.context.trace_id),
+    ]
     assert [mine[name].parent.span_id for name in ("weft start counter", "weft update add", "weft signal done")] == [parent.context.span_id] * 3
     assert all(mine[name].kind is SpanKind.CLIENT for name in ("weft start counter", "weft update add", "weft signal done"))
-    assert {span["context"]["trace_id"] for span in found} == {_hex(parent.context.trace_id, 32)}
-    (start,) = _named(found, "weft start counter")
-    assert start["parent_id"] == _hex(mine["weft start counter"].context.span_id, 16)
+    assert {span["context"]["trace_id"] for span in found} == {_hex(parent.context.trace_id, 32), _hex(root.context.trace_id, 32)}
+    assert sorted(start["parent_id"] for start in _named(found, "weft start counter")) == sorted(
+        _hex(span.context.span_id, 16) for span in (mine["weft start counter"], root)
+    )

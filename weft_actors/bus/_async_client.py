@@ -95,7 +95,7 @@ class AsyncClient(TargetShell):
             execution_timeout=execution_timeout, memo=memo, priority=priority,
         )
         wid, run_id = await (self._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._request, call))
-        return AsyncClientHandle._make(self, wid, run_id)
+        return AsyncClientHandle._make(self, wid, run_id, call.fields.get("traceparent"))
 
     async def execute(self, workflow: Any, *args: Any, timeout: float | None = None, **start_options: Any) -> Any:
         """Start ``workflow(*args)`` and return its result, in one round trip for a workflow
@@ -120,7 +120,7 @@ class AsyncClient(TargetShell):
         exist, in one atomic step on the server."""
         call = _calls.start_call(workflow, args, signal=signal, payload=payload, **start_options)
         wid, run_id = await (self._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._request, call))
-        return AsyncClientHandle._make(self, wid, run_id)
+        return AsyncClientHandle._make(self, wid, run_id, call.fields.get("traceparent"))
 
     def get_handle(self, id: str) -> AsyncClientHandle:
         """A handle on workflow ``id``; no I/O happens until one of its methods is awaited."""
@@ -150,18 +150,20 @@ class AsyncClientHandle:
     """An ``AsyncClient``'s handle on one workflow id, with the methods of ``WorkflowHandle``.
     Made by ``AsyncClient.start``/``AsyncClient.get_handle``; no public constructor."""
 
-    __slots__ = ("_client", "id", "run_id")
+    __slots__ = ("_client", "id", "run_id", "_trace")
 
     _client: AsyncClient
     id: str
     run_id: str | None
+    _trace: str | None
 
     @classmethod
-    def _make(cls, client: AsyncClient, workflow_id: str, run_id: str | None) -> AsyncClientHandle:
+    def _make(cls, client: AsyncClient, workflow_id: str, run_id: str | None, trace: str | None = None) -> AsyncClientHandle:
         handle = cls.__new__(cls)
         handle._client = client
         handle.id = workflow_id
         handle.run_id = run_id
+        handle._trace = trace  # the traced start's context: its signals and updates join it
         return handle
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -175,7 +177,7 @@ class AsyncClientHandle:
         ``request_id`` sent twice is delivered once (one is made if not given, so a failover
         that sends it again cannot deliver it twice)."""
         call = _calls.signal_call(self.id, name, payload, request_id)
-        await (self._client._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._client._request, call))
+        await (self._client._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._client._request, call, self._trace))
 
     async def query(self, name: str, *args: Any) -> Any:
         return await self._client._request(_calls.query_call(self.id, name, args))
@@ -184,7 +186,7 @@ class AsyncClientHandle:
         """Run update handler ``name`` and return its result; the same ``request_id`` applied
         twice runs the handler once (one is generated when not given)."""
         call = _calls.update_call(self.id, name, args, request_id)
-        return await (self._client._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._client._request, call))
+        return await (self._client._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._client._request, call, self._trace))
 
     async def result(self, timeout: float | None = None) -> Any:
         """The workflow's result; raises ``WorkflowFailed`` & co. for other endings and the
