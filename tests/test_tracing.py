@@ -3,6 +3,7 @@ and a real PostgreSQL one), and that tracing costs no import when no provider is
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -13,12 +14,13 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk")
 
+from opentelemetry import trace  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 
 from _otel import spans  # noqa: E402
 from _support import run  # noqa: E402
 from tracing_app import parent, traced  # noqa: E402
-from weft_actors import Engine  # noqa: E402
+from weft_actors import Engine, activity, workflow  # noqa: E402
 from weft_actors.errors import InvalidRequest  # noqa: E402
 
 def _by_name(found: Any, prefix: str) -> list[Any]:
@@ -161,3 +163,36 @@ def test_a_child_and_a_continued_run_stay_in_the_trace(tmp_path):
     (child,) = _by_name(found, "weft run traced")
     assert child.parent.span_id == first.context.span_id
     assert len(_by_name(found, "weft activity")) == 5
+
+
+@activity
+async def looked_up(key: str) -> str:
+    await asyncio.sleep(0.01)  # suspends: the rest runs in a task of its own
+    with trace.get_tracer("app").start_as_current_span("app lookup"):
+        return key
+
+
+@activity
+def written(key: str) -> str:  # a plain def: runs in a thread
+    with trace.get_tracer("app").start_as_current_span("app write"):
+        return key
+
+
+@workflow
+async def nested(ctx, key: str) -> list:
+    return [await ctx.run(looked_up, key), await ctx.run(written, key)]
+
+
+@pytest.mark.timeout(60)
+def test_an_activitys_own_spans_are_children_of_its_attempt(tmp_path):
+    exporter = spans()
+
+    async def main() -> None:
+        async with Engine(str(tmp_path / "data"), app=[nested]) as engine:
+            handle = await engine.start(nested, "n", id="nest")
+            assert await handle.result(timeout=20) == ["n", "n"]
+
+    run(main())
+    found = {span.name: span for span in exporter.get_finished_spans()}
+    assert found["app lookup"].parent.span_id == found["weft activity looked_up"].context.span_id
+    assert found["app write"].parent.span_id == found["weft activity written"].context.span_id

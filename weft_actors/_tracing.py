@@ -24,7 +24,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Final
 
 from .errors import InvalidRequest
 
-__all__ = ["ACTIVE", "tracer", "check_traceparent", "client_call", "client_acall", "traced_start", "child_trace", "run_opened", "run_ended", "run_left", "attempt_started", "attempt_ended"]
+__all__ = ["ACTIVE", "tracer", "check_traceparent", "client_call", "client_acall", "traced_start", "child_trace", "run_opened", "run_ended", "run_left", "run_attempt", "attempt_ended"]
 
 log = logging.getLogger("weft_actors.tracing")
 
@@ -211,18 +211,25 @@ def _end_attempts(attempts: dict[int, Any]) -> None:
         span.end()
 
 
-def attempt_started(actor: Any, seq: int, attempt: int, activity: str) -> None:
-    """An attempt of activity op ``seq`` starts: its span, under its run's."""
+def run_attempt(actor: Any, info: Any, run: Callable[..., Any], *args: Any) -> Any:
+    """``run(*args)``, which starts attempt ``info`` of an activity, with the attempt's span
+    (under its run's) current: the activity's own spans, in its task or thread (each copies
+    the context it starts in), are its children."""
     found = _runs.get(actor)
     if found is None:
-        return
-    from opentelemetry import trace
+        return run(*args)
+    from opentelemetry import context, trace
 
-    found[1][seq] = ACTIVE.start_span(
-        f"weft activity {activity}",
+    span = found[1][info.seq] = ACTIVE.start_span(
+        f"weft activity {info.activity}",
         context=trace.set_span_in_context(found[0]),
-        attributes={"weft.workflow.id": actor.wid, "weft.activity.name": activity, "weft.activity.seq": seq, "weft.activity.attempt": attempt},
+        attributes={"weft.workflow.id": actor.wid, "weft.activity.name": info.activity, "weft.activity.seq": info.seq, "weft.activity.attempt": info.attempt},
     )
+    token = context.attach(trace.set_span_in_context(span))
+    try:
+        return run(*args)
+    finally:
+        context.detach(token)
 
 
 def attempt_ended(actor: Any, seq: int, error: BaseException | None, outcome: str) -> None:

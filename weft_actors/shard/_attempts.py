@@ -124,10 +124,10 @@ class Attempts:
         def done(value: Any, error: BaseException | None) -> None:
             actor.on_activity_done(token, seq, value, error)
 
-        if _tracing.ACTIVE is not None:
-            _tracing.attempt_started(actor, seq, attempt, op.name)
-
-        started = engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
+        if _tracing.ACTIVE is None:
+            started = engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
+        else:  # its span, current while the activity starts (its task or thread copies that)
+            started = _tracing.run_attempt(actor, info, engine.activities.run, op.definition, op.args, info, op.start_to_close, done)
         if started.__class__ is Finished:  # ended inline: no attempt to track
             return started  # type: ignore[return-value]
         if actor.attempts is NO_TABLE:
