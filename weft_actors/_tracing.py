@@ -33,6 +33,7 @@ ACTIVE: Any = None
 
 _modules: Final = sys.modules
 _provider: Any = None
+_UNKNOWN: Final = object()
 _TRACEPARENT: Final = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 _START_OPS: Final = frozenset({"start", "execute", "signal_with_start"})
 
@@ -40,15 +41,23 @@ _runs: dict[Any, tuple[Any, dict[int, Any]]] = {}
 """actor -> its open run span (this owner's) and the spans of its attempts in flight, by op seq."""
 
 
-def tracer() -> Any:
+def tracer(configure: bool = False) -> Any:
     """The ``weft_actors`` tracer of the global tracer provider, or None when no provider is
-    set (or ``opentelemetry`` was never imported); refreshes ``ACTIVE``."""
+    set (or ``opentelemetry`` was never imported); refreshes ``ACTIVE``. Per call it reads the
+    provider ``set_tracer_provider`` stored: ``get_tracer_provider()`` looks in the environment
+    each time none is set (a microsecond), so only ``configure`` (an engine's open and
+    maintenance pass) asks it, which also loads one named by ``OTEL_PYTHON_TRACER_PROVIDER``."""
     global ACTIVE, _provider
     otel = _modules.get("opentelemetry.trace")
     if otel is None:
         ACTIVE = None
         return None
-    provider = otel.get_tracer_provider()
+    provider = getattr(otel, "_TRACER_PROVIDER", _UNKNOWN)
+    if configure or provider is _UNKNOWN:
+        provider = otel.get_tracer_provider()
+    elif provider is None:
+        ACTIVE = None
+        return None
     if provider is not _provider:
         _provider = provider
         off = isinstance(provider, (otel.ProxyTracerProvider, otel.NoOpTracerProvider))

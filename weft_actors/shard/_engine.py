@@ -195,7 +195,7 @@ class Engine:
         host.maintenance = Maintenance(host)
         committer.on_promoted = host.maintenance.reclaimer.fire_promoted
         host.state = "running"
-        _tracing.tracer()  # spans on if the application set a tracer provider
+        _tracing.tracer(configure=True)  # spans on if the application set a tracer provider
         if options.tune_gc:
             tune_gc()
         host.maintenance.run_pass(heartbeat=False)

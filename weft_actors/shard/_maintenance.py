@@ -193,7 +193,7 @@ class Maintenance:
             engine.depose(str(exc))
             return
         engine.store.restore_lock_files()
-        _tracing.tracer()  # a tracer provider set since the last pass turns spans on
+        _tracing.tracer(configure=True)  # a tracer provider set since the last pass turns spans on
         try:
             if heartbeat and not beaten:
                 self._beat()
