@@ -52,7 +52,7 @@ def tracer(configure: bool = False) -> Any:
     if otel is None:
         ACTIVE = None
         return None
-    provider = getattr(otel, "_TRACER_PROVIDER", _UNKNOWN)
+    provider: Any = getattr(otel, "_TRACER_PROVIDER", _UNKNOWN)
     if configure or provider is _UNKNOWN:
         provider = otel.get_tracer_provider()
     elif provider is None:
