@@ -2,17 +2,18 @@
 
 One trace per workflow: the client's ``start`` span is its root (``signal``/``update`` spans
 go in the caller's current trace, else in that of the start that made the handle); the
-engine's start span is its child; each owner
-of the run opens a ``run`` span under the trace context recorded with the workflow at its
-start (W3C ``traceparent``, in the workflow record), so a takeover, a wake from eviction or
-continue-as-new goes on in the same trace; each activity attempt is a span under its run's.
+engine's start span is its child; each owner of the run opens a ``run`` span under the trace
+context recorded with the workflow at its start (W3C ``traceparent``, in the workflow
+record), so a takeover, a wake from eviction or continue-as-new goes on in the same trace;
+each activity attempt is a span under its run's, a child workflow's run under its parent's.
 
 Tracing costs nothing when it is off. ``opentelemetry`` is never imported here: ``tracer()``
 looks for the module in ``sys.modules`` (an application that set a provider imported it) and
-caches the tracer in ``ACTIVE`` for the hot paths, which test that one global and call in
-only when it is set. ``tracer()`` runs at each client call, each engine start call, and on
-the engine's open and maintenance pass, so a provider set later is picked up within a pass.
-Spans of the runs and attempts in flight are kept here, by actor, only while tracing is on.
+caches the tracer in ``ACTIVE``; the engine's hot paths test that one global and call in only
+when it is set. ``tracer()`` runs at each client call and at the engine's open and each
+maintenance pass, so a provider set after an engine opened is picked up within a heartbeat.
+The spans of the runs and attempts in flight are kept here, by actor (so the engines of one
+process never mix), and only while tracing is on: like the provider, they are per process.
 """
 
 from __future__ import annotations

@@ -176,7 +176,10 @@ class ClientHandle:
         ``request_id`` sent twice is delivered once (one is made if not given, so a failover
         that sends it again cannot deliver it twice)."""
         call = _calls.signal_call(self.id, name, payload, request_id)
-        self._client._request(call) if _tracing.tracer() is None else _tracing.client_call(self._client._request, call, self._trace)
+        if _tracing.tracer() is None:
+            self._client._request(call)
+        else:
+            _tracing.client_call(self._client._request, call, self._trace)
 
     def query(self, name: str, *args: Any) -> Any:
         return self._client._request(_calls.query_call(self.id, name, args))

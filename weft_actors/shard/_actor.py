@@ -121,7 +121,7 @@ class Actor:
         """While the run is ahead of its commit: the queries waiting for it, each answered
         (``answer(True)``) as the commit lands, before the run goes on, or told to look again
         (``answer(False)``) if it failed or the actor closed."""
-        if _tracing.ACTIVE is not None: _tracing.run_opened(self)  # noqa: E701
+        if _tracing.ACTIVE is not None: _tracing.run_opened(self)  # its run span; off: this check only
 
     @property
     def cmd(self) -> Command | None:
@@ -292,7 +292,7 @@ class Actor:
             return
         outcome = self.run.outcome
         if outcome is not None:
-            if _tracing.ACTIVE is not None: _tracing.run_ended(self)  # noqa: E701
+            if _tracing.ACTIVE is not None: _tracing.run_ended(self)  # the ending is committed
             if self.next_run is not None:
                 self.engine.continue_run(self, result.epoch)
             else:
@@ -396,4 +396,4 @@ class Actor:
             _answer_all(ahead, False)
         self._ending().stop_work(None)
         self.run.discard()
-        if _tracing.ACTIVE is not None: _tracing.run_left(self)  # noqa: E701
+        if _tracing.ACTIVE is not None: _tracing.run_left(self)  # the next owner opens another
