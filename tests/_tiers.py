@@ -69,6 +69,7 @@ SLOW_FILES = frozenset(
         "supervisor/test_schedule_processes.py",
         "supervisor/test_slow_clients.py",
         "supervisor/test_supervisor.py",
+        "supervisor/test_tracing_processes.py",
         "supervisor/test_two_hosts_postgres.py",
         "supervisor/test_unwritable_store.py",
         "supervisor/test_workflow_metrics.py",

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(30)
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors"}),  # the error codes every room raises
-    frozenset({"codec", "history", "_checks", "_clock", "_isotime", "_ratelimit", "_placement", "_cli_json", "_cli_output", "_cli_errors", "_cli_start", "_endpoint_text", "_cli_memo", "_cli_stack"}),
+    frozenset({"codec", "history", "_checks", "_clock", "_isotime", "_ratelimit", "_placement", "_cli_json", "_cli_output", "_cli_errors", "_cli_start", "_endpoint_text", "_cli_memo", "_cli_stack", "_tracing"}),
     frozenset({"_schedule_spec"}),
     frozenset({"_schedule_checks"}),
     frozenset({"workflow", "_schedule_handle"}),  # workflow: the deterministic core, no I/O

@@ -12,6 +12,7 @@ import asyncio
 import os
 from typing import Any, Sequence
 
+from .. import _tracing
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..workflow import stack_answer
 from . import _calls
@@ -94,8 +95,8 @@ class AsyncClient(TargetShell):
             workflow, args, id=id, if_exists=if_exists, start_delay=start_delay, start_at=start_at,
             execution_timeout=execution_timeout, memo=memo, priority=priority,
         )
-        wid, run_id = await self._request(call)
-        return AsyncClientHandle._make(self, wid, run_id)
+        wid, run_id = await (self._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._request, call))
+        return AsyncClientHandle._make(self, wid, run_id, call.fields.get("traceparent"))
 
     async def execute(self, workflow: Any, *args: Any, timeout: float | None = None, **start_options: Any) -> Any:
         """Start ``workflow(*args)`` and return its result, in one round trip for a workflow
@@ -106,7 +107,7 @@ class AsyncClient(TargetShell):
         deadline = None if timeout is None else loop.time() + timeout
         wait = _calls.MAX_RESULT_WAIT if timeout is None else timeout
         call = _calls.execute_call(workflow, args, wait, **start_options)
-        ok = await self._request(call)
+        ok = await (self._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._request, call))
         done, value = _calls.result_value(ok)
         if done:
             return value
@@ -119,8 +120,8 @@ class AsyncClient(TargetShell):
         """Signal the workflow with ``start_options["id"]``, starting it first if it does not
         exist, in one atomic step on the server."""
         call = _calls.start_call(workflow, args, signal=signal, payload=payload, **start_options)
-        wid, run_id = await self._request(call)
-        return AsyncClientHandle._make(self, wid, run_id)
+        wid, run_id = await (self._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._request, call))
+        return AsyncClientHandle._make(self, wid, run_id, call.fields.get("traceparent"))
 
     def get_handle(self, id: str) -> AsyncClientHandle:
         """A handle on workflow ``id``; no I/O happens until one of its methods is awaited."""
@@ -153,18 +154,20 @@ class AsyncClientHandle:
     """An ``AsyncClient``'s handle on one workflow id, with the methods of ``WorkflowHandle``.
     Made by ``AsyncClient.start``/``AsyncClient.get_handle``; no public constructor."""
 
-    __slots__ = ("_client", "id", "run_id")
+    __slots__ = ("_client", "id", "run_id", "_trace")
 
     _client: AsyncClient
     id: str
     run_id: str | None
+    _trace: str | None
 
     @classmethod
-    def _make(cls, client: AsyncClient, workflow_id: str, run_id: str | None) -> AsyncClientHandle:
+    def _make(cls, client: AsyncClient, workflow_id: str, run_id: str | None, trace: str | None = None) -> AsyncClientHandle:
         handle = cls.__new__(cls)
         handle._client = client
         handle.id = workflow_id
         handle.run_id = run_id
+        handle._trace = trace  # the traced start's context: its signals and updates join it
         return handle
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -177,7 +180,8 @@ class AsyncClientHandle:
         """Returns once the signal is committed to the workflow's durable inbox. The same
         ``request_id`` sent twice is delivered once (one is made if not given, so a failover
         that sends it again cannot deliver it twice)."""
-        await self._client._request(_calls.signal_call(self.id, name, payload, request_id))
+        call = _calls.signal_call(self.id, name, payload, request_id)
+        await (self._client._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._client._request, call, self._trace))
 
     async def query(self, name: str, *args: Any) -> Any:
         return await self._client._request(_calls.query_call(self.id, name, args))
@@ -185,7 +189,8 @@ class AsyncClientHandle:
     async def update(self, name: str, *args: Any, request_id: str | None = None) -> Any:
         """Run update handler ``name`` and return its result; the same ``request_id`` applied
         twice runs the handler once (one is generated when not given)."""
-        return await self._client._request(_calls.update_call(self.id, name, args, request_id))
+        call = _calls.update_call(self.id, name, args, request_id)
+        return await (self._client._request(call) if _tracing.tracer() is None else _tracing.client_acall(self._client._request, call, self._trace))
 
     async def result(self, timeout: float | None = None) -> Any:
         """The workflow's result; raises ``WorkflowFailed`` & co. for other endings and the

@@ -13,7 +13,7 @@ op                  fields                                                ok
 =================== ===================================================== ==========================
 start               workflow, args(bin), wid?, if_exists?, memo(bin)?,    {"id", "run_id"}
                     start_delay?, start_at?, execution_timeout?,
-                    priority?
+                    priority?, traceparent? (W3C, recorded)
 signal_with_start   start fields + signal, payload(bin)                   {"id", "run_id"}
 signal              wid, name, payload(bin), request_id?                  None
 query               wid, name, args(bin)                                  bin (encoded value)
@@ -83,6 +83,7 @@ _OPTIONAL: Final[dict[str, tuple[type, ...]]] = {
     "start_at": (int, float, type(None)),
     "execution_timeout": (int, float, type(None)),
     "priority": (int, type(None)),
+    "traceparent": (str, type(None)),
     "request_id": (str, type(None)),
     "wait": (int, float, type(None)),
     "reason": (str, type(None)),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Protocol
 
+from .. import _tracing
 from ..errors import WeftError
 from ..store import Finish, StepCommit, TimerRef
 from ..workflow import Command, WorkflowRun
@@ -121,6 +122,7 @@ class Actor:
         """While the run is ahead of its commit: the queries waiting for it, each answered
         (``answer(True)``) as the commit lands, before the run goes on, or told to look again
         (``answer(False)``) if it failed or the actor closed."""
+        if _tracing.ACTIVE is not None: _tracing.run_opened(self)  # its run span; off: this check only
 
     @property
     def cmd(self) -> Command | None:
@@ -291,6 +293,7 @@ class Actor:
             return
         outcome = self.run.outcome
         if outcome is not None:
+            if _tracing.ACTIVE is not None: _tracing.run_ended(self)  # the ending is committed
             if self.next_run is not None:
                 self.engine.continue_run(self, result.epoch)
             else:
@@ -396,3 +399,4 @@ class Actor:
             _answer_all(ahead, False)
         self._ending().stop_work(None)
         self.run.discard()
+        if _tracing.ACTIVE is not None: _tracing.run_left(self)  # the next owner opens another

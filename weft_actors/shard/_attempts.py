@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from .. import _tracing
 from ..codec import encode
 from ..errors import PayloadTooLarge, SerializationError
 from ..store import TimerRef
@@ -123,7 +124,10 @@ class Attempts:
         def done(value: Any, error: BaseException | None) -> None:
             actor.on_activity_done(token, seq, value, error)
 
-        started = engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
+        if _tracing.ACTIVE is None:
+            started = engine.activities.run(op.definition, op.args, info, op.start_to_close, done)
+        else:  # its span, current while the activity starts (its task or thread copies that)
+            started = _tracing.run_attempt(actor, info, engine.activities.run, op.definition, op.args, info, op.start_to_close, done)
         if started.__class__ is Finished:  # ended inline: no attempt to track
             return started  # type: ignore[return-value]
         if actor.attempts is NO_TABLE:
@@ -158,6 +162,8 @@ class Attempts:
                 error = exc
                 payload = None  # not kept while the failure commits
             else:
+                if _tracing.ACTIVE is not None:
+                    _tracing.attempt_ended(actor, seq, None, "completed")
                 del actor.ops[seq]
                 if at0 is None:
                     packed = run.record_outcome(seq, ok=payload, attempts=attempts, at1=now)
@@ -183,6 +189,8 @@ class Attempts:
             failure["attempts"] = attempts
             retry_at = now + delay if retryable else None
             self._log_failed_attempt(seq, op.name, attempts, error, None if retry_at is None else delay)
+        if _tracing.ACTIVE is not None:
+            _tracing.attempt_ended(actor, seq, error, "failed" if retry_at is None else "retrying")
         if retry_at is not None:
             ref = TimerRef(retry_at, seq, "retry")
             last_failure = {"type": failure.get("type"), "message": failure.get("message"), "traceback": failure.get("traceback")}

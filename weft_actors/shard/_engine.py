@@ -21,6 +21,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, cast
 
+from .. import _tracing
 from .._clock import Clock, SystemClock
 from ..errors import WeftError
 from ..store import LmdbStore, open_store, stall_notes
@@ -194,6 +195,7 @@ class Engine:
         host.maintenance = Maintenance(host)
         committer.on_promoted = host.maintenance.reclaimer.fire_promoted
         host.state = "running"
+        _tracing.tracer(configure=True)  # spans on if the application set a tracer provider
         if options.tune_gc:
             tune_gc()
         host.maintenance.run_pass(heartbeat=False)
@@ -258,19 +260,23 @@ class Engine:
         start_at: float | None = None,
         execution_timeout: float | None = None,
         priority: int | None = None,
+        traceparent: str | None = None,
     ) -> WorkflowHandle:
         """Start ``workflow(*args)``; returns once the start is committed (and, unless it is a
         delayed start or waits in its type's queue, claimed here in the same transaction).
-        ``priority`` (-128 to 127, default 0) orders that queue: higher starts first."""
-        options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout, "priority": priority}
-        wid, run_id = await self._starts.start(workflow, args, options)
+        ``priority`` (-128 to 127, default 0) orders that queue: higher starts first.
+        ``traceparent`` (W3C) is the trace the run's spans join (``_tracing``)."""
+        options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout, "priority": priority, "traceparent": traceparent}
+        call = self._starts.start(workflow, args, options)
+        wid, run_id = await (call if _tracing.ACTIVE is None else _tracing.traced_start(workflow, options, call))
         return WorkflowHandle(self, wid, run_id)
 
     async def execute(self, workflow: Any, *args: Any, timeout: float | None = None, **start_options: Any) -> Any:
         """Start ``workflow(*args)`` and return its result: ``start`` and ``result`` in one call,
         as ``AsyncClient.execute``. ``start_options`` are ``start``'s. Raises like ``start`` and
         like ``result``, and ``TimeoutError`` if it does not end within ``timeout`` seconds."""
-        return await self._starts.execute(workflow, args, timeout, start_options, self._reads.result)
+        call = self._starts.execute(workflow, args, timeout, start_options, self._reads.result)
+        return await (call if _tracing.ACTIVE is None else _tracing.traced_start(workflow, start_options, call))
 
     async def signal_with_start(
         self,
@@ -285,13 +291,15 @@ class Engine:
         start_at: float | None = None,
         execution_timeout: float | None = None,
         priority: int | None = None,
+        traceparent: str | None = None,
     ) -> WorkflowHandle:
         """Signal workflow ``id``, starting ``workflow(*args)`` under that id first if it does not
         exist, in one transaction. A running (or pending) workflow is just signalled; a finished
         one is replaced if ``if_exists="start_new"``, else ``WorkflowAlreadyExists``
         (``"error"``) or ``WorkflowClosed`` (``"return"``)."""
-        options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout, "priority": priority}
-        wid, run_id = await self._starts.signal_with_start(workflow, args, signal, payload, options)
+        options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout, "priority": priority, "traceparent": traceparent}
+        call = self._starts.signal_with_start(workflow, args, signal, payload, options)
+        wid, run_id = await (call if _tracing.ACTIVE is None else _tracing.traced_start(workflow, options, call))
         return WorkflowHandle(self, wid, run_id)
 
     def in_flight(self) -> int:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
+from .. import _tracing
 from ..codec import count_args, decode_args, encode, unpack_record
 from ..errors import InvalidRequest, UpdateRejected, WeftError, WorkflowAlreadyExists
 from ..store import TERMINAL, AppendAndConsume, AppendInbox, CancelOther, CreateChild, CreateWorkflow, Flow, PutRequest, TerminateOther
@@ -183,7 +184,8 @@ class Inbox:
         # "the same" child every run); a running one's never.
         child_run = new_id()
         now = engine.clock.now()
-        create = CreateWorkflow(child_id, op.name, op.args, child_run, "start_new", None, actor.wid, None, None, flow)  # type: ignore[union-attr]
+        trace = None if _tracing.ACTIVE is None else _tracing.child_trace(actor)  # its spans go under the parent's run
+        create = CreateWorkflow(child_id, op.name, op.args, child_run, "start_new", None, actor.wid, None, None, flow, trace)  # type: ignore[union-attr]
         started = run.record_started(seq, child_id=child_id, child_run_id=child_run, parent_close=op.parent_close, at0=now)  # type: ignore[union-attr]
         claim = op.name in engine.workflows  # type: ignore[union-attr]
         writes.fields = {"children": True}

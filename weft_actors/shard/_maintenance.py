@@ -22,6 +22,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Final, Mapping, Protocol
 
+from .. import _tracing
 from .._ratelimit import RateLimitedLog
 from ..errors import EngineDeposed, StorageError, StorageFull, WeftError
 from ._reclaim import ReclaimHost, Reclaimer
@@ -192,6 +193,7 @@ class Maintenance:
             engine.depose(str(exc))
             return
         engine.store.restore_lock_files()
+        _tracing.tracer(configure=True)  # a tracer provider set since the last pass turns spans on
         try:
             if heartbeat and not beaten:
                 self._beat()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
+from .._tracing import check_traceparent
 from ..codec import encode, encode_args
 from ..errors import InvalidRequest, LimitExceeded, Overloaded, WeftError
 from ..store import CreateWorkflow, SignalWithStart
@@ -196,6 +197,7 @@ class Starts:
         start_at: float | None = None,
         execution_timeout: float | None = None,
         priority: int | None = None,
+        traceparent: str | None = None,
     ) -> CreateWorkflow:
         """The create intent of a start, every part checked first (``InvalidRequest``,
         ``PayloadTooLarge``), so that a refused start writes nothing: arguments that do not
@@ -218,7 +220,8 @@ class Starts:
         if refused is not None:
             raise refused
         flow = flow_of(definition, args, priority)
-        return _new_tuple(CreateWorkflow, (wid, definition.name, data, new_id(), if_exists, memo_bytes, None, start_at, execution_timeout, flow))
+        trace = None if traceparent is None else check_traceparent(traceparent)
+        return _new_tuple(CreateWorkflow, (wid, definition.name, data, new_id(), if_exists, memo_bytes, None, start_at, execution_timeout, flow, trace))
 
     def in_flight(self) -> int:
         """The workflows running now, not parked: each of them waits for an activity attempt

@@ -72,6 +72,8 @@ def create_workflow(state: TxnState, intent: CreateWorkflow) -> Created:
         "result": None,
         "error": None,
     }
+    if intent.trace is not None:  # the start's trace context: every owner's spans go under it
+        record["trace"] = intent.trace
     if intent.flow is not None:
         record["flow"] = record_flow(intent.flow)
         if not pending and not admit(state, wid, record):

@@ -72,6 +72,8 @@ class CreateWorkflow(NamedTuple):
     execution_timeout: float | None = None
     flow: Flow | None = None
     """Flow control (``_flow``): the group's slot is taken here, or the start is queued."""
+    trace: str | None = None
+    """The W3C ``traceparent`` the start carried (``_tracing``), kept in the record."""
 
 
 class Created(NamedTuple):

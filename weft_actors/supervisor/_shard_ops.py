@@ -41,7 +41,7 @@ class ShardOps:
 
     def _start_options(self, request: dict[str, Any]) -> dict[str, Any]:
         options: dict[str, Any] = {"id": request.get("wid")}
-        for name in ("if_exists", "start_delay", "start_at", "execution_timeout", "priority"):
+        for name in ("if_exists", "start_delay", "start_at", "execution_timeout", "priority", "traceparent"):
             if request.get(name) is not None:
                 options[name] = request[name]
         if request.get("memo") is not None:
