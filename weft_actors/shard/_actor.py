@@ -11,8 +11,8 @@ own timer and activity attempt, keyed by seq.
 The common step (the only op awaited finished) lets the run go ahead of the outcome's commit
 (``_commit_ahead``): the coroutine runs on to its next op at once, but that op starts, and
 queries are answered, only once the commit lands (a waiting query is answered right then,
-before the run goes on); a run that ends there ends in that same
-commit. Going ahead is invisible outside the actor, and saves a commit per workflow.
+before the run goes on); a run that ends there ends in that same commit. Going ahead is
+invisible outside the actor, and saves a commit per workflow.
 
 An actor holds its parts as objects, each made only once needed and knowing the actor by a
 small protocol of its own module: its ``Inbox`` (messages and children; most actors never get
@@ -39,7 +39,6 @@ from ._writes import Writes
 
 if TYPE_CHECKING:
     from ..store import AppendAndConsume, AppendInbox, StepResult
-    from ._committer import GroupCommitter
 
 __all__ = ["Actor", "StepHost"]
 
@@ -58,10 +57,8 @@ class StepHost(InboxHost, EndingHost, AttemptHost, Protocol):
     """The engine as its actors see it: what the inbox, ending and attempt parts need, plus
     the committer their steps go through, the guard a wake passes, and the calls that carry
     news up (a commit failed, a step committed, the run continued or ended). Declared here,
-    below the engine, which satisfies it; an actor never imports the engine."""
-
-    @property
-    def committer(self) -> GroupCommitter: ...
+    below the engine, which satisfies it; an actor never imports the engine. (The committer
+    their steps go through is the ending's and the inbox's too.)"""
 
     def wake_guard(self, actor: Actor, kind: str) -> bool: ...
 
@@ -365,10 +362,9 @@ class Actor:
         self.ahead = []
         outcome = run.outcome
         if outcome is not None and (outcome.kind == "complete" or outcome.kind == "fail") and len(commands) == 1 and not self.ops and not self.attempts:
-            engine = self.engine
-            self.finish = finish = _finish_of(outcome, engine.payload_limit)
+            self.finish = finish = _finish_of(outcome, self.engine.payload_limit)
             self.commit(ops=ops, finish=finish)
-            reply_at_ending(engine.committer, engine.waiters, self.wid)
+            reply_at_ending(self.engine.committer, self.engine.waiters, self.wid)
             return
         self.held = commands
         self.commit(ops=ops)

@@ -16,27 +16,16 @@ nothing more once its reply has left.
 from __future__ import annotations
 
 import contextvars
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..errors import WeftError
+from ._waiters import CallReply
 
 if TYPE_CHECKING:
     from ._committer import GroupCommitter
     from ._waiters import Waiters
 
 __all__ = ["CallReply", "call_reply", "reply_at_ending", "reply_at_answer", "reply_at_close"]
-
-
-class CallReply(Protocol):
-    """A waiting call's reply, given by the commit that settles it."""
-
-    sent: bool
-
-    def ended(self, wid: str, outcome: dict[str, Any]) -> None:
-        """The run of ``wid`` ended with ``outcome`` (``status``, ``result``, ``error``)."""
-
-    def answered(self, wid: str, name: str, answer: dict[str, Any]) -> None:
-        """Update ``name`` of ``wid`` was answered (``ok`` or ``err``, as stored)."""
 
 
 call_reply: contextvars.ContextVar[CallReply | None] = contextvars.ContextVar("weft_call_reply", default=None)

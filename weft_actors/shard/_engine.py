@@ -385,15 +385,12 @@ class Engine:
         (``_describe``); ``input_encoded`` keeps its input as codec bytes (for a reply)."""
         return await self._reads.describe(workflow_id, input_encoded=input_encoded)
 
-    async def list(
-        self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None, memo: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+    async def list(self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None, memo: dict[str, Any] | None = None) -> dict[str, Any]:
         """One page, ``{"items": [{"id", "type", "status", "updated", "updated_iso"}...],
         "cursor": next or None}``, in workflow-id order. Following the cursors never lists a workflow twice, and
         lists every workflow that matches throughout, even one whose status changes meanwhile
-        (the exact guarantee: ``store._listing.list_workflows``). ``memo={"customer": "acme"}``
-        keeps the workflows whose memo has each of those top-level fields (equality; strings,
-        ints and bools), read from an index, not a scan."""
+        (the exact guarantee: ``store._listing.list_workflows``). ``memo={"customer": "acme"}``:
+        those whose memo has each of these top-level fields (read from an index, not a scan)."""
         return await self._reads.list(status, type, limit, cursor, memo)
 
     def stats(self) -> dict[str, Any]:

@@ -13,14 +13,25 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 if TYPE_CHECKING:
     from ..errors import WeftError
-    from ._call_replies import CallReply
 
-__all__ = ["Waiters", "resolve"]
+__all__ = ["CallReply", "Waiters", "resolve"]
 
 
 def resolve(future: asyncio.Future[Any], value: Any) -> None:
     if not future.done():
         future.set_result(value)
+
+
+class CallReply(Protocol):
+    """A waiting call's reply, given by the commit that settles it (``_call_replies``)."""
+
+    sent: bool
+
+    def ended(self, wid: str, outcome: dict[str, Any]) -> None:
+        """The run of ``wid`` ended with ``outcome`` (``status``, ``result``, ``error``)."""
+
+    def answered(self, wid: str, name: str, answer: dict[str, Any]) -> None:
+        """Update ``name`` of ``wid`` was answered (``ok`` or ``err``, as stored)."""
 
 
 class _Evicted(Protocol):
