@@ -11,8 +11,10 @@ terminate...) may carry a reply (``answer_reply``: a shard's request sets it) th
 callback gives in the commit's own pass. A batch that answers such a call runs its answers
 first, then ``after_answers`` (the shard's reply flush) once, then every other callback, all
 in that one pass: no loop turn and no commit pass are added, and a first turn that blocks the
-loop can never turn a committed start into ``OutcomeUnknown``. Other batches, and everything
-in an embedded engine (whose callers share its loop), resume in one plain pass.
+loop can never turn a committed start into ``OutcomeUnknown``. A commit that settles a call
+later (a run's ending, an update's answer: ``_call_replies``) takes the same pass through
+``reply_with_last``. Other batches, and everything in an embedded engine (whose callers share
+its loop), resume in one plain pass.
 """
 
 from __future__ import annotations
