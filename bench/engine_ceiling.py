@@ -128,7 +128,7 @@ async def run(workflows: int, data_dir: str) -> dict:
             future = loop.create_future()
             wid = new_id()
             args = (i,)
-            intent = _new_tuple(CreateWorkflow, (wid, "three_steps", encode_args(args), new_id(), "error", None, None, None, None, None))
+            intent = _new_tuple(CreateWorkflow, (wid, "three_steps", encode_args(args), new_id(), "error", None, None, None, None, None, None))
 
             def created(result: Any) -> None:
                 if isinstance(result, WeftError):

@@ -67,3 +67,18 @@ def post_json(url: str, body: dict[str, Any], token: str | None = TOKEN) -> tupl
 
 def wid_url(base: str, wid: str, api: bool = False) -> str:
     return f"{base}{'/api' if api else ''}/workflows/{urllib.parse.quote(wid, safe='')}"
+
+
+def page_shot(url: str, name: str, tmp_path: Path) -> None:
+    """A screenshot of ``url`` (a real PNG, asserted); with ``WEFT_UPDATE_SCREENSHOTS=1`` it
+    replaces ``docs/console-<name>.png``, the picture the docs show of that page."""
+    import os
+    import shutil
+
+    from _chromium import screenshot
+
+    path = tmp_path / f"console-{name}.png"
+    screenshot(url, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    if os.environ.get("WEFT_UPDATE_SCREENSHOTS"):
+        shutil.copyfile(path, Path(__file__).resolve().parents[1] / "docs" / path.name)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-__all__ = ["spans"]
+__all__ = ["spans", "untraced_afterwards"]
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -24,3 +25,17 @@ def spans() -> InMemorySpanExporter:
         provider._weft_test_exporter = True  # type: ignore[attr-defined]
     _EXPORTER.clear()
     return _EXPORTER
+
+
+@pytest.fixture
+def untraced_afterwards():
+    """Unset the global tracer provider after the test (as the API's own tests do): the tests
+    a worker runs next must run untraced, as they would alone."""
+    yield
+    from opentelemetry.util._once import Once
+
+    trace._TRACER_PROVIDER = None  # type: ignore[attr-defined]
+    trace._TRACER_PROVIDER_SET_ONCE = Once()  # type: ignore[attr-defined]
+    from weft_actors import _tracing
+
+    _tracing.tracer()  # off again at once, not at the next engine's open

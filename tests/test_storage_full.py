@@ -9,6 +9,7 @@ purge find the room."""
 from __future__ import annotations
 
 import asyncio
+import traceback
 
 from _support import eventually, run
 from weft_actors import Engine, activity, workflow
@@ -152,6 +153,10 @@ def test_a_full_store_fails_a_batch_whole_and_answers_nothing_as_success(tmp_pat
         async with Engine(str(tmp_path), app=APP, map_size=MAP_SIZE) as engine:
             big = await asyncio.gather(*[engine.start(filler, BLOB, 0, id=f"x{i}") for i in range(600)], return_exceptions=True)
             assert all(isinstance(r, StorageFull) for r in big), {type(r).__name__ for r in big}
+            # Each caller raised an error of its own: one instance raised 600 times gathers
+            # every raise's frames (tracebacks 900 frames long, seconds to format or trace).
+            assert len({id(r) for r in big}) == len(big)
+            assert max(len(traceback.extract_tb(r.__traceback__)) for r in big) < 20
             assert engine.store.get_workflow("x0") is None and engine.store.get_workflow("x599") is None
             small = await engine.start(quick, 1, id="small")
             assert await small.result(timeout=5) == 1

@@ -17,7 +17,7 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 
-from _otel import spans  # noqa: E402
+from _otel import spans, untraced_afterwards  # noqa: E402,F401
 from _support import run  # noqa: E402
 from tracing_app import parent, traced  # noqa: E402
 from weft_actors import Engine, activity, workflow  # noqa: E402
@@ -25,6 +25,8 @@ from weft_actors.errors import InvalidRequest  # noqa: E402
 
 def _by_name(found: Any, prefix: str) -> list[Any]:
     return [span for span in found if span.name.startswith(prefix)]
+
+pytestmark = pytest.mark.usefixtures("untraced_afterwards")  # the tests after run untraced
 
 
 async def _run_traced(store: str, gate: Path) -> tuple[Any, dict[str, Any]]:

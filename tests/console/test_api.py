@@ -151,6 +151,18 @@ def test_one_workflow_shows_its_pending_timers_and_previous_runs(served):
     assert all(ISO.match(run["ended_iso"]) for run in chained["previous_runs"])
 
 
+def _describe_elsewhere(endpoint: str, wid: str) -> dict[str, Any]:
+    """``describe()`` from a fresh process that never imported the app (its types unknown)."""
+    script = (
+        "import json, sys; from weft_actors import Client\n"
+        "with Client(sys.argv[1], timeout=10) as c: d = c.get_handle(sys.argv[2]).describe()\n"
+        "print(json.dumps(d, default=repr))"
+    )
+    done = subprocess.run([sys.executable, "-c", script, endpoint, wid], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
 def test_an_input_of_a_type_the_reader_does_not_know_costs_only_the_input(served):
     """The supervisor imports the app, so its console shows an input of the app's own type;
     this process does not: there the input cannot be decoded, and is said so, beside the
@@ -160,7 +172,7 @@ def test_an_input_of_a_type_the_reader_does_not_know_costs_only_the_input(served
     url = wid_url(base, "ship-1", api=True)
     shown = json_once(url, lambda found: found["previous_runs"] and found["status"] == "running")
     assert shown["input"] == ["Parcel(label='fragile', grams=750)"] and "input_error" not in shown  # JSON shows its repr
-    direct = client.get_handle("ship-1").describe()
+    direct = _describe_elsewhere(sup.endpoint, "ship-1")  # this process may have imported the app
     assert direct["input"] is None and "console_app.Parcel" in direct["input_error"] and "not registered" in direct["input_error"]
     assert "input_encoded" not in direct and direct["status"] == "running" and direct["owner_shard"]["pid"] in sup.shard_pids
     assert [run["status"] for run in direct["previous_runs"]] == ["continued"]

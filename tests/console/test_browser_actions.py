@@ -14,7 +14,7 @@ import time
 import pytest
 
 from _chromium import DevTools, dump_dom, find_chromium
-from _console import TOKEN, console_supervisor, get_json, post_form, post_json, wid_url
+from _console import TOKEN, console_supervisor, get_json, page_shot, post_form, post_json, wid_url
 from _processes import RunningSupervisor, free_port, wait_until
 from weft_actors import Client
 
@@ -141,7 +141,7 @@ def test_the_list_shows_start_end_duration_and_run_id(served):
     assert re.fullmatch(ISO, cells[3]) and cells[4] == "" and cells[5]  # still going: no end, a duration so far
 
 
-def test_a_schedule_has_its_page_with_its_actions(served):
+def test_a_schedule_has_its_page_with_its_actions(served, tmp_path):
     _, base, client = served
     client.create_schedule("s-hourly", "echo", "tick", spec={"every": 3600}, overlap="skip")
     listing = dump_dom(base + "/schedules")
@@ -177,6 +177,7 @@ def test_a_schedule_has_its_page_with_its_actions(served):
             time.sleep(0.2)
         assert "fired 3" in browser.evaluate("document.querySelector('#counts').innerText")
         assert browser.evaluate("document.querySelector('#recent-runs').innerText").count("\t2025-01-01T0") == 2  # the backfilled fire times
+        page_shot(url, "schedule", tmp_path)
         _submit(browser, "#delete", {"token": TOKEN})
         assert browser.evaluate("document.querySelector('#state').innerText") == "deleted"
         assert browser.evaluate("document.querySelector('#no-actions') !== null")

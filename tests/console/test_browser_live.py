@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from _chromium import DevTools, dump_dom, find_chromium
-from _console import TOKEN, wid_url
+from _console import TOKEN, page_shot, wid_url
 from _processes import RunningSupervisor, free_port, wait_until
 from weft_actors import Client
 
@@ -52,6 +52,7 @@ def test_workflow_page_shows_pending_activities_last_failure_and_stack_and_stuck
             trace = browser.evaluate("document.querySelector('#stack-trace').innerText")
             assert "ops_app.py" in trace and "in retrying" in trace
             assert "waits on activity 'flaky' attempt 2" in trace and "retry timer at" in trace
+        page_shot(wid_url(base, "flaky-1"), "workflow-live", tmp_path)
         assert sup.terminate() == 0
     with _supervisor(tmp_path, port, "2") as sup, Client(sup.endpoint, timeout=10) as client:  # the diverging deploy
         wait_until(lambda: client.get_handle("sh-1").describe()["status"] == "stuck", timeout=20, what="stuck")

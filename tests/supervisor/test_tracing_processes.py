@@ -18,7 +18,7 @@ pytest.importorskip("opentelemetry.sdk")
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
-from _otel import spans  # noqa: E402
+from _otel import spans, untraced_afterwards  # noqa: E402,F401
 from _processes import RunningSupervisor, wait_until  # noqa: E402
 from _support import run  # noqa: E402
 from weft_actors import AsyncClient, Client  # noqa: E402
@@ -27,6 +27,8 @@ from weft_actors.errors import InvalidRequest, WorkflowNotFound  # noqa: E402
 
 APP = "tracing_app"
 FAST = ("--heartbeat", "0.2", "--ttl", "0.6")
+
+pytestmark = pytest.mark.usefixtures("untraced_afterwards")  # the tests after run untraced
 
 
 def _shard_spans(trace_dir: Path) -> list[dict[str, Any]]:

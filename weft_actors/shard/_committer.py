@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import logging
 from typing import Any, Callable
 
@@ -238,6 +239,8 @@ class GroupCommitter:
             self.intents += len(intents)
             if self.failpoint is not None:
                 self.failpoint.hit("after-commit")
+        elif len(results) > 1 and isinstance(results[0], WeftError) and results[-1] is results[0]:
+            results = _each_its_own(results)
         if answering and self.after_answers is not None:
             self._answer(intents, callbacks, results)  # nothing runs user code before the replies leave
         else:
@@ -330,3 +333,10 @@ def _both(first: Reply, second: Reply) -> Reply:
             second(intent, result)
 
     return both
+
+
+def _each_its_own(results: list[Any]) -> list[Any]:
+    """A batch failed whole gives each caller its own copy of the one error: raised by every
+    caller, a shared instance would gather every raise's frames in its traceback (600 callers
+    made each traceback 900 frames long, and formatting them all took seconds)."""
+    return [copy.copy(error) if isinstance(error, WeftError) else error for error in results]
