@@ -25,6 +25,7 @@ async def sink(ctx) -> int:
     """Waits for ``s`` signals until one says ``stop``; ``big`` answers ``n`` characters."""
     got: list[Any] = []
     ctx.on_query("got", lambda: list(got))
+    ctx.on_query("count", lambda: len(got))
     ctx.on_query("big", lambda n: "y" * n)
     while True:
         value = await ctx.wait_signal("s")

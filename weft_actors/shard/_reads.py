@@ -20,6 +20,7 @@ from ._call_replies import call_reply
 from ._waiters import resolve
 from ._validate import validate_id, validate_name
 from ._describe import describe_workflow
+from ._describe_bounds import bound_described
 from ._live_view import add_live_parts
 from ._outcome import raise_for_outcome
 from ._on_loop import QUERY, running, start
@@ -182,7 +183,7 @@ class WorkflowReads:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
         described = describe_workflow(workflow_id, snapshot, input_encoded)
         add_live_parts(described, host.actors.get(workflow_id), snapshot.ops)
-        return described
+        return bound_described(described)
 
     async def list(
         self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None, memo: dict[str, Any] | None = None
