@@ -20,6 +20,10 @@ async def loud_failure(n: int) -> str:
     raise RuntimeError("x" * 20_000 + f" failure {n}")
 
 
+def _boom() -> None:
+    raise RuntimeError("<b>the handler's own bug</b>")
+
+
 @workflow
 async def sink(ctx) -> int:
     """Waits for ``s`` signals until one says ``stop``; ``big`` answers ``n`` characters."""
@@ -27,6 +31,7 @@ async def sink(ctx) -> int:
     ctx.on_query("got", lambda: list(got))
     ctx.on_query("count", lambda: len(got))
     ctx.on_query("big", lambda n: "y" * n)
+    ctx.on_query("boom", _boom)
     while True:
         value = await ctx.wait_signal("s")
         if value == "stop":

@@ -15,6 +15,7 @@ import pytest
 from _console import TOKEN, console_supervisor, post_form, request, wid_url
 from _processes import RunningSupervisor
 from weft_actors import Client
+from weft_actors.errors import QueryFailed
 from weft_actors.console._workflow_actions import ANSWER_SHOWN
 
 pytestmark = pytest.mark.timeout(90)
@@ -73,3 +74,21 @@ def test_an_unknown_schedule_is_said_to_be_a_schedule(console: tuple[RunningSupe
         assert status == 404 and b"schedule 'no-such' not found" in raw.replace(b"&#x27;", b"'"), raw[:300]
     status, _, raw = request(f"{base}/api/schedules/no-such/pause", data=b"{}", headers={"Content-Type": "application/json", "X-Weft-Token": TOKEN})
     assert status == 404 and _error(raw) == {"status": 404, "code": "workflow_not_found", "message": "workflow_not_found: schedule 'no-such' not found"}
+
+
+def test_a_query_handler_that_raises_is_a_query_failure_not_an_internal_error(console: tuple[RunningSupervisor, str]) -> None:
+    sup, base = console
+    api = wid_url(base, "sink-1", api=True)
+    for body, raised in (({"name": "boom"}, "RuntimeError"), ({"name": "got", "args": [1, 2]}, "TypeError")):
+        status, _, raw = request(f"{api}/query", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        assert status == 409 and _error(raw)["code"] == "query_failed" and f"raised {raised}" in _error(raw)["message"], raw
+    status, _, raw = post_form(f"{wid_url(base, 'sink-1')}/query", {"name": "boom"})
+    page = raw.decode()
+    assert status == 409 and 'id="query-failure"' in page and "query_failed" in page and "<b>the handler" not in page
+    with Client(sup.endpoint, timeout=10) as client:
+        with pytest.raises(QueryFailed) as failed:
+            client.get_handle("sink-1").query("boom")
+        assert failed.value.code == "query_failed" and failed.value.context["type"] == "RuntimeError"
+        assert "_boom" in failed.value.context["traceback"]
+        assert client.get_handle("sink-1").describe()["status"] == "running"  # nothing changed
+    assert "internal error" not in sup.log_text() and "Traceback" not in sup.log_text()
