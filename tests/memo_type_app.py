@@ -20,3 +20,8 @@ register_type(Point)
 @workflow
 async def quick(ctx) -> str:
     return "ok"
+
+
+@workflow
+async def located(ctx) -> Point:
+    return Point(3, 4)

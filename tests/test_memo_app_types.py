@@ -1,6 +1,7 @@
-"""A memo holding a value of the app's own class beside plain fields: the memo index written
-by the process that runs the app is the one ``check`` expects and ``purge`` deletes, though
-neither imports the app (real LMDB, real processes)."""
+"""A memo (or a result) holding a value of the app's own class beside plain fields: the memo
+index written by the process that runs the app is the one ``check`` expects and ``purge``
+deletes, and ``describe`` answers a client that never imported the class, though neither
+imports the app (real LMDB, real processes)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from _processes import RunningSupervisor
+from weft_actors import Client
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -46,3 +50,25 @@ def test_check_and_purge_without_the_app_agree_with_the_index_the_app_wrote(tmp_
     assert purged.returncode == 0, purged.stderr
     checked = _run("-m", "weft_actors.check", "--data", data)
     assert checked.returncode == 0 and "0 problem(s)" in checked.stdout, checked.stdout + checked.stderr
+
+
+STARTS = """
+import sys
+from weft_actors import Client
+import memo_type_app
+
+with Client(sys.argv[1], timeout=20) as client:
+    client.start("located", id="typed-2", memo={"customer": "acme", "where": memo_type_app.Point(1, 2)}).result(timeout=20)
+"""
+
+
+def test_describe_answers_a_client_that_does_not_know_the_memo_or_result_type(tmp_path: Path) -> None:
+    with RunningSupervisor(tmp_path / "data", shards=1, app="memo_type_app") as sup, Client(sup.endpoint, timeout=20) as client:
+        started = _run("-c", STARTS, sup.endpoint, app=True)
+        assert started.returncode == 0, started.stderr[-2000:]
+        described = client.get_handle("typed-2").describe()  # this process never registered Point
+        assert described["status"] == "completed" and described["type"] == "located"
+        assert described["memo"] is None and "memo_type_app.Point" in described["memo_error"]
+        assert described["result"] is None and "memo_type_app.Point" in described["result_error"]
+        shown = _run("-m", "weft_actors", "describe", "typed-2", "--endpoint", sup.endpoint, "--json")
+        assert shown.returncode == 0 and '"memo_error"' in shown.stdout, shown.stderr

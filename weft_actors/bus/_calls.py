@@ -247,6 +247,11 @@ def _described(ok: bytes) -> dict[str, Any]:
     if isinstance(described, dict) and described.pop("payloads_encoded", False):
         for entry in described.get("history") or ():
             _decode_payloads(entry)
+        for field in ("result", "memo"):  # sent as codec bytes too (``shard._describe``)
+            if isinstance(described.get(field), bytes):
+                described[field], error = try_decode(described[field], f"workflow {field}")
+                if error is not None:
+                    described[f"{field}_error"] = error
     return described
 
 
