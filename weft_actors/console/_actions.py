@@ -61,7 +61,7 @@ def run_query(client: Client, wid: str, form: Mapping[str, str]) -> Any:
     if not name:
         raise InvalidRequest("a query needs a name")
     text = form.get("args", "").strip()
-    args: Any = json_input(text, "the query's arguments", '[] or [1, "a"]') if text else []
+    args: Any = json_input(text, "the query's arguments", '[] or [1, "a"]', "a JSON array") if text else []
     if not isinstance(args, list):
         raise InvalidRequest("the query's arguments must be a JSON array (e.g. [] or [1, \"a\"])")
     return client.get_handle(wid).query(name, *args)

@@ -17,12 +17,12 @@ from ..errors import InvalidRequest
 __all__ = ["json_input"]
 
 
-def json_input(text: str | bytes, what: str, example: str) -> Any:
-    """The JSON value of ``text``; ``InvalidRequest`` saying that ``what`` must be JSON (as
-    ``example`` shows) or is nested too deeply."""
+def json_input(text: str | bytes, what: str, example: str, expected: str = "JSON") -> Any:
+    """The JSON value of ``text``; ``InvalidRequest`` saying that ``what`` must be
+    ``expected`` (as ``example`` shows) or is nested too deeply."""
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise InvalidRequest(f"{what} must be JSON (e.g. {example}): {exc}") from None
+        raise InvalidRequest(f"{what} must be {expected} (e.g. {example}): {exc}") from None
     except RecursionError:
         raise InvalidRequest(f"{what} is nested too deeply to read ({len(text)} characters)") from None
