@@ -1,12 +1,21 @@
 """The app of the hostile-input tests (imported by path: tests/ is on PYTHONPATH): a workflow
-with queries of any answer, and ones that hold many ops pending at once."""
+with queries of any answer, ones that hold many ops pending at once, and one whose code
+changes with ``WEFT_REVIEW_VARIANT`` (2: the deploy whose replay diverges)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from weft_actors import RetryPolicy, activity, workflow
+
+VARIANT = os.environ.get("WEFT_REVIEW_VARIANT", "1")
+
+
+@activity
+async def step(tag: str) -> str:
+    return tag
 
 
 @activity(start_to_close=700)
@@ -52,3 +61,15 @@ async def many_failing(ctx, n: int) -> Any:
 @workflow
 async def many_timers(ctx, n: int) -> Any:
     return await ctx.all([ctx.sleep(3600) for _ in range(n)])
+
+
+@workflow
+async def diverging(ctx) -> str:
+    progress: list[str] = []
+    ctx.on_query("progress", lambda: list(progress))
+    if VARIANT == "2":
+        await ctx.sleep(1)  # where the first deploy ran an activity: replay diverges
+    else:
+        progress.append(await ctx.run(step, "a"))
+    await ctx.wait_signal("go")
+    return "done"
