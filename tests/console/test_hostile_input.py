@@ -92,3 +92,24 @@ def test_a_query_handler_that_raises_is_a_query_failure_not_an_internal_error(co
         assert "_boom" in failed.value.context["traceback"]
         assert client.get_handle("sink-1").describe()["status"] == "running"  # nothing changed
     assert "internal error" not in sup.log_text() and "Traceback" not in sup.log_text()
+
+
+def test_every_new_post_checks_the_origin_and_the_schedule_actions_the_token(console: tuple[RunningSupervisor, str]) -> None:
+    sup, base = console
+    with Client(sup.endpoint, timeout=10) as client:
+        client.create_schedule("s-guarded", "sink", spec={"every": 3600})
+        posts = [(f"{wid_url(base, 'sink-1', api=True)}/query", {"name": "got"}), (f"{wid_url(base, 'sink-1', api=True)}/retry", {"reason": "x"})]
+        posts += [(f"{base}/api/schedules/s-guarded/{action}", {"start": "0", "end": "1"}) for action in ("pause", "unpause", "trigger", "backfill", "delete")]
+        for url, body in posts:
+            headers = {"Content-Type": "application/json", "X-Weft-Token": TOKEN, "Origin": "http://attacker.example"}
+            status, _, raw = request(url, data=json.dumps(body).encode(), headers=headers)
+            assert status == 403 and _error(raw)["code"] == "origin_not_allowed", url
+        for action in ("pause", "trigger", "delete"):
+            for token in ("wrong-token-wrong-token", None):
+                headers = {"Content-Type": "application/json", **({"X-Weft-Token": token} if token else {})}
+                status, _, raw = request(f"{base}/api/schedules/s-guarded/{action}", data=b"{}", headers=headers)
+                assert status == 403 and _error(raw)["code"] == "permission_denied", (action, token)
+            status, _, page = post_form(f"{base}/schedules/s-guarded/{action}", {"token": "wrong-token-wrong-token"})
+            assert status == 403 and b"permission_denied" in page
+        described = client.get_schedule("s-guarded").describe()
+        assert described["paused"] is False and described["deleted"] is False and described["fired"] == 0
