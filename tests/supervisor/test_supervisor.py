@@ -267,7 +267,7 @@ def test_stats_and_prometheus_metrics_show_shards_and_the_supervisor(tmp_path):
         # Types are, of the store's counts only: a bounded set, named by the app's code.
         assert [line for line in text.splitlines() if "echo" in line and not line.startswith("#")] == [
             f'weft_workflows{{type="echo",status="{status}"}} {int(status == "completed")}'
-            for status in ("pending", "running", "completed", "failed", "cancelled", "terminated", "timed_out", "continued", "quarantined")
+            for status in ("pending", "running", "completed", "failed", "cancelled", "terminated", "timed_out", "continued", "quarantined", "stuck")
         ]
 
 
