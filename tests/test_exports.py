@@ -24,6 +24,7 @@ CODES = {
     "UnknownWorkflowType": "unknown_workflow_type",
     "UnknownActivity": "unknown_activity",
     "UnknownQuery": "unknown_query",
+    "QueryFailed": "query_failed",
     "UpdateRejected": "update_rejected",
     "UpdateFailed": "update_failed",
     "NonDeterminismError": "non_determinism",

@@ -30,6 +30,8 @@ def memo_value(key: str, raw: str) -> tuple[str, Any]:
         value = json.loads(raw)
     except ValueError:
         return key, raw
+    except RecursionError:  # JSON nested deeper than the parser recurses: nested, so refused
+        raise InvalidRequest(f"{key}=...: a nested value ({len(raw)} characters) is not searchable") from None
     if not isinstance(value, (str, int)):  # bool is an int
         raise InvalidRequest(
             f"{key}={raw}: only a string, an integer, true or false is searchable (nested values and "

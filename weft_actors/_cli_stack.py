@@ -27,6 +27,8 @@ def format_stack(wid: str, stack: list[dict[str, Any]]) -> str:
         lines.append(f'  File "{frame.get("file")}", line {frame.get("line")}, in {frame.get("function")}')
         for op in frame.get("waits_on") or ():
             lines.append(f"    -> {_op_text(op)}")
+        if frame.get("waits_on_omitted"):
+            lines.append(f"    -> ... and {frame['waits_on_omitted']} more ops")
     return "\n".join(lines)
 
 

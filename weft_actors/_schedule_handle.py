@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._schedule_checks import check_backfill, check_changes
-from ._schedule_spec import SCHEDULE_TYPE, schedule_state
+from ._schedule_spec import SCHEDULE_TYPE, check_note, schedule_state
 from .errors import InvalidRequest
 
 __all__ = ["ScheduleHandle", "new_schedule", "SCHEDULE_TYPE"]
@@ -35,10 +35,10 @@ class ScheduleHandle:
         return self._handle.query("describe")
 
     def pause(self, note: str | None = None) -> Any:
-        return self._handle.update("pause", note)
+        return self._handle.update("pause", check_note(note))
 
     def unpause(self, note: str | None = None) -> Any:
-        return self._handle.update("unpause", note)
+        return self._handle.update("unpause", check_note(note))
 
     def trigger(self) -> Any:
         return self._handle.update("trigger")

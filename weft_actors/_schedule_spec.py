@@ -26,7 +26,7 @@ from typing import Any, Final, Iterator
 from ._checks import MAX_INSTANT, MAX_SECONDS
 from .errors import InvalidRequest
 
-__all__ = ["DEFAULT_CATCHUP_WINDOW", "MIN_INTERVAL", "OVERLAP_POLICIES", "SCHEDULE_TYPE", "as_spec", "check_window", "instant_field", "fires_between", "jitter_of", "make_spec", "next_fire", "schedule_state"]
+__all__ = ["DEFAULT_CATCHUP_WINDOW", "MIN_INTERVAL", "OVERLAP_POLICIES", "SCHEDULE_TYPE", "as_spec", "check_window", "instant_field", "fires_between", "jitter_of", "make_spec", "next_fire", "schedule_state", "check_note", "MAX_NOTE"]
 
 MIN_INTERVAL: Final = 1.0
 """The shortest ``every``, in seconds (a cron string fires at most once a second too): a
@@ -210,6 +210,21 @@ OVERLAP_POLICIES = ("skip", "buffer_one", "buffer_all", "cancel_other", "termina
 DEFAULT_CATCHUP_WINDOW = 60.0
 
 
+MAX_NOTE: Final = 500
+"""Characters of a schedule's note (``pause``/``unpause``/``create_schedule``): a note, not a
+payload. The schedule's state carries it into every ``describe`` of the schedule and onto the
+Schedules page beside every other schedule, so a longer one is refused, not kept."""
+
+
+def check_note(note: Any = None) -> str | None:
+    """``note`` if it is None or text of at most ``MAX_NOTE`` characters, else ``InvalidRequest``."""
+    if note is not None and not isinstance(note, str):
+        raise InvalidRequest(f"a schedule's note must be text, not {type(note).__name__}")
+    if note is not None and len(note) > MAX_NOTE:
+        raise InvalidRequest(f"a schedule's note is at most {MAX_NOTE} characters, not {len(note)}", limit=MAX_NOTE)
+    return note
+
+
 def schedule_state(
     workflow: str,
     args: tuple[Any, ...] | list[Any],
@@ -226,6 +241,7 @@ def schedule_state(
     if overlap not in OVERLAP_POLICIES:
         raise InvalidRequest(f"overlap must be one of {', '.join(OVERLAP_POLICIES)}, not {overlap!r}")
     catchup_window = check_window(catchup_window)
+    note = check_note(note)
     return {
         "workflow": workflow,
         "args": list(args),

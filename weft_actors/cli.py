@@ -169,6 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     _schedule_commands(command("schedule", "create, list and act on schedules (schedule ACTION --help)"), common)
     for name, help in _OPERATOR_COMMANDS.items():  # parsed by weft_actors.admin (see main)
         commands.add_parser(name, help=help, add_help=False)
+    commands.add_parser("check", help="check a store's invariants, as python -m weft_actors.check (--data DIR|URL)", add_help=False)
     return parser
 
 
@@ -296,6 +297,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from . import admin  # opens the store: not needed by the client commands
 
         return admin.main(argv)
+    if _first_positional(argv) == "check":  # the store checker, by the name people try first
+        from . import check
+
+        argv.remove("check")
+        return check.main(argv)
     parser = _parser()
     as_json = "--json" in argv
     args: argparse.Namespace | None = None

@@ -11,6 +11,7 @@
     ├── UnknownWorkflowType        unknown_workflow_type
     ├── UnknownActivity            unknown_activity
     ├── UnknownQuery               unknown_query
+    ├── QueryFailed                query_failed           (the query handler raised)
     ├── UpdateRejected             update_rejected        (a validator refused the update)
     ├── UpdateFailed               update_failed          (the update handler raised)
     ├── NonDeterminismError        non_determinism
@@ -55,6 +56,7 @@ __all__ = [
     "UnknownWorkflowType",
     "UnknownActivity",
     "UnknownQuery",
+    "QueryFailed",
     "UpdateRejected",
     "UpdateFailed",
     "NonDeterminismError",
@@ -159,6 +161,13 @@ class UnknownActivity(WeftError):
 
 class UnknownQuery(WeftError):
     code = "unknown_query"
+
+
+class QueryFailed(WeftError):
+    """The query handler raised (a bug in it, or arguments it does not take); ``type``,
+    ``cause_message`` and ``traceback`` describe it. Nothing changed: the workflow carries on."""
+
+    code = "query_failed"
 
 
 class UpdateRejected(WeftError):

@@ -23,8 +23,9 @@ from typing import Any, Callable, Final, NamedTuple, Sequence
 import msgpack
 
 from .._checks import check_instant, check_priority, check_seconds, not_text, validate_id, validate_name
-from ..codec import decode, encode, encode_args, try_decode, try_decode_args
+from ..codec import decode, encode, encode_args, try_decode_args
 from ..errors import InvalidRequest, OutcomeUnknown, PayloadTooLarge, ServerUnavailable, UnknownWorkflowType, from_wire
+from ._described import decode_payloads
 from ._protocol import VERSION
 
 __all__ = [
@@ -245,20 +246,8 @@ def _described(ok: bytes) -> dict[str, Any]:
         if error is not None:
             described["input_error"] = error
     if isinstance(described, dict) and described.pop("payloads_encoded", False):
-        for entry in described.get("history") or ():
-            _decode_payloads(entry)
+        decode_payloads(described)
     return described
-
-
-def _decode_payloads(entry: dict[str, Any]) -> None:
-    """An op's payloads (``shard._describe_ops``, sent as codec bytes), decoded in place: to
-    ``None`` and a ``<field>_error`` where a type is not registered in this process."""
-    for field in ("payload", "args", "result"):
-        data = entry.get(field)
-        if isinstance(data, bytes):
-            entry[field], error = try_decode(data, f"{field} of an op")
-            if error is not None:
-                entry[f"{field}_error"] = error
 
 
 def list_call(

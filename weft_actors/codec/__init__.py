@@ -27,6 +27,7 @@ must only be called from the engine's event-loop thread.
 """
 
 from ._pack import encode, encode_args
+from ._plain import OPAQUE, decode_plain
 from ._records import pack_record, unpack_record
 from ._unpack import count_args, decode, decode_args, try_decode, try_decode_args
 from ._wire import register_type
@@ -42,4 +43,6 @@ __all__ = [
     "try_decode",
     "try_decode_args",
     "register_type",
+    "decode_plain",
+    "OPAQUE",
 ]

@@ -6,11 +6,11 @@ is no action (it changes nothing): ``run_query`` asks one, for whoever may read.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Mapping
 
 from ..bus import Client
 from ..errors import InvalidRequest
+from ._json_input import json_input
 
 __all__ = ["ACTIONS", "run_action", "run_query"]
 
@@ -28,10 +28,7 @@ def _signal(client: Client, wid: str, form: Mapping[str, str]) -> None:
     if not name:
         raise InvalidRequest("a signal needs a name")
     text = form.get("payload", "").strip()
-    try:
-        payload: Any = json.loads(text) if text else None
-    except ValueError as exc:
-        raise InvalidRequest(f"the signal's payload must be JSON (e.g. true, 42, \"text\" or {{\"k\": 1}}): {exc}") from None
+    payload: Any = json_input(text, "the signal's payload", 'true, 42, "text" or {"k": 1}') if text else None
     client.get_handle(wid).signal(name, payload)
 
 
@@ -64,10 +61,7 @@ def run_query(client: Client, wid: str, form: Mapping[str, str]) -> Any:
     if not name:
         raise InvalidRequest("a query needs a name")
     text = form.get("args", "").strip()
-    try:
-        args: Any = json.loads(text) if text else []
-    except ValueError as exc:
-        raise InvalidRequest(f"the query's arguments must be a JSON array (e.g. [] or [1, \"a\"]): {exc}") from None
+    args: Any = json_input(text, "the query's arguments", '[] or [1, "a"]', "a JSON array") if text else []
     if not isinstance(args, list):
         raise InvalidRequest("the query's arguments must be a JSON array (e.g. [] or [1, \"a\"])")
     return client.get_handle(wid).query(name, *args)

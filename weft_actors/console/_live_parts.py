@@ -53,6 +53,8 @@ def _stack(data: dict[str, Any]) -> str:
         lines.append(f'File "{esc(frame.get("file"))}", line {esc(frame.get("line"))}, in {esc(frame.get("function"))}')
         for op in frame.get("waits_on") or ():
             lines.append(f"    waits on {_op_text(op)}")
+        if frame.get("waits_on_omitted"):
+            lines.append(f"    ... and {esc(frame['waits_on_omitted'])} more ops")
     return (
         '<h2>Stack trace</h2><details id="stack"><summary><span class="button" id="show-stack">Show stack trace</span></summary>'
         f'<pre id="stack-trace">{chr(10).join(lines)}</pre></details>'

@@ -192,7 +192,7 @@ def _bars(history: list[dict[str, Any]], now: float | None) -> list[str]:
 
 _HISTORY_SHOWN = {
     "seq", "kind", "name", "outcome", "attempts", "child_id", "error", "started", "started_iso", "ended", "ended_iso", "duration",
-    "payload", "payload_error", "args", "args_error", "result", "result_error",
+    "payload", "payload_error", "args", "args_error", "result", "result_error", "payload_omitted", "args_omitted", "result_omitted",
 }
 
 
@@ -200,7 +200,9 @@ def _payloads(op: dict[str, Any]) -> str:
     """An op's payloads (a signal's value; an update's arguments and result), as JSON."""
     parts = []
     for field, label in (("payload", ""), ("args", "args "), ("result", "result ")):
-        if op.get(f"{field}_error"):
+        if op.get(f"{field}_omitted"):
+            parts.append(f'{esc(label)}<span class="badge">not shown</span> {esc(op[f"{field}_omitted"])} bytes')
+        elif op.get(f"{field}_error"):
             parts.append(f'{esc(label)}<span class="badge error">cannot decode</span> {esc(op[f"{field}_error"])}')
         elif field in op:
             parts.append(f'{esc(label)}<code class="payload">{as_json(op[field])}</code>')

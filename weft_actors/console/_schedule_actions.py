@@ -51,7 +51,10 @@ def run_schedule_action(client: Client, sid: str, action: str, form: Mapping[str
 def schedule(client: Client, sid: str) -> dict[str, Any]:
     """Schedule ``sid`` as its ``describe`` says, with its workflow's status; a workflow that
     is no schedule is ``WorkflowNotFound`` (``schedule ... not found``)."""
-    described = client.get_handle(sid).describe()
+    try:
+        described = client.get_handle(sid).describe()
+    except WorkflowNotFound:  # said as the CLI's ``schedule`` commands say it
+        raise WorkflowNotFound(f"schedule {sid!r} not found", workflow_id=sid) from None
     if described.get("type") != SCHEDULE_TYPE:
         raise WorkflowNotFound(f"schedule {sid!r} not found (workflow {sid!r} is a {described.get('type')!r})", workflow_id=sid)
     return {**client.get_schedule(sid).describe(), "status": described["status"]}

@@ -23,6 +23,7 @@ from . import _data, _pages
 from ._access import Access
 from ._actions import ACTIONS, run_action, run_query
 from ._http import HttpLimits, HttpServer, Request, Response
+from ._json_input import json_input
 from ._schedule_actions import SCHEDULE_ACTIONS, run_schedule_action, schedule
 from ._schedule_page import schedule_href, schedule_page
 
@@ -309,10 +310,7 @@ def _read_form(request: Request) -> dict[str, str]:
     """A POST's fields: a JSON object (the API) or a URL-encoded form (the pages)."""
     raw = request.body
     if (request.headers.get("content-type") or "").startswith("application/json"):
-        try:
-            body = json.loads(raw or b"{}")
-        except ValueError:
-            raise _Refused(400, "invalid_request", "the body is not JSON") from None
+        body = json_input(raw or b"{}", "the body", '{"name": "status"}')
         if not isinstance(body, dict):
             raise _Refused(400, "invalid_request", "the body must be a JSON object")
         # The API takes the payload as a JSON value; the action reads it as JSON text.

@@ -11,12 +11,16 @@ may ask it. The token itself is never written back into a page: the tab's script
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import json
+from typing import Any, Final, Mapping
 
 from ..store import QUARANTINED, TERMINAL
-from ._html import as_json, esc, workflow_href
+from ._html import esc, workflow_href
 
-__all__ = ["applicable", "actions_html", "query_html", "Kept"]
+__all__ = ["applicable", "actions_html", "query_html", "Kept", "ANSWER_SHOWN"]
+
+ANSWER_SHOWN: Final = 64 * 1024
+"""Characters of a query's answer (as indented JSON) the workflow page shows."""
 
 Kept = Mapping[str, Any]
 """What the page shows again after a POST: ``action``, the ``form`` as typed, and either the
@@ -87,5 +91,17 @@ def query_html(wid: str, kept: Kept | None = None) -> str:
         if kept.get("failure"):
             return form + _failure(kept, "query")
         name = esc(kept["form"].get("name", ""))
-        return form + f'<p>Answer to <code>{name}</code>:</p><pre id="query-answer">{as_json(kept.get("answer"))}</pre>'
+        return form + f"<p>Answer to <code>{name}</code>:</p>{_answer_html(kept.get('answer'))}"
     return form
+
+
+def _answer_html(answer: Any) -> str:
+    """A query's answer as indented JSON, cut at ``ANSWER_SHOWN`` characters: an answer may be
+    as large as the payload limit, which no one reads on a page (the API has it whole)."""
+    text = json.dumps(answer, indent=2, ensure_ascii=False, default=repr)
+    if len(text) <= ANSWER_SHOWN:
+        return f'<pre id="query-answer">{esc(text)}</pre>'
+    return (
+        f'<pre id="query-answer">{esc(text[:ANSWER_SHOWN])}\n...</pre><p id="query-answer-cut">The first {ANSWER_SHOWN:,} of '
+        f"{len(text):,} characters; <code>POST /api/workflows/ID/query</code> or the CLI's <code>query</code> returns it whole.</p>"
+    )

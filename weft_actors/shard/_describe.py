@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from .._isotime import with_iso
-from ..codec import decode, try_decode_args
+from ..codec import try_decode, try_decode_args
 from ..store import TERMINAL, describe_reason, split_holder
 from ..workflow import HANDLER, UPDATE
 from ._describe_ops import op_payloads, stopped_outcome
@@ -42,9 +42,7 @@ def describe_workflow(workflow_id: str, snapshot: Any, input_encoded: bool = Fal
     owner, epoch = None, snapshot.epoch
     if snapshot.holder is not None:
         owner, epoch, _ = split_holder(snapshot.holder)
-    result = None
-    if record["status"] == "completed" and record.get("result") is not None:
-        result = decode(record["result"], "workflow result")
+    result = record.get("result") if record["status"] == "completed" else None
     error = record.get("error")
     ended = record["updated"] if record["status"] in TERMINAL else None
     described: dict[str, Any] = {
@@ -62,11 +60,11 @@ def describe_workflow(workflow_id: str, snapshot: Any, input_encoded: bool = Fal
         "history": _history(snapshot.ops, _run_start(record), input_encoded),
         "timers": [with_iso(timer, "fire_at") for timer in snapshot.timers],
         "inbox": [{"seq": seq, "kind": m["kind"], "name": m["name"]} for seq, m in snapshot.inbox],
-        "result": result,
+        **_stored_value("result", result, input_encoded),
         "error": None if error is None else {k: error.get(k) for k in ("type", "message", "traceback")},
         "nondeterminism": record.get("nondeterminism"),
         "history_pruned": record.get("history_pruned"),
-        "memo": None if record.get("memo") is None else decode(record["memo"], "memo"),
+        **_stored_value("memo", record.get("memo"), input_encoded),
         "parent": record.get("parent"),
         "previous_runs": [with_iso(run, "ended") for run in record.get("previous_runs") or ()],
         "lost_owners": _lost(record),
@@ -85,6 +83,17 @@ def _decoded_input(args: bytes) -> dict[str, Any]:
     a broken workflow with, from a process that may not import the app."""
     value, error = try_decode_args(args, "workflow arguments")
     return {"input": value} if error is None else {"input": None, "input_error": error}
+
+
+def _stored_value(name: str, data: bytes | None, encoded: bool) -> dict[str, Any]:
+    """``{name: value}`` of the workflow's result or memo: decoded here, or for an answer that
+    travels (``encoded``) left as codec bytes for the receiver (``bus``), as the input is. A
+    value of a type the decoding process has not registered is ``None`` with a
+    ``<name>_error`` beside it: it costs that field, never the rest of the answer."""
+    if data is None or encoded:
+        return {name: data}
+    value, error = try_decode(data, f"workflow {name}")
+    return {name: value} if error is None else {name: None, f"{name}_error": error}
 
 
 def _owner_shard(engine: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -5,7 +5,8 @@ Payloads: a signal's (``wait_signal``'s value, a signal handler's argument), an 
 arguments and its result. They are decoded here, or, for an answer that travels
 (``encoded``), left as codec bytes for the receiver to decode (``bus``): a type it does not
 know then costs it that payload, not the answer. A payload this process cannot decode is
-``None`` with a ``<field>_error`` beside it.
+``None`` with a ``<field>_error`` beside it; one over ``PAYLOAD_SHOWN`` bytes is ``None``
+with its size as ``<field>_omitted`` (``_describe_bounds``).
 
 Race losers: an op ``race`` stopped because a sibling won (``lost the race``), or ``all``
 stopped because a sibling failed, ends with a ``CancelledError`` record. That is the
@@ -20,6 +21,7 @@ from typing import Any, Final
 
 from ..codec import try_decode
 from ..workflow import HANDLER, UPDATE
+from ._describe_bounds import PAYLOAD_SHOWN
 
 __all__ = ["op_payloads", "stopped_outcome", "LOST_RACE"]
 
@@ -29,6 +31,8 @@ _STOPPED: Final = {"lost the race": LOST_RACE, "a sibling failed": "cancelled"}
 
 
 def _field(name: str, data: Any, encoded: bool) -> dict[str, Any]:
+    if isinstance(data, bytes) and len(data) > PAYLOAD_SHOWN:  # not read: its size is shown instead
+        return {name: None, f"{name}_omitted": len(data)}
     if data is None or encoded:
         return {name: data}
     value, error = try_decode(data, f"{name} of an op")

@@ -20,6 +20,7 @@ from ._call_replies import call_reply
 from ._waiters import resolve
 from ._validate import validate_id, validate_name
 from ._describe import describe_workflow
+from ._describe_bounds import bound_described
 from ._live_view import add_live_parts
 from ._outcome import raise_for_outcome
 from ._on_loop import QUERY, running, start
@@ -93,6 +94,8 @@ class WorkflowReads:
             host.check_running()
             actor = host.actors.get(workflow_id)
         if actor is not None and not actor.closed:
+            if actor.stuck:  # its run stopped where replay diverged: its state is not the workflow's
+                raise _diverged(workflow_id, STUCK, _divergence(actor.run))
             value = running(host, actor.run, QUERY, name, actor.run.query, name, args)
         else:
             value = self._query_by_replay(workflow_id, name, args)
@@ -110,6 +113,8 @@ class WorkflowReads:
                 workflow_id=workflow_id,
                 status=record["status"],
             )
+        if record["status"] == STUCK:
+            raise _diverged(workflow_id, STUCK, record.get("nondeterminism"))
         if record.get("history_pruned"):  # replaying no history would answer from the start state
             raise WorkflowClosed(
                 f"workflow {workflow_id!r} finished ({record['status']}) and its history was pruned "
@@ -120,6 +125,8 @@ class WorkflowReads:
         run = WorkflowRun(host.definition(record["type"]), workflow_id, record["run_id"], decode_args(record["args"]), ops)
         try:
             start(host, run)
+            if _divergence(run) is not None:  # this code does not replay it
+                raise _diverged(workflow_id, record["status"], _divergence(run))
             return running(host, run, QUERY, name, run.query, name, args)
         finally:
             run.close()
@@ -182,7 +189,7 @@ class WorkflowReads:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
         described = describe_workflow(workflow_id, snapshot, input_encoded)
         add_live_parts(described, host.actors.get(workflow_id), snapshot.ops)
-        return described
+        return bound_described(described)
 
     async def list(
         self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None, memo: dict[str, Any] | None = None
@@ -199,6 +206,27 @@ class WorkflowReads:
         page = host.store.list_workflows(status, type, limit, cursor, memo)
         page["items"] = [with_iso(item, "updated") for item in page["items"]]
         return page
+
+
+def _divergence(run: WorkflowRun) -> str | None:
+    """Where ``run``'s replay diverged from its history, or None if it did not."""
+    outcome = run.outcome
+    if outcome is None or outcome.kind != "stuck":
+        return None
+    return str((outcome.error or {}).get("message"))
+
+
+def _diverged(workflow_id: str, status: str, divergence: Any) -> InvalidRequest:
+    """The refusal of a query whose run cannot be replayed with the code deployed: a run
+    stopped where its replay diverged holds part of the workflow's state, and an answer read
+    from it would be wrong without saying so."""
+    where = f" ({divergence})" if divergence else ""
+    return InvalidRequest(
+        f"workflow {workflow_id!r} cannot be queried: its replay diverges from its history{where}; "
+        "deploy code that replays it (see replay ID --app)",
+        workflow_id=workflow_id,
+        status=status,
+    )
 
 
 def _answer_of(value: Any, limit: int) -> Any:

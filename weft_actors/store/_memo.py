@@ -25,7 +25,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING, Any, Final, Iterator
 
-from ..codec import decode, unpack_record
+from ..codec import decode_plain, unpack_record
 from ..errors import InvalidRequest, SerializationError
 
 if TYPE_CHECKING:
@@ -83,11 +83,13 @@ def memo_prefix(key: str, value: Any) -> bytes | None:
 
 def memo_fields(memo: bytes | None) -> list[bytes]:
     """The entry prefixes of a stored (encoded) memo's indexable fields; none for a memo that
-    is not a dict or cannot be decoded here."""
+    is not a dict or not msgpack. Read with ``decode_plain``: a field whose value is of an app's
+    class (an enum included) is never indexed, so the writer, ``check`` and ``purge`` derive
+    the same entries whether or not they imported the app."""
     if memo is None:
         return []
     try:
-        value = decode(memo, "memo")
+        value = decode_plain(memo, "memo")  # the same fields in every process, app or not
     except SerializationError:
         return []
     if not isinstance(value, dict):

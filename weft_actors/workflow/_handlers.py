@@ -12,7 +12,7 @@ import inspect
 from typing import TYPE_CHECKING, Any, Mapping
 
 from ..codec import decode, decode_args, encode, pack_record
-from ..errors import InvalidRequest, PayloadTooLarge, UnknownQuery, UpdateRejected
+from ..errors import InvalidRequest, PayloadTooLarge, QueryFailed, UnknownQuery, UpdateRejected, WeftError
 from ._ops import HANDLER, UPDATE
 from ._records import Command, contained, error_record
 
@@ -119,6 +119,18 @@ class HandlersMixin:
             return handler(*args)
         except (SystemExit, KeyboardInterrupt) as exc:  # the caller's error, not the host's end
             raise contained(exc, f"query handler {name!r}") from exc
+        except WeftError:
+            raise
+        except Exception as exc:  # the handler's failure, not the engine's: a stable code
+            failure = error_record(exc)
+            raise QueryFailed(
+                f"query handler {name!r} of workflow {self.workflow_id!r} raised {failure['type']}: {exc}",
+                workflow_id=self.workflow_id,
+                query=name,
+                type=failure["type"],
+                cause_message=failure["message"],
+                traceback=failure["traceback"],
+            ) from exc
 
     def _apply_handler(self, record: dict[str, Any]) -> None:
         handler = self.signal_handlers.get(record["name"])

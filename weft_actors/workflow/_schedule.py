@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from .._isotime import iso_utc
 from .._schedule_checks import check_backfill, check_changes
-from .._schedule_spec import SCHEDULE_TYPE, fires_between, jitter_of, next_fire
+from .._schedule_spec import SCHEDULE_TYPE, check_note, fires_between, jitter_of, next_fire
 from ..errors import WorkflowAlreadyExists
 from ._api import workflow
 from ._schedule_id import fired_id
@@ -91,8 +91,8 @@ async def run_schedule(ctx: Any, state: dict[str, Any]) -> dict[str, Any]:
         changed()
 
     ctx.on_child_done(child_done)
-    ctx.on_update("pause", pause)
-    ctx.on_update("unpause", unpause)
+    ctx.on_update("pause", pause, check_note)  # the owner's check: an older client's note too
+    ctx.on_update("unpause", unpause, check_note)
     ctx.on_update("trigger", lambda: act({"kind": "trigger"}))
     ctx.on_update("backfill", backfill, lambda start, end: check_backfill(state["spec"], start, end))
     ctx.on_update("update", update, check_changes)
