@@ -6,7 +6,7 @@ kept or written for it on the hot path. The one durable part is an activity's la
 written with the retry that follows it (``_attempts``), so it is shown after a takeover too.
 An engine that does not run the workflow answers from the store alone: the activities whose
 outcome is not recorded, with what their records say (no attempt in flight is known there),
-and no stack.
+and the stack of a read-only replay of it (``_reads``), as a query of it would be answered.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from .._isotime import with_iso
 from ..workflow import stack_of
 
 if TYPE_CHECKING:
+    from ..workflow import WorkflowRun
     from ._actor import Actor
 
-__all__ = ["add_live_parts"]
+__all__ = ["add_live_parts", "stack_with_timers"]
 
 
 def add_live_parts(described: dict[str, Any], actor: Actor | None, ops: Mapping[int, dict[str, Any]]) -> None:
@@ -106,18 +107,24 @@ def _stored_pending(ops: Mapping[int, dict[str, Any]], shard: dict[str, Any]) ->
 def _stack(actor: Actor) -> list[dict[str, Any]]:
     """``stack_of`` the run, each awaited op with what the engine knows of it: a timer's
     fire time (a sleep, a wait's timeout, a retry's backoff), an activity's attempt."""
-    frames = stack_of(actor.run)
-    history = actor.run.history
+    timers = {seq: (entry[0].kind, entry[0].fire_at) for seq, entry in actor.timers.items()}
+    return stack_with_timers(actor.run, timers)
+
+
+def stack_with_timers(run: WorkflowRun, timers: Mapping[int, tuple[str, float]]) -> list[dict[str, Any]]:
+    """``stack_of(run)``, each awaited op with its timer (``seq -> (kind, fire_at)``: the
+    live actor's, or the store's for a run replayed to answer) and an activity's attempt."""
+    frames = stack_of(run)
+    history = run.history
     for frame in frames:
         if "waits_on" not in frame:
             continue
         waits_on = []
         for entry in frame["waits_on"]:
             seq = entry["seq"]
-            timer = actor.timers.get(seq)
+            timer = timers.get(seq)
             if timer is not None:
-                entry["timer"] = timer[0].kind
-                entry["fire_at"] = timer[0].fire_at
+                entry["timer"], entry["fire_at"] = timer
             if entry["kind"] == "activity":
                 entry["attempt"] = (history.get(seq) or {}).get("attempts", 0) + 1
             waits_on.append(with_iso(entry, "fire_at"))

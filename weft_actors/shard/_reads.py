@@ -9,11 +9,12 @@ store once per heartbeat, so it works wherever the workflow runs.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 from .._isotime import with_iso
 from ..codec import decode, decode_args, encode
-from ..errors import InvalidRequest, PayloadTooLarge, WorkflowClosed, WorkflowNotFound
+from ..errors import InvalidRequest, WeftError, PayloadTooLarge, WorkflowClosed, WorkflowNotFound
 from ..store import STUCK, TERMINAL
 from ..workflow import WorkflowRun
 from ._call_replies import call_reply
@@ -21,7 +22,7 @@ from ._waiters import resolve
 from ._validate import validate_id, validate_name
 from ._describe import describe_workflow
 from ._describe_bounds import bound_described
-from ._live_view import add_live_parts
+from ._live_view import add_live_parts, stack_with_timers
 from ._outcome import raise_for_outcome
 from ._on_loop import QUERY, running, start
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from ._waiters import Waiters
 
 __all__ = ["ReadHost", "WorkflowReads"]
+
+log = logging.getLogger("weft_actors.shard")
 
 
 class ReadHost(Protocol):
@@ -189,7 +192,32 @@ class WorkflowReads:
             raise WorkflowNotFound(f"workflow {workflow_id!r} not found", workflow_id=workflow_id)
         described = describe_workflow(workflow_id, snapshot, input_encoded)
         add_live_parts(described, host.actors.get(workflow_id), snapshot.ops)
+        if described["stack"] is None and described["status"] == "running":  # not live here: evicted, or held elsewhere
+            described["stack"] = self._stack_by_replay(workflow_id, snapshot.timers)
         return bound_described(described)
+
+    def _stack_by_replay(self, workflow_id: str, timers: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """Where a running workflow that no live actor here runs waits, from a read-only replay
+        of its history (a query's), with its durable timers; None if this process cannot
+        replay it (its type not registered, its history pruned, or the replay diverges)."""
+        host = self._host
+        record, _, ops, _ = host.store.load_for_replay(workflow_id)
+        if record is None or record["status"] != "running" or record.get("history_pruned"):
+            return None
+        try:
+            run = WorkflowRun(host.definition(record["type"]), workflow_id, record["run_id"], decode_args(record["args"]), ops)
+        except WeftError:  # its type, or a type in its input, is not registered here
+            return None
+        try:
+            start(host, run)
+            if _divergence(run) is not None or run.outcome is not None:
+                return None
+            return stack_with_timers(run, {timer["seq"]: (timer["kind"], timer["fire_at"]) for timer in timers if timer["seq"] is not None})
+        except Exception:
+            log.exception("workflow %s: its stack could not be read by replay", workflow_id)
+            return None
+        finally:
+            run.close()
 
     async def list(
         self, status: str | None = None, type: str | None = None, limit: int = 100, cursor: str | None = None, memo: dict[str, Any] | None = None

@@ -60,7 +60,7 @@ def stack_answer(described: dict[str, Any]) -> list[dict[str, Any]]:
     """``described["stack"]`` of a ``describe()`` answer, for the ``stack()`` of a handle:
     ``WorkflowClosed`` if the workflow has ended, ``InvalidRequest`` (with its ``status``) if
     none of its code is running (``pending``, ``quarantined``, ``stuck``) or the engine that
-    answered does not hold its run in memory right now (being taken over, or evicted)."""
+    answered neither runs it nor can replay it."""
     wid, status, stack = described.get("id"), described.get("status"), described.get("stack")
     if status in _ENDED:
         raise WorkflowClosed(f"workflow {wid!r} has finished ({status}); it has no stack", workflow_id=wid, status=status)
@@ -68,8 +68,9 @@ def stack_answer(described: dict[str, Any]) -> list[dict[str, Any]]:
         raise InvalidRequest(f"workflow {wid!r} is {status}: none of its code is running, so it has no stack", workflow_id=wid, status=status)
     if stack is None:
         raise InvalidRequest(
-            f"workflow {wid!r} is not in memory on the engine that answered (being taken over, or evicted "
-            "while it waits); ask again, or after its next step",
+            f"workflow {wid!r} could not be read where it waits: the engine that answered does not run it "
+            "and cannot replay it (its type is not registered there, its history was pruned, or its replay "
+            "diverges); ask again, or after its next step",
             workflow_id=wid,
             status=status,
         )
