@@ -125,3 +125,18 @@ def test_closing_the_async_client_under_a_batch_lands_the_rest_unavailable() -> 
         landed = asyncio.run(run(fake.endpoint))
     assert sorted(item.position for item in landed) == list(range(10))
     assert all(isinstance(item.error, ServerUnavailable) for item in landed)
+
+
+def test_an_async_batch_leaves_nothing_pending_behind_it() -> None:
+    """Items timed out, answered and malformed alike: the client waits for none of them after."""
+
+    async def run(endpoint: str) -> tuple[list[Any], int]:
+        async with AsyncClient(endpoint, timeout=0.3) as client:
+            items = [("order", (), {"id": f"silent-{i}" if i % 2 else f"wf-{i}"}) for i in range(6)] + [("order",)]
+            landed = [item async for item in client.start_many(items)]
+            return landed, len(client._pending)
+
+    with FakeServer(lambda request: NO_REPLY if request["wid"].startswith("silent") else canned(request)) as fake:
+        landed, pending = asyncio.run(run(fake.endpoint))
+    assert sorted(item.position for item in landed) == list(range(7)) and pending == 0
+    assert [item.position for item in landed if isinstance(item.error, ServerUnavailable)] == [1, 3, 5]

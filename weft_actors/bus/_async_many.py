@@ -73,6 +73,7 @@ async def pipeline(transport: LoopTransport, batch: LoopBatch) -> AsyncIterator[
                         break
                     pending[request_id] = batch
             except ServerUnavailable as exc:  # closed, or the socket failed: nothing more goes out
+                _forget(pending, batch, list(batch.out))
                 batch.fail_all(exc)
             landed = batch.landed
             while landed:
@@ -90,11 +91,16 @@ async def pipeline(transport: LoopTransport, batch: LoopBatch) -> AsyncIterator[
                     batch.wake = None
                     if timer is not None:
                         timer.cancel()
-            batch.expire()
+            _forget(pending, batch, batch.expire())
     finally:
-        for request_id in batch.out:
-            if pending.get(request_id) is batch:
-                del pending[request_id]
+        _forget(pending, batch, list(batch.out))
+
+
+def _forget(pending: dict[str, Any], batch: LoopBatch, request_ids: list[str]) -> None:
+    """Stop waiting for the replies to ``request_ids`` (a late one is dropped)."""
+    for request_id in request_ids:
+        if pending.get(request_id) is batch:
+            del pending[request_id]
 
 
 async def concurrently(starts: Iterable[Any], single: Callable[..., Awaitable[Any]], window: int) -> AsyncIterator[Landed]:

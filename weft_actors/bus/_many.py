@@ -191,14 +191,17 @@ class Batch:
             heapq.heappop(deadlines)
         return deadlines[0][0] if deadlines else None
 
-    def expire(self) -> None:
+    def expire(self) -> list[str]:
         """Requests out past their budget land ``ServerUnavailable``, as their single call
-        raises it (their reply, should it come later, is dropped)."""
+        raises it (their reply, should it come later, is dropped); returns their ids."""
         now = time.monotonic()
         deadlines = self._deadlines
+        expired = []
         while deadlines and deadlines[0][0] <= now:
             _, request_id = heapq.heappop(deadlines)
             item = self.out.pop(request_id, None)
             if item is not None:
+                expired.append(request_id)
                 budget = self.budget + item.call.wait
                 self.landed.append(Landed(item.index, error=unavailable(self.endpoint, item.call.op, f"no reply within {budget:.3g}s")))
+        return expired

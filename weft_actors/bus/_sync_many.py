@@ -65,12 +65,13 @@ def pipeline(transport: ThreadTransport, batch: Batch) -> Iterator[Landed]:
                         break
                 if batch.out or full:
                     deadline = batch.next_deadline()
-                    wait = 0.0 if batch.landed or deadline is None else max(0.0, deadline - time.monotonic())
+                    wait = 0.0 if batch.landed else 0.001 if deadline is None else max(0.0, deadline - time.monotonic())
                     if socket.poll(int(wait * 1000), _POLLIN | (_POLLOUT if full else 0)) & _POLLIN:
                         _read(socket, batch, endpoint)
                     batch.expire()
             except (zmq.ContextTerminated, zmq.ZMQError) as exc:
                 why = "the client was closed" if transport.closed or isinstance(exc, zmq.ContextTerminated) else f"socket error: {exc}"
+                _close(transport, channel)  # at once: a closing client's term() waits for it
                 batch.fail_all(unavailable(endpoint, batch.op, why))
             finally:
                 channel.busy = False
