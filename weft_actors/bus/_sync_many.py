@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator
 
 import zmq
+import zmq.backend
 
 from ._many import Batch, Landed, specs
 from ._request_core import unavailable
@@ -30,6 +31,8 @@ __all__ = ["one_by_one", "pipeline"]
 log = logging.getLogger("weft_actors.bus")
 
 _NOBLOCK = int(zmq.NOBLOCK)
+_send = getattr(zmq.backend.Socket, "send", zmq.Socket.send)
+"""The compiled send under pyzmq's wrapper, as ``_frames`` uses it: about 1 µs a frame less."""
 _POLLIN = int(zmq.POLLIN)
 _POLLOUT = int(zmq.POLLOUT)
 
@@ -58,7 +61,7 @@ def pipeline(transport: ThreadTransport, batch: Batch) -> Iterator[Landed]:
             try:
                 for request_id, frame in batch.frames(next_id):
                     try:
-                        socket.send(frame, _NOBLOCK)
+                        _send(socket, frame, _NOBLOCK)
                     except zmq.Again:  # its queue is full: the rest goes once replies drain it
                         batch.unsent(request_id)
                         full = True
