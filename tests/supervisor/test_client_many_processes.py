@@ -75,9 +75,9 @@ def _owners(endpoint: str, ids: list[str]) -> dict[str, int]:
         return {wid: client.get_handle(wid).describe()["owner_shard"]["pid"] for wid in ids}
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("client_kind", ["sync", "async"])
-def test_a_shard_killed_mid_batch_fails_only_the_items_it_held_that_cannot_be_sent_again(tmp_path, client_kind: str) -> None:
+def test_a_shard_killed_mid_batch_fails_only_the_items_it_held_that_cannot_be_sent_again(either_store: str, client_kind: str) -> None:
     count = 40
     # Even positions: a fixed id and if_exists="return" (safe to send again); odd: a fixed id alone.
     items = [("sleeper", (4.0,), {"id": f"held-{client_kind}-{i}", **({"if_exists": "return"} if i % 2 == 0 else {})}) for i in range(count)]
@@ -91,7 +91,7 @@ def test_a_shard_killed_mid_batch_fails_only_the_items_it_held_that_cannot_be_se
         except BaseException as exc:  # reported by the assertion below
             failure.append(exc)
 
-    with RunningSupervisor(tmp_path / "data", args=TIMING) as sup:
+    with RunningSupervisor(either_store, args=TIMING) as sup:
         runner = threading.Thread(target=batch, daemon=True)
         runner.start()
         with Client(sup.endpoint) as client:
