@@ -140,3 +140,35 @@ def test_an_async_batch_leaves_nothing_pending_behind_it() -> None:
         landed, pending = asyncio.run(run(fake.endpoint))
     assert sorted(item.position for item in landed) == list(range(7)) and pending == 0
     assert [item.position for item in landed if isinstance(item.error, ServerUnavailable)] == [1, 3, 5]
+
+
+def _refused() -> str:
+    """An endpoint nothing listens on: connections to it are refused at once."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("client_kind", ["sync", "async"])
+def test_with_several_endpoints_each_item_fails_over_as_its_single_call(client_kind: str) -> None:
+    """The first supervisor refuses connections: every item goes on to the second, as a start
+    alone would, and a bad item still lands its own error."""
+    items: list[Any] = [("order", (i,), {"id": f"wf-{i}"}) for i in range(8)] + [("order", 1)]
+    with FakeServer() as fake:
+        endpoints = [_refused(), fake.endpoint]
+        if client_kind == "sync":
+            with Client(endpoints, timeout=2) as client:
+                landed = list(client.start_many(items, window=3))
+        else:
+
+            async def run() -> list[Any]:
+                async with AsyncClient(endpoints, timeout=2) as client:
+                    return [item async for item in client.start_many(items, window=3)]
+
+            landed = asyncio.run(run())
+    landed.sort(key=lambda item: item.position)
+    assert [item.value.id for item in landed[:8]] == [f"wf-{i}" for i in range(8)]
+    assert isinstance(landed[8].error, InvalidRequest)
+    assert len(fake.requests) == 8
