@@ -172,3 +172,14 @@ def test_with_several_endpoints_each_item_fails_over_as_its_single_call(client_k
     assert [item.value.id for item in landed[:8]] == [f"wf-{i}" for i in range(8)]
     assert isinstance(landed[8].error, InvalidRequest)
     assert len(fake.requests) == 8
+
+
+def test_the_sync_loop_body_may_call_the_same_client_between_items() -> None:
+    """The batch's replies do not go to the thread's socket, so a call made in the loop body
+    neither takes one of them for a stale reply nor loses its own."""
+    items = [("order", (), {"id": f"wf-{i}"}) for i in range(20)]
+    results = {}
+    with FakeServer() as fake, Client(fake.endpoint, timeout=5) as client:
+        for landed in client.start_many(items, window=4):
+            results[landed.position] = landed.value.result(timeout=5)
+    assert results == {i: ("done", f"wf-{i}") for i in range(20)}

@@ -133,7 +133,7 @@ class AsyncClient(TargetShell):
             single = functools.partial(self.execute, timeout=None if timeout is None else check_seconds(timeout, "timeout")) if execute else self.start
             return concurrently(starts, single, window)
         handle = functools.partial(AsyncClientHandle._make, self)
-        return pipeline(self._transport, LoopBatch(starts, execute, timeout, window, self._target.timeout, self._target.endpoint, handle))
+        return pipeline(self._transport, LoopBatch(starts, execute, timeout, window, self._target.timeout, self._target.endpoint, handle), self._target.endpoint)
 
     async def signal_with_start(
         self, workflow: Any, *args: Any, signal: str, payload: Any = None, **start_options: Any

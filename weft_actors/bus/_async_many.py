@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Protocol
 
 import zmq
 import zmq.backend
 
 from ..errors import ServerUnavailable
-from ._async_transport import LoopTransport
 from ._many import Batch, Landed, specs
 
-__all__ = ["LoopBatch", "concurrently", "pipeline"]
+__all__ = ["LoopBatch", "Sender", "concurrently", "pipeline"]
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _send = getattr(zmq.backend.Socket, "send", zmq.Socket.send)
@@ -58,21 +57,30 @@ class LoopBatch(Batch):
             _wake(self.wake)
 
 
-async def pipeline(transport: LoopTransport, batch: LoopBatch) -> AsyncIterator[Landed]:
+class Sender(Protocol):
+    """What a batch needs of ``LoopTransport``: its socket, its request ids, the map its
+    reader answers from, and a nudge to read after sending."""
+
+    pending: dict[str, Any]
+
+    def batch_socket(self) -> zmq.Socket: ...
+
+    def next_id(self) -> str: ...
+
+    def sent(self) -> None: ...
+
+
+async def pipeline(transport: Sender, batch: LoopBatch, endpoint: str) -> AsyncIterator[Landed]:
     """Send ``batch`` on ``transport``'s socket and yield each item as it lands."""
     loop = asyncio.get_running_loop()
-    pending: dict[str, Any] = transport.pending
-    endpoint = transport._target.endpoint
-    ids = transport._ids
-
-    def next_id() -> str:
-        return str(next(ids))
+    pending = transport.pending
+    next_id = transport.next_id
 
     try:
         while True:
             full = False
             try:
-                socket = transport._open()  # the same socket, or a fresh one after a lost one
+                socket = transport.batch_socket()  # the same socket, or a fresh one after a lost one
                 for request_id, frame in batch.frames(next_id):
                     try:
                         _send(socket, frame, _NOBLOCK)
@@ -83,7 +91,7 @@ async def pipeline(transport: LoopTransport, batch: LoopBatch) -> AsyncIterator[
                     except zmq.ZMQError as exc:
                         raise ServerUnavailable(f"{batch.op}: socket error: {exc} ({endpoint})", endpoint=endpoint, op=batch.op) from None
                     pending[request_id] = batch
-                transport._schedule_drain()  # once per burst: a send may swallow the reply's edge
+                transport.sent()  # once per burst: a send may swallow the reply's edge
             except ServerUnavailable as exc:  # closed, or the socket failed: nothing more goes out
                 _forget(pending, batch, list(batch.out))
                 batch.fail_all(exc)

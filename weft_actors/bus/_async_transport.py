@@ -130,6 +130,21 @@ class LoopTransport:
                 pass
         socket.close(linger=0)
 
+    # -- what a batch (``_async_many``) sends with ---------------------------------------------
+
+    def batch_socket(self) -> zmq.Socket:
+        """The socket single calls go on (made now if there is none); ``ServerUnavailable``
+        once the client is closed."""
+        return self._open()
+
+    def next_id(self) -> str:
+        """A request id no other request of this client has."""
+        return str(next(self._ids))
+
+    def sent(self) -> None:
+        """Frames went out on ``batch_socket``: look for replies on the next turn."""
+        self._schedule_drain()
+
     def _schedule_drain(self) -> None:
         """After a send: it may have swallowed the edge that announces a reply."""
         if not self._drain_scheduled and self._loop is not None:

@@ -13,7 +13,6 @@ each then fails over, or gets its span, exactly as a single call does.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
@@ -24,7 +23,7 @@ from ._many import Batch, Landed, specs
 from ._request_core import unavailable
 from ._frames import readable, recv_frames
 from ._protocol import decode_reply
-from ._sync_transport import ThreadTransport, _Channel
+from ._sync_transport import ThreadTransport
 
 __all__ = ["one_by_one", "pipeline"]
 
@@ -39,9 +38,8 @@ _POLLOUT = int(zmq.POLLOUT)
 
 def pipeline(transport: ThreadTransport, batch: Batch) -> Iterator[Landed]:
     """Send ``batch`` on a socket of its own and yield each item as it lands."""
-    target = transport._target
-    endpoint = target.endpoint
-    channel = _open(transport, endpoint)
+    endpoint = batch.endpoint
+    channel = transport.batch_channel()
     if channel is None:
         batch.fail_all(unavailable(endpoint, batch.op, "the client is closed"))
         yield from _landed(batch)
@@ -74,7 +72,7 @@ def pipeline(transport: ThreadTransport, batch: Batch) -> Iterator[Landed]:
                     batch.expire()
             except (zmq.ContextTerminated, zmq.ZMQError) as exc:
                 why = "the client was closed" if transport.closed or isinstance(exc, zmq.ContextTerminated) else f"socket error: {exc}"
-                _close(transport, channel)  # at once: a closing client's term() waits for it
+                transport.drop(channel)  # at once: a closing client's term() waits for it
                 batch.fail_all(unavailable(endpoint, batch.op, why))
             finally:
                 channel.busy = False
@@ -83,7 +81,7 @@ def pipeline(transport: ThreadTransport, batch: Batch) -> Iterator[Landed]:
             elif not batch.unfinished():
                 return
     finally:
-        _close(transport, channel)
+        transport.drop(channel)
 
 
 def _landed(batch: Batch) -> Iterator[Landed]:
@@ -102,23 +100,6 @@ def _read(socket: zmq.Socket, batch: Batch, endpoint: str) -> None:
             log.warning("discarding a malformed reply from %s", endpoint)
             continue
         batch.answer(reply.get("id"), reply)
-
-
-def _open(transport: ThreadTransport, endpoint: str) -> _Channel | None:
-    """A channel for the batch alone, or None once the client is closed."""
-    with transport._lock:
-        if transport.closed:
-            return None
-        socket = transport._new_socket(endpoint)
-        channel = _Channel(socket, threading.current_thread())
-        transport.channels.append(channel)
-    return channel
-
-
-def _close(transport: ThreadTransport, channel: _Channel) -> None:
-    with transport._lock:
-        channel.close()
-        transport.channels = [c for c in transport.channels if c is not channel]
 
 
 def one_by_one(starts: Iterable[Any], single: Callable[..., Any]) -> Iterator[Landed]:
