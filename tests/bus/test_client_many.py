@@ -183,3 +183,47 @@ def test_the_sync_loop_body_may_call_the_same_client_between_items() -> None:
         for landed in client.start_many(items, window=4):
             results[landed.position] = landed.value.result(timeout=5)
     assert results == {i: ("done", f"wf-{i}") for i in range(20)}
+
+
+SCRIPT = """
+import asyncio, json, sys
+sys.path.insert(0, sys.argv[1])
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from test_client_fakes import FakeServer
+from weft_actors import AsyncClient, Client
+
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+items = [("order", (i,), {"id": f"wf-{i}"}) for i in range(5)]
+with FakeServer() as fake:
+    with Client(fake.endpoint) as client:
+        sync = sorted(landed.value.id for landed in client.start_many(items))
+
+    async def run():
+        async with AsyncClient(fake.endpoint) as client:
+            return sorted([landed.value.id async for landed in client.start_many(items)])
+
+    asynced = asyncio.run(run())
+traced = sum(1 for request in fake.requests if request.get("traceparent"))
+names = [span.name for span in exporter.get_finished_spans()]
+print(json.dumps([sync, asynced, traced, names.count("weft start order")]))
+"""
+
+
+def test_with_tracing_on_each_item_is_its_own_traced_start() -> None:
+    """A process with a tracer provider (a child: the provider is global): every item of a
+    batch gets its client span, and its start carries that span's context, as alone."""
+    pytest.importorskip("opentelemetry.sdk")
+    import json
+    import subprocess
+
+    here = str(Path(__file__).resolve().parent)
+    done = subprocess.run([sys.executable, "-c", SCRIPT, here], capture_output=True, text=True, timeout=60, check=True)
+    sync, asynced, traced, spans = json.loads(done.stdout.strip().splitlines()[-1])
+    ids = [f"wf-{i}" for i in range(5)]
+    assert sync == ids and asynced == ids and traced == 10 and spans == 10
