@@ -227,3 +227,23 @@ def test_with_tracing_on_each_item_is_its_own_traced_start() -> None:
     sync, asynced, traced, spans = json.loads(done.stdout.strip().splitlines()[-1])
     ids = [f"wf-{i}" for i in range(5)]
     assert sync == ids and asynced == ids and traced == 10 and spans == 10
+
+
+@pytest.mark.parametrize("client_kind", ["sync", "async"])
+def test_items_go_out_as_they_are_taken_not_after_the_whole_batch_is_built(client_kind: str) -> None:
+    """The first request leaves before the second item is even asked for: a large batch does
+    not keep the server idle while the client encodes all of it."""
+    seen_before_second: list[int] = []
+
+    def items(fake: FakeServer) -> Any:
+        yield ("order", (), {"id": "wf-0"})
+        deadline = time.monotonic() + 5
+        while not fake.requests and time.monotonic() < deadline:
+            time.sleep(0.005)
+        seen_before_second.append(len(fake.requests))
+        yield ("order", (), {"id": "wf-1"})
+
+    with FakeServer() as fake:
+        landed = _run(client_kind, fake.endpoint, "start_many", items(fake))  # type: ignore[arg-type]
+    assert sorted(item.value.id for item in landed) == ["wf-0", "wf-1"]
+    assert seen_before_second == [1]

@@ -79,7 +79,8 @@ class _Item:
 
 
 class Batch:
-    """One batch's items: those to send (``todo``), those out (request id -> item), those
+    """One batch's items: those to send again (``todo``; the rest come from ``starts`` as
+    they go), those out (request id -> item), those
     answered and not handed to the caller yet (``landed``). The transport sends what
     ``frames`` gives, hands each reply to ``answer``, calls ``expire`` when a deadline may
     have passed, and yields ``landed``.
@@ -99,29 +100,43 @@ class Batch:
         self.out: dict[str, _Item] = {}
         self.landed: collections.deque[Landed] = collections.deque()
         self._deadlines: list[tuple[float, str]] = []
-        wait = _calls.MAX_RESULT_WAIT if self.timeout is None else self.timeout
-        for spec in specs(starts):
+        self._wait = _calls.MAX_RESULT_WAIT if self.timeout is None else self.timeout
+        self._specs = specs(starts)
+        self._more = True
+        """Items not taken from ``starts`` yet: each is built as it goes out, so the first
+        requests leave at once rather than after the whole batch was encoded."""
+
+    def unfinished(self) -> bool:
+        return bool(self.todo or self.out or self._more)
+
+    def _next_item(self) -> _Item | None:
+        """The next item to send: one sent again or asking again first, else the next of
+        ``starts`` that builds (those that do not land their error); None when none is left."""
+        if self.todo:
+            return self.todo.popleft()
+        for spec in self._specs:
             if isinstance(spec, Landed):
                 self.landed.append(spec)
                 continue
             index, workflow, args, options = spec
             try:
-                call = _calls.execute_call(workflow, args, wait, **options) if execute else _calls.start_call(workflow, args, **options)
+                call = _calls.execute_call(workflow, args, self._wait, **options) if self.execute else _calls.start_call(workflow, args, **options)
             except Exception as exc:  # the item's own error, as its single call raises it
                 self.landed.append(Landed(index, error=exc))
                 continue
-            self.todo.append(_Item(index, call))
-
-    def unfinished(self) -> bool:
-        return bool(self.todo or self.out)
+            return _Item(index, call)
+        self._more = False
+        return None
 
     def frames(self, next_id: Callable[[], str]) -> Iterator[tuple[str, bytes]]:
         """``(request id, frame)`` of the next items to send while fewer than ``window`` are
         out; the transport sends each before taking the next, and calls ``unsent`` for one
         that finds the socket full. An item whose frame cannot be built lands its error."""
         now = time.monotonic()
-        while self.todo and len(self.out) < self.window:
-            item = self.todo.popleft()
+        while len(self.out) < self.window:
+            item = self._next_item()
+            if item is None:
+                return
             request_id = next_id()
             try:
                 frame = _calls.frame(request_id, item.call)
@@ -183,6 +198,9 @@ class Batch:
         self.fail_out(error)
         while self.todo:
             self.landed.append(Landed(self.todo.popleft().index, error=error))
+        for spec in self._specs:
+            self.landed.append(spec if isinstance(spec, Landed) else Landed(spec[0], error=error))
+        self._more = False
 
     def next_deadline(self) -> float | None:
         """The earliest moment a request out runs out of time (monotonic), if one is out."""
