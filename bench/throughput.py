@@ -97,7 +97,7 @@ async def _drive_many(client: Any, name: str, extra: tuple[Any, ...], first: int
     landed_at: list[float] = []
     latencies: list[float] = []
     started = clock()
-    async for landed in client.execute_many([(name, (i, *extra)) for i in range(first, first + count)], timeout=300, window=window):
+    async for landed in client.execute_many(((name, (i, *extra)) for i in range(first, first + count)), timeout=300, window=window):
         now = clock()
         position = landed.position
         sent = started if position < window else landed_at[position - window]
