@@ -7,9 +7,12 @@ Starts ``python -m weft_actors.supervisor --app bench_app`` on a free loopback p
 temporary data directory (durable, synced commits: the default), then drives the workflows
 through ``AsyncClient`` from ``--clients`` processes with ``--concurrency`` workflows in flight
 in total: each worker calls ``execute`` (start and wait for the result, one request), or with
-``--call start-result`` ``start`` and then ``result`` on the handle, again and again. A latency
-is the time from the request that starts a workflow to the reply with its result, measured
-in the client. A warm-up batch (not counted) runs first.
+``--call start-result`` ``start`` and then ``result`` on the handle, again and again, or with
+``--call execute-many`` one ``execute_many`` batch per client (``--concurrency`` its window). A
+latency is the time from the request that starts a workflow to the reply with its result,
+measured in the client. A warm-up batch (not counted) runs first; before it all, the same
+workflows run on one in-process engine (``engine_throughput.py``, a child process; not with
+``--no-in-process``).
 
 Prints one JSON line per shard count on stdout: workflows, shards, steps, seconds,
 workflows_per_s, steps_per_s, p50_ms, p99_ms, cpu_s (CPU of the supervisor and its shards
@@ -19,7 +22,8 @@ a disturbed run shows here; the bench first waits up to 60 s for a quiet machine
 disk_write_kb_per_workflow (sectors written to the data directory's block device, from
 ``/proc/diskstats``: the whole device, so quiet machines only), and
 commits and writes_per_commit (from the shards' ``stats()``, which they push once a second,
-so read 1.1 s after the run). A readable table and a progress bar go to stderr.
+so read 1.1 s after the run), and per role (``_roles``): cpu_us_per_workflow_by_role
+(front_door, shards, server, client), in_process and vs_in_process. A readable table and a progress bar go to stderr.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _harness import Supervisor, percentile, report, sigterm_as_exit, system_busy_seconds, wait_quiet  # noqa: E402
 from _progress import Progress  # noqa: E402
 from _pgstore import postgres_cpu_seconds, scratch_schema  # noqa: E402
+from _roles import in_process, per_role  # noqa: E402
 
 
 def _workflow(steps: int) -> tuple[str, tuple[Any, ...]]:
@@ -46,7 +51,8 @@ def _workflow(steps: int) -> tuple[str, tuple[Any, ...]]:
 
 async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str = "execute", done: Any = None, progress: Progress | None = None) -> list[float]:
     """Run workflows ``first .. first+count-1``; return their latencies in seconds. ``call``:
-    ``execute`` (one request each) or ``start-result`` (``start``, then ``result`` on the handle)."""
+    ``execute`` (one request each), ``start-result`` (``start``, then ``result`` on the
+    handle) or ``execute-many`` (one ``execute_many`` batch, ``concurrency`` its window)."""
     from weft_actors import AsyncClient
 
     name, extra = _workflow(steps)
@@ -56,6 +62,8 @@ async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: 
     clock = time.perf_counter
 
     async with AsyncClient(endpoint, timeout=120) as client:
+        if call == "execute-many":
+            return await _drive_many(client, name, extra, first, count, concurrency, steps, done, progress)
 
         async def worker() -> None:
             nonlocal next_index
@@ -78,6 +86,30 @@ async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: 
                         done.value += 1
 
         await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, count)))))
+    return latencies
+
+
+async def _drive_many(client: Any, name: str, extra: tuple[Any, ...], first: int, count: int, window: int, steps: int, done: Any, progress: Progress | None) -> list[float]:
+    """``drive`` as one ``execute_many`` batch with a window of ``window`` requests. A batch
+    sends the items in order, each as soon as a slot frees, so item k's request left when the
+    (k - window)-th reply landed (the first ``window`` at once): its latency runs from then."""
+    clock = time.perf_counter
+    landed_at: list[float] = []
+    latencies: list[float] = []
+    started = clock()
+    async for landed in client.execute_many(((name, (i, *extra)) for i in range(first, first + count)), timeout=300, window=window):
+        now = clock()
+        position = landed.position
+        sent = started if position < window else landed_at[position - window]
+        landed_at.append(now)
+        latencies.append(now - sent)
+        if landed.result() != first + position + steps:
+            raise AssertionError(f"workflow {first + position}: {landed.value!r} != {first + position + steps}")
+        if progress is not None:
+            progress.advance()
+        elif done is not None:
+            with done.get_lock():
+                done.value += 1
     return latencies
 
 
@@ -225,7 +257,8 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=1000, help="workflows in flight, over all clients")
-    parser.add_argument("--call", choices=("execute", "start-result"), default="execute", help="execute: one request per workflow (default); start-result: start, then result")
+    parser.add_argument("--call", choices=("execute", "start-result", "execute-many"), default="execute", help="execute: one request per workflow (default); start-result: start, then result; execute-many: one execute_many batch per client, --concurrency its window")
+    parser.add_argument("--no-in-process", action="store_true", help="skip the in-process engine run (engine_throughput.py, same N and steps) the per-role figures are compared with")
     parser.add_argument("--clients", type=int, default=1, help="client processes (1: in this process)")
     parser.add_argument("--warmup", type=int, default=None, help="uncounted workflows first (default: min(1000, N/10))")
     parser.add_argument("--no-wait-quiet", action="store_true", help="do not wait for a quiet machine before timing")
@@ -238,6 +271,11 @@ def main() -> None:
     warmup = min(1000, args.workflows // 10) if args.warmup is None else args.warmup
     counts = [int(s) for s in args.sweep.split(",")] if args.sweep else [args.shards]
     with sigterm_as_exit():
+        inside = None
+        if not args.no_in_process:
+            if not args.no_wait_quiet:
+                wait_quiet()
+            inside = in_process(args.workflows, args.steps, args.store)  # a fresh schema of its own on PostgreSQL
         for shards in counts:
             with contextlib.ExitStack() as stack:
                 supervisor_args = tuple(args.supervisor_arg)
@@ -245,6 +283,7 @@ def main() -> None:
                     supervisor_args += ("--store", stack.enter_context(scratch_schema(args.store)))
                 result = run_once(args.workflows, shards, args.steps, args.concurrency, args.clients, warmup, supervisor_args, not args.no_wait_quiet, args.call, args.store)
                 result["store"] = "postgresql" if args.store else "lmdb"
+                result.update(per_role(result, inside))
             report(result, f"throughput, {shards} shard(s)")
 
 

@@ -53,3 +53,22 @@ def test_activity_rate_prints_its_json_line():
 def test_flow_queue_prints_its_json_line():
     result = _json_line(os.path.join(BENCH, "flow_queue.py"), "--workflows", "100")
     assert result["workflows"] == 100 and result["concurrency"] == 8 and result["workflows_per_s"] > 0
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("call", ["execute", "execute-many"])
+def test_throughput_prints_cpu_per_role_next_to_the_in_process_engine(call):
+    """A real supervisor with two shards: CPU per workflow of the front door, each shard and the
+    client, the same workflows on an in-process engine in the same run, and the goal's ratios."""
+    result = _json_line(os.path.join(BENCH, "throughput.py"), "--workflows", "1000", "--shards", "2", "--call", call, "--no-wait-quiet")
+    assert result["workflows"] == 1000 and result["call"] == call and result["workflows_per_s"] > 0
+    roles = result["cpu_us_per_workflow_by_role"]
+    # /proc counts CPU in 10 ms ticks: a small run may show none for the front door.
+    assert len(roles["shards"]) == 2 and sum(roles["shards"]) > 0 and roles["front_door"] >= 0 and roles["client"] > 0
+    assert roles["server"] == pytest.approx(roles["front_door"] + sum(roles["shards"]), abs=0.5)
+    assert roles["server"] == pytest.approx(result["cpu_us_per_workflow"]["engine"], abs=0.5)  # the old field stays
+    inside = result["in_process"]
+    assert inside["workflows_per_s"] > 0 and inside["cpu_us_per_workflow"] > 0
+    ratios = result["vs_in_process"]
+    assert ratios["server_cpu"] == pytest.approx(roles["server"] / inside["cpu_us_per_workflow"], abs=0.01)
+    assert ratios["workflows_per_s"] == pytest.approx(result["workflows_per_s"] / inside["workflows_per_s"], abs=0.01)

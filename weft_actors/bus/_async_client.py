@@ -9,14 +9,18 @@ socket, failover between several endpoints as ``Client`` does); where requests g
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Iterable, Sequence
 
 from .. import _tracing
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..workflow import stack_answer
+from .._checks import check_seconds
 from . import _calls
+from ._async_many import LoopBatch, concurrently, pipeline
 from ._async_transport import LoopTransport
+from ._many import DEFAULT_WINDOW, Landed, check_window
 from ._request_core import DEFAULT_ENDPOINT, Target, TargetShell
 
 __all__ = ["AsyncClient", "AsyncClientHandle"]
@@ -113,6 +117,23 @@ class AsyncClient(TargetShell):
             return value
         remaining = None if deadline is None else max(0.0, deadline - loop.time())
         return await AsyncClientHandle._make(self, ok["id"], ok.get("run_id")).result(remaining)
+
+    def start_many(self, starts: Iterable[Any], *, window: int = DEFAULT_WINDOW) -> AsyncIterator[Landed]:
+        """``Client.start_many``, for ``async for``: each item's ``Landed`` as its reply
+        lands, the requests pipelined on the client's socket beside its other calls."""
+        return self._many(starts, None, window, execute=False)
+
+    def execute_many(self, executions: Iterable[Any], *, timeout: float | None = None, window: int = DEFAULT_WINDOW) -> AsyncIterator[Landed]:
+        """``Client.execute_many``, for ``async for``."""
+        return self._many(executions, timeout, window, execute=True)
+
+    def _many(self, starts: Iterable[Any], timeout: float | None, window: int, *, execute: bool) -> AsyncIterator[Landed]:
+        if self._target.failover or _tracing.tracer() is not None:  # each item as its single call
+            check_window(window)
+            single = functools.partial(self.execute, timeout=None if timeout is None else check_seconds(timeout, "timeout")) if execute else self.start
+            return concurrently(starts, single, window)
+        handle = functools.partial(AsyncClientHandle._make, self)
+        return pipeline(self._transport, LoopBatch(starts, execute, timeout, window, self._target.timeout, self._target.endpoint, handle), self._target.endpoint)
 
     async def signal_with_start(
         self, workflow: Any, *args: Any, signal: str, payload: Any = None, **start_options: Any

@@ -8,15 +8,19 @@ thread, failover between several endpoints); where requests go is its ``Target``
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from typing import Any, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from .. import _tracing
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..workflow import stack_answer
+from .._checks import check_seconds
 from . import _calls
+from ._many import DEFAULT_WINDOW, Batch, Landed, check_window
 from ._request_core import DEFAULT_ENDPOINT, Target, TargetShell
+from ._sync_many import one_by_one, pipeline
 from ._sync_transport import ThreadTransport
 
 __all__ = ["Client", "ClientHandle", "DEFAULT_ENDPOINT"]
@@ -112,6 +116,30 @@ class Client(TargetShell):
             return value
         remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
         return ClientHandle._make(self, ok["id"], ok.get("run_id")).result(remaining)
+
+    def start_many(self, starts: Iterable[Any], *, window: int = DEFAULT_WINDOW) -> Iterator[Landed]:
+        """Start each ``(workflow, args)`` or ``(workflow, args, options)`` of ``starts``
+        (``options``: ``start``'s keywords), pipelined on one socket with at most ``window``
+        requests out. Yields a ``Landed(position, value, error)`` per item as its reply lands, in
+        any order: ``value`` the item's handle, or ``error`` what its ``start`` would have
+        raised (``landed.result()`` returns one or raises the other). An item's error is its
+        own: the others go on."""
+        return self._many(starts, None, window, execute=False)
+
+    def execute_many(self, executions: Iterable[Any], *, timeout: float | None = None, window: int = DEFAULT_WINDOW) -> Iterator[Landed]:
+        """``execute`` for each ``(workflow, args)`` or ``(workflow, args, options)``,
+        pipelined as ``start_many``: yields a ``Landed`` per item as its workflow ends (its
+        result as ``value``), or with what its ``execute`` would have raised; ``timeout``
+        counts for each item from when it is sent."""
+        return self._many(executions, timeout, window, execute=True)
+
+    def _many(self, starts: Iterable[Any], timeout: float | None, window: int, *, execute: bool) -> Iterator[Landed]:
+        if self._target.failover or _tracing.tracer() is not None:  # each item as its single call
+            check_window(window)
+            single = functools.partial(self.execute, timeout=None if timeout is None else check_seconds(timeout, "timeout")) if execute else self.start
+            return one_by_one(starts, single)
+        handle = functools.partial(ClientHandle._make, self)
+        return pipeline(self._transport, Batch(starts, execute, timeout, window, self._target.timeout, self._target.endpoint, handle))
 
     def signal_with_start(
         self, workflow: Any, *args: Any, signal: str, payload: Any = None, **start_options: Any

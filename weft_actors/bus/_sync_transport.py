@@ -115,6 +115,23 @@ class ThreadTransport:
         if getattr(self._local, "channel", None) is channel:
             del self._local.channel
 
+    def batch_channel(self) -> _Channel | None:
+        """A channel of a batch's own (``_sync_many``), not the thread's: the caller may make
+        other calls between two of its items. None once the client is closed; ``close()``
+        closes it like any other while it is not busy."""
+        with self._lock:
+            if self.closed:
+                return None
+            channel = _Channel(self._new_socket(self._target.endpoint), threading.current_thread())
+            self.channels.append(channel)
+        return channel
+
+    def drop(self, channel: _Channel) -> None:
+        """Close a batch's ``channel`` and forget it."""
+        with self._lock:
+            channel.close()
+            self.channels = [c for c in self.channels if c is not channel]
+
     def _reap_dead_threads(self) -> None:
         # Sockets of threads that have exited would otherwise live as long as the client.
         alive = []
