@@ -6,6 +6,7 @@ from ._client import DEFAULT_ENDPOINT, Client, ClientHandle
 from ._curve import load_key
 from ._dispatch import START_OPS, shard_identity
 from ._frontdoor import FrontDoor
+from ._many import Landed
 from ._hints import HINT_KINDS, HintProxy, decode_hint, encode_hint, hint_topic, publisher, subscriber
 from ._protocol import (
     DEFAULT_MAX_FRAME,
@@ -27,6 +28,7 @@ __all__ = [
     "AsyncClientHandle",
     "Client",
     "ClientHandle",
+    "Landed",
     "DEFAULT_ENDPOINT",
     "load_key",
     "DEFAULT_MAX_FRAME",
