@@ -15,7 +15,7 @@ from _processes import RunningSupervisor, wait_until
 from weft_actors import Client
 from weft_actors.bus import decode_reply, encode_request
 from weft_actors.bus._calls import execute_call
-from weft_actors.codec import decode
+from weft_actors.codec import decode, encode
 from weft_actors.errors import Overloaded
 
 APP = "supervisor_app"
@@ -37,7 +37,7 @@ def _execute(sock: zmq.Socket[Any], request_id: int, workflow: str, args: tuple[
 def _replies(sock: zmq.Socket[Any], count: int, timeout: float = 10.0) -> dict[Any, dict[str, Any]]:
     replies: dict[Any, dict[str, Any]] = {}
     while len(replies) < count:
-        assert sock.poll(int(timeout * 1000)), f"{len(replies)} of {count} replies"
+        assert sock.poll(int(timeout * 1000)), f"{len(replies)} of {count} replies: {replies}"
         reply = decode_reply(sock.recv())
         replies[reply["id"]] = reply
     return replies
@@ -70,10 +70,23 @@ def test_start_execute_and_result_are_served_without_a_task_with_the_same_replie
         echoed = replies[4]["ok"]
         assert echoed["status"] == "completed" and decode(echoed["result"]) == "z" and echoed["id"] == "returned"
         assert replies[5]["ok"] == {"id": "held", "run_id": handle.run_id, "status": "running"}
+        context, sock = _dealer(sup.endpoint)
+        try:
+            sock.send(encode_request(6, "signal", wid="held", name="item", payload=encode("one"), request_id="r-1"))
+            sock.send(encode_request(7, "signal", wid="held", name="item", payload=encode("one"), request_id="r-1"))  # a resend
+            sock.send(encode_request(8, "signal", wid="nobody", name="item", payload=encode(1)))
+            sock.send(encode_request(9, "signal", wid="held", name="item", payload=b"\xc1"))  # not the codec's
+            replies = _replies(sock, 4)
+        finally:
+            sock.close(0)
+            context.term()
+        assert replies[6] == {"v": 1, "id": 6, "ok": None} and replies[7] == {"v": 1, "id": 7, "ok": None}
+        assert replies[8]["error"]["code"] == "workflow_not_found", replies[8]
+        assert replies[9]["error"]["code"] == "serialization_error", replies[9]
         handle.signal("item", None)
-        assert handle.result(timeout=10) == ["w", []]
+        assert handle.result(timeout=10) == ["w", ["one"]]
         # Served by callbacks, not tasks: the shard counts them.
-        stats = wait_until(lambda: (s := _shard(client)).get("requests_inline_total", 0) >= 6 and s, timeout=5)
+        stats = wait_until(lambda: (s := _shard(client)).get("requests_inline_total", 0) >= 10 and s, timeout=5)
         assert stats["requests_held"] == 0
 
 
@@ -102,3 +115,20 @@ def test_executes_served_inline_are_held_until_their_reply_leaves(tmp_path):
         for i in range(3):
             client.get_handle(f"w{i}").signal("item", None)
             assert client.get_handle(f"w{i}").result(timeout=10) == [str(i), []]
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_answers_every_execute_served_inline_with_engine_stopped(tmp_path):
+    # Executes only: a ``result`` answered ``engine_stopped`` is sent on to another shard by the front door.
+    with RunningSupervisor(tmp_path / "data", shards=1, app=APP) as sup, Client(sup.endpoint, timeout=20) as client:
+        context, sock = _dealer(sup.endpoint)
+        try:
+            _execute(sock, 1, "waiter", ("a",), 30.0, id="a")
+            _execute(sock, 2, "waiter", ("b",), 30.0, id="b")
+            wait_until(lambda: _shard(client).get("requests_held") == 2, timeout=5, what="two executes held")
+            assert sup.terminate() == 0
+            replies = _replies(sock, 2)
+        finally:
+            sock.close(0)
+            context.term()
+        assert sorted(reply["error"]["code"] for reply in replies.values()) == ["engine_stopped"] * 2, replies

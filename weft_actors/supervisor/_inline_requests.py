@@ -1,10 +1,11 @@
 """The shard's hot requests served without a task of their own.
 
-A ``start``, an ``execute`` and a ``result`` on a run held here need no coroutine: the start's
-intent goes to the committer at once (``Starts.submit_start``), its reply is given in its
-commit's pass (``answer_reply``), and an ``execute``'s or a ``result``'s ending is a reply
-registered on the waiters (``waiters.endings``), given in the ending commit's pass, with a
-timer for the call's ``wait``. A task per request cost a shard a context copy, a coroutine
+A ``start``, an ``execute``, a ``signal`` and a ``result`` on a run held here need no
+coroutine: the intent goes to the committer at once (``Starts.submit_start``,
+``WorkflowMessages.submit_signal``), its reply is given in its commit's pass
+(``answer_reply``), and an ``execute``'s or a ``result``'s ending is a reply registered on the
+waiters (``waiters.endings``), given in the ending commit's pass, with a timer for the call's
+``wait``. A task per request cost a shard a context copy, a coroutine
 chain and two task steps per workflow; callbacks cost a future and a timer handle.
 
 Everything else takes the task path (``ShardServer._handle``): other ops, a delayed start, a
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from .. import _tracing
 from ..bus import encode_error, encode_reply
-from ..codec import decode_args
+from ..codec import decode, decode_args
 from ..errors import WeftError
 from ..shard import answer_reply, call_reply
 from ._commit_replies import SHAPES, CommitReply, LaterReply, OnSent, Send
@@ -41,6 +42,11 @@ log = logging.getLogger("weft_actors.supervisor")
 Spawn = Callable[[Coroutine[Any, Any, None]], None]
 
 _START_SHAPE = SHAPES["start"]
+_NO_VALUE = SHAPES["signal"]
+
+
+def _ignore(result: Any) -> None:
+    """A signal's commit result: its reply (``answer_reply``) says all of it."""
 
 
 def _wait_of(request: dict[str, Any]) -> float:
@@ -56,7 +62,7 @@ def _internal(exc: Exception) -> WeftError:
 class InlineRequests:
     """The shard's requests served by callbacks; ``serve`` says whether it took one."""
 
-    __slots__ = ("engine", "ops", "send", "spawn", "on_task_sent", "held", "served", "_host", "_starts", "_idle")
+    __slots__ = ("engine", "ops", "send", "spawn", "on_task_sent", "held", "served", "_host", "_starts", "_messages", "_idle")
 
     def __init__(self, engine: Engine, ops: ShardOps, send: Send, spawn: Spawn, on_task_sent: OnSent) -> None:
         self.engine = engine
@@ -71,6 +77,7 @@ class InlineRequests:
         # The engine's own parts: this is its server, in its process, on its loop.
         self._host = engine._host
         self._starts = engine._starts
+        self._messages = engine._messages
         self._idle: asyncio.Future[None] | None = None
 
     def serve(self, client: bytes, request: dict[str, Any]) -> bool:
@@ -84,6 +91,10 @@ class InlineRequests:
                 self._start(client, request)
             else:
                 self._execute(client, request)
+            return True
+        if op == "signal":
+            self.served += 1
+            self._signal(client, request)
             return True
         if op == "result":
             wid = request.get("wid")
@@ -104,6 +115,19 @@ class InlineRequests:
         token = answer_reply.set([CommitReply(self.send, client, request_id, _START_SHAPE, self._answered)])
         try:
             self._starts.submit_start(None, False, request["workflow"], decode_args(request["args"]), self.ops._start_options(request))
+        except Exception as exc:
+            self._refused(client, request_id, exc)
+            return
+        finally:
+            answer_reply.reset(token)
+        self.held += 1
+
+    def _signal(self, client: bytes, request: dict[str, Any]) -> None:
+        request_id = request["id"]
+        token = answer_reply.set([CommitReply(self.send, client, request_id, _NO_VALUE, self._answered)])
+        try:
+            payload = decode(request["payload"], "signal payload")
+            self._messages.submit_signal(request["wid"], request["name"], payload, request.get("request_id"), _ignore)
         except Exception as exc:
             self._refused(client, request_id, exc)
             return
