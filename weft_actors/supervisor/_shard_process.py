@@ -191,8 +191,8 @@ class ShardServer:
                 if len(self._tasks) + self.inline.held >= most:
                     self._refuse(client, request["id"], most)
                     continue
-                if self._refused_start(client, request) or self.inline.serve(client, request):
-                    continue
+                if self.inline.serve(client, request) or self._refused_start(client, request):
+                    continue  # a start served inline is admitted (or refused) by ``submit_start``
                 task = create_task(self._handle(client, request))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
