@@ -1,8 +1,9 @@
-"""Real supervisor, real shard: the hot requests (``start``, ``execute``, ``result`` on a run
-held there) are served without a task of their own, with the task path's replies: a wait that
-runs out says ``running`` (with the run's handle for ``execute``), an error refused before the
-commit is the reply, and each request served so counts as held (``max_queued_requests``) until
-its reply has left, and no longer."""
+"""Real supervisor, real shard, on both stores: the hot requests (``start``, ``execute``,
+``signal``, ``result`` on a run held there) are served without a task of their own, with the
+task path's replies: a wait that runs out says ``running`` (with the run's handle for
+``execute``), an error refused before the commit is the reply, and each request served so
+counts as held (``max_queued_requests``) until its reply has left, and no longer; a stop
+answers what it holds."""
 
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ def _shard(client: Client) -> dict[str, Any]:
 
 
 @pytest.mark.timeout(60)
-def test_start_execute_and_result_are_served_without_a_task_with_the_same_replies(tmp_path):
-    with RunningSupervisor(tmp_path / "data", shards=1, app=APP) as sup, Client(sup.endpoint, timeout=20) as client:
+def test_start_execute_and_result_are_served_without_a_task_with_the_same_replies(either_store):
+    with RunningSupervisor(either_store, shards=1, app=APP) as sup, Client(sup.endpoint, timeout=20) as client:
         assert client.execute("echo", {"a": 1}) == {"a": 1}
         handle = client.start("waiter", "w", id="held")
         context, sock = _dealer(sup.endpoint)
@@ -118,9 +119,9 @@ def test_executes_served_inline_are_held_until_their_reply_leaves(tmp_path):
 
 
 @pytest.mark.timeout(60)
-def test_a_stop_answers_every_execute_served_inline_with_engine_stopped(tmp_path):
+def test_a_stop_answers_every_execute_served_inline_with_engine_stopped(either_store):
     # Executes only: a ``result`` answered ``engine_stopped`` is sent on to another shard by the front door.
-    with RunningSupervisor(tmp_path / "data", shards=1, app=APP) as sup, Client(sup.endpoint, timeout=20) as client:
+    with RunningSupervisor(either_store, shards=1, app=APP) as sup, Client(sup.endpoint, timeout=20) as client:
         context, sock = _dealer(sup.endpoint)
         try:
             _execute(sock, 1, "waiter", ("a",), 30.0, id="a")
