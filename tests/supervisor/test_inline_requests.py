@@ -17,7 +17,7 @@ from weft_actors import Client
 from weft_actors.bus import decode_reply, encode_request
 from weft_actors.bus._calls import execute_call
 from weft_actors.codec import decode, encode
-from weft_actors.errors import Overloaded
+from weft_actors.errors import Overloaded, WorkflowFailed
 
 APP = "supervisor_app"
 
@@ -52,6 +52,8 @@ def _shard(client: Client) -> dict[str, Any]:
 def test_start_execute_and_result_are_served_without_a_task_with_the_same_replies(either_store):
     with RunningSupervisor(either_store, shards=1, app=APP) as sup, Client(sup.endpoint, timeout=20) as client:
         assert client.execute("echo", {"a": 1}) == {"a": 1}
+        with pytest.raises(WorkflowFailed):
+            client.execute("failing", "no thanks", id="failed")
         handle = client.start("waiter", "w", id="held")
         context, sock = _dealer(sup.endpoint)
         try:
@@ -77,17 +79,23 @@ def test_start_execute_and_result_are_served_without_a_task_with_the_same_replie
             sock.send(encode_request(7, "signal", wid="held", name="item", payload=encode("one"), request_id="r-1"))  # a resend
             sock.send(encode_request(8, "signal", wid="nobody", name="item", payload=encode(1)))
             sock.send(encode_request(9, "signal", wid="held", name="item", payload=b"\xc1"))  # not the codec's
-            replies = _replies(sock, 4)
+            sock.send(encode_request(10, "result", wid="returned", wait=5.0))  # ended: read from the store
+            sock.send(encode_request(11, "result", wid="failed", wait=5.0))
+            sock.send(encode_request(12, "result", wid="nobody", wait=5.0))
+            replies = _replies(sock, 7)
         finally:
             sock.close(0)
             context.term()
         assert replies[6] == {"v": 1, "id": 6, "ok": None} and replies[7] == {"v": 1, "id": 7, "ok": None}
         assert replies[8]["error"]["code"] == "workflow_not_found", replies[8]
         assert replies[9]["error"]["code"] == "serialization_error", replies[9]
+        assert replies[10]["ok"]["status"] == "completed" and decode(replies[10]["ok"]["result"]) == "z"
+        assert replies[11]["error"]["code"] == "workflow_failed" and "no thanks" in replies[11]["error"]["message"], replies[11]
+        assert replies[12]["error"]["code"] == "workflow_not_found", replies[12]
         handle.signal("item", None)
         assert handle.result(timeout=10) == ["w", ["one"]]
         # Served by callbacks, not tasks: the shard counts them.
-        stats = wait_until(lambda: (s := _shard(client)).get("requests_inline_total", 0) >= 10 and s, timeout=5)
+        stats = wait_until(lambda: (s := _shard(client)).get("requests_inline_total", 0) >= 13 and s, timeout=5)
         assert stats["requests_held"] == 0
 
 

@@ -1,6 +1,6 @@
 """The shard's hot requests served without a task of their own.
 
-A ``start``, an ``execute``, a ``signal`` and a ``result`` on a run held here need no
+A ``start``, an ``execute``, a ``signal``, a ``result`` on a run held here or ended need no
 coroutine: the intent goes to the committer at once (``Starts.submit_start``,
 ``WorkflowMessages.submit_signal``), its reply is given in its commit's pass
 (``answer_reply``), and an ``execute``'s or a ``result``'s ending is a reply registered on the
@@ -24,10 +24,12 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from .. import _tracing
+from .._checks import validate_id
 from ..bus import encode_error, encode_reply
 from ..codec import decode, decode_args
 from ..errors import WeftError
 from ..shard import answer_reply, call_reply
+from ..store import TERMINAL
 from ._commit_replies import SHAPES, CommitReply, LaterReply, OnSent, Send
 from ._shard_ops import MAX_RESULT_WAIT
 
@@ -98,8 +100,10 @@ class InlineRequests:
             return True
         if op == "result":
             wid = request.get("wid")
-            if wid.__class__ is not str or wid not in self._host.actors or self._host.state != "running":
+            if wid.__class__ is not str or self._host.state != "running":
                 return False
+            if wid not in self._host.actors:
+                return self._ended_before(client, request["id"], wid)
             try:
                 wait = _wait_of(request)
             except (TypeError, ValueError):
@@ -148,6 +152,21 @@ class InlineRequests:
             self._refused(client, request_id, exc)
             return
         self.held += 1
+
+    def _ended_before(self, client: bytes, request_id: Any, wid: str) -> bool:
+        """A ``result`` of a run not held here that has ended: its stored ending is the reply
+        (as ``Engine.result`` reads it). Anything else (no such workflow, a run going on
+        elsewhere, a bad id) goes to the task path, which says what it is or waits."""
+        try:
+            record = self._host.store.get_workflow(validate_id(wid))
+        except Exception:
+            return False
+        if record is None or record["status"] not in TERMINAL:
+            return False
+        self.served += 1
+        self.held += 1
+        LaterReply(self.send, client, request_id, self._answered).ended(wid, record)
+        return True
 
     def _refused(self, client: bytes, request_id: Any, exc: Exception) -> None:
         """Refused before its commit: the reply is the error (as the task path's)."""
