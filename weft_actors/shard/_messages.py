@@ -128,6 +128,33 @@ class WorkflowMessages:
         if direct is None or not result[1]:
             host.committer.after_replies(host.after_committed_call, host.message_sent, workflow_id, "signal")
 
+    def submit_signal(self, workflow_id: str, name: str, payload: Any, request_id: str | None, done: Callable[[Any], None]) -> None:
+        """``signal`` without a coroutine, for a server's request served by callbacks: the same
+        checks (raised here, nothing submitted) and intent; ``done(result)`` is called in the
+        commit's pass, and the follow-ups run once the replies of that pass have left."""
+        host = self._host
+        host.check_running()
+        validate_id(workflow_id)
+        validate_name(name, "a signal")
+        if request_id is not None:
+            validate_id(request_id, "a request id")
+        data = check_payload(encode(payload, "signal payload"), "signal payload", host.payload_limit)
+        append = AppendInbox(workflow_id, "signal", name, data, request_id)
+        if workflow_id in host.eviction.evicted:
+            host.eviction.revive(workflow_id, "signal")
+        actor = host.actors.get(workflow_id)
+        direct = actor.consume_with_append(append) if actor is not None else None
+        committer = host.committer
+
+        def committed(result: Any) -> None:
+            if direct is not None:
+                committer.after_replies(actor.consumed_with_append, direct, result)  # type: ignore[union-attr]
+            if not isinstance(result, WeftError) and (direct is None or not result[1]):
+                committer.after_replies(host.after_committed_call, host.message_sent, workflow_id, "signal")
+            done(result)
+
+        committer.submit_answer(append if direct is None else direct, committed)
+
     # -- updates --------------------------------------------------------------------------
 
     async def update(self, workflow_id: str, name: str, *args: Any, request_id: str | None = None) -> Any:

@@ -128,11 +128,17 @@ class Starts:
         # Started but not run here (a delayed start, an existing run), dropped, or timed out.
         return await result(wid, None if deadline is None else max(0.0, deadline - loop.time()))
 
-    def submit_start(self, future: asyncio.Future[Any], until_end: bool, workflow: Any, args: tuple[Any, ...], options: dict[str, Any]) -> str:
+    def submit_start(
+        self, future: asyncio.Future[Any] | None, until_end: bool, workflow: Any, args: tuple[Any, ...], options: dict[str, Any],
+        callback: Callable[[Any], None] | None = None,
+    ) -> str:
         """Submit the start of ``workflow(*args)`` with ``start``'s ``options``; ``future`` gets
         the commit's result (or the ``WeftError`` that refused it). With ``until_end``, a run
         started here makes ``future`` a waiter on its ending instead (``result``'s waiter: the
-        ending's record, or None to look again)."""
+        ending's record, or None to look again). A server's request served without a task of
+        its own gives ``callback`` instead of a future: it is called with the result in the
+        commit's pass, after a new run's first turn was queued (``after_replies``); a start
+        answered by its commit's reply (``answer_reply``) needs neither."""
         host = self._host
         host.check_running()
         definition = host.definition(workflow)
@@ -149,9 +155,12 @@ class Starts:
                 host.metrics.claim("acquired")
                 host.committer.after_replies(host.spawn_started, definition, wid, result.run_id, result.epoch, args)
                 if until_end:
-                    host.waiters.add(wid, future)  # its run cannot end before a later commit
+                    host.waiters.add(wid, future)  # type: ignore[arg-type]  # its run cannot end before a later commit
                     return
-            resolve(future, result)
+            if callback is not None:
+                callback(result)
+            elif future is not None:
+                resolve(future, result)
 
         host.committer.submit_answer(intent, created)
         return wid

@@ -127,6 +127,14 @@ class LaterReply:
         except WeftError as error:
             self._error(error)
 
+    def running(self) -> None:
+        """The call's ``wait`` ran out before the run ended: it says so, as ``result`` does."""
+        value = {"status": "running"}
+        self._reply(value if self.started is None else {**self.started, **value})
+
+    def failed(self, error: WeftError) -> None:
+        self._error(error)
+
     def _reply(self, value: Any) -> None:
         self._sent(encode_reply(self.request_id, value), None)
 

@@ -13,7 +13,7 @@ import logging
 import os
 import sys
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Coroutine
 
 import zmq
 
@@ -24,6 +24,7 @@ from ..store import is_read_only, is_unreachable
 from ..shard import Engine
 from ._commit_replies import commit_reply
 from ._config import ShardConfig, configure_logging
+from ._inline_requests import InlineRequests
 from ._shard_ops import ShardOps
 from ._store_wait import open_when_reachable
 
@@ -128,6 +129,7 @@ class ShardServer:
         # that commit's pass runs any user code.
         self.engine.committer.after_answers = self._flush_replies
         self.ops = ShardOps(self.engine)
+        self.inline = InlineRequests(self.engine, self.ops, self._send, self._spawn, self._answered_early)
         self.dealer = self.context.socket(zmq.DEALER)
         self.dealer.setsockopt(zmq.IDENTITY, shard_identity(config.slot))
         self.dealer.setsockopt(zmq.LINGER, 0)
@@ -186,14 +188,20 @@ class ShardServer:
                     request_id = getattr(error, "request_id", None)
                     self._send(client, encode_error(request_id, error), request_id, error.code)
                     continue
-                if len(self._tasks) >= most:
+                if len(self._tasks) + self.inline.held >= most:
                     self._refuse(client, request["id"], most)
                     continue
-                if self._refused_start(client, request):
-                    continue
+                if self.inline.serve(client, request) or self._refused_start(client, request):
+                    continue  # a start served inline is admitted (or refused) by ``submit_start``
                 task = create_task(self._handle(client, request))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+
+    def _spawn(self, call: Coroutine[Any, Any, None]) -> None:
+        """A held request's rest in a task of its own (``InlineRequests``' fallback)."""
+        task = asyncio.get_running_loop().create_task(call)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _refused_start(self, client: bytes, request: dict[str, Any]) -> bool:
         """Refuse a start the engine would refuse (``Engine.admit``) before any work for it: a
@@ -211,7 +219,7 @@ class ShardServer:
     def _refuse(self, client: bytes, request_id: Any, most: int) -> None:
         self.requests_overloaded += 1
         error = Overloaded(
-            f"shard {self.config.slot} holds {len(self._tasks)} requests, its limit "
+            f"shard {self.config.slot} holds {len(self._tasks) + self.inline.held} requests, its limit "
             f"(max_queued_requests={most}): retry later, with backoff",
             limit="max_queued_requests",
             value=most,
@@ -307,8 +315,10 @@ class ShardServer:
         self._stopping = True
         log.info("shard %d draining", self.config.slot)
         await self.engine.close()
-        if self._tasks or self._following:
-            await asyncio.wait(list(self._tasks | self._following), timeout=2)
+        deadline = asyncio.get_running_loop().time() + 2
+        await self.inline.settled(2)  # a stopped engine answers each of them (EngineStopped)
+        if self._tasks or self._following:  # some may have gone on in a task meanwhile
+            await asyncio.wait(list(self._tasks | self._following), timeout=max(0.0, deadline - asyncio.get_running_loop().time()))
         if not self._done.done():
             self._done.set_result(0)
 
@@ -323,7 +333,10 @@ class ShardServer:
                 return
             if ticks % 10 == 0 and self.engine.state == "running":
                 try:
-                    self.control.send(("stats", {**self.engine.stats(), "requests_held": len(self._tasks), "requests_overloaded_total": self.requests_overloaded}))
+                    self.control.send(("stats", {
+                        **self.engine.stats(), "requests_held": len(self._tasks) + self.inline.held, "requests_overloaded_total": self.requests_overloaded,
+                        "requests_inline_total": self.inline.served,
+                    }))
                 except (OSError, ValueError):
                     pass
 
