@@ -125,9 +125,9 @@ def test_a_dropped_actor_wakes_its_result_waiters(tmp_path):
         async with Engine(str(tmp_path), app=APP) as engine:
             handle = await engine.start(counts_then_parks)
             waiter = asyncio.ensure_future(handle.result())
-            while handle.id not in engine._waiters:
+            while handle.id not in engine.waiters.by_wid:
                 await asyncio.sleep(0.001)
-            (future,) = engine._waiters[handle.id]
+            (future,) = engine.waiters.by_wid[handle.id]
             engine.commit_failed(engine.actors[handle.id], WeftError("the disk went away"))
             assert future.done() and future.result() is None
             await handle.terminate()

@@ -9,8 +9,9 @@ workflows of a dead or stalled engine move to live ones (``_reclaim``).
 ``Engine`` is a facade and the composition root: it builds the runtime (``_hosting.ActorHost``:
 the actor table and what actors call) and the parts around it, wires each to the narrow
 ``typing.Protocol`` it declares, and delegates its public calls to them (``_starting``,
-``_messages``, ``_reads``, ``_hints``, ``_stats``). None of them imports it; the only news
-that comes back up, a lost lease, arrives through the ``on_deposed`` callback.
+``_messages``, ``_reads``, ``_hints``, ``_stats``; its server submits through ``starts`` and
+``messages`` too). None of them imports it; the only news that comes back up, a lost lease,
+arrives through the ``on_deposed`` callback.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Engine:
     watchdog: RuntimeAttr[LoopWatchdog | None] = RuntimeAttr()
     clock: RuntimeAttr[Clock] = RuntimeAttr()
     actors: RuntimeAttr[dict[str, Actor]] = RuntimeAttr()
+    waiters: RuntimeAttr[Waiters] = RuntimeAttr()  # the calls waiting for an ending or an answer
     orphans: RuntimeAttr[set[str]] = RuntimeAttr()
     eviction: RuntimeAttr[Evictor] = RuntimeAttr()
     commit_retry: RuntimeAttr[CommitRetry] = RuntimeAttr()
@@ -149,15 +151,10 @@ class Engine:
         host.commit_retry = CommitRetry(host)
         host.refused = RefusedOutcomes(host)
         host.waiters = Waiters(host.actors, host.eviction, on_done_interest)
-        self._starts = Starts(host)
-        self._messages = WorkflowMessages(host)
+        self.starts = Starts(host)
+        self.messages = WorkflowMessages(host)
         self._reads = WorkflowReads(host)
         self._hints = Hints(host)
-
-    @property
-    def _waiters(self) -> dict[str, list[asyncio.Future[Any]]]:
-        """The callers waiting here for each workflow's end (``_waiters.Waiters``)."""
-        return self._host.waiters.by_wid
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -267,7 +264,7 @@ class Engine:
         ``priority`` (-128 to 127, default 0) orders that queue: higher starts first.
         ``traceparent`` (W3C) is the trace the run's spans join (``_tracing``)."""
         options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout, "priority": priority, "traceparent": traceparent}
-        call = self._starts.start(workflow, args, options)
+        call = self.starts.start(workflow, args, options)
         wid, run_id = await (call if _tracing.ACTIVE is None else _tracing.traced_start(workflow, options, call))
         return WorkflowHandle(self, wid, run_id)
 
@@ -275,7 +272,7 @@ class Engine:
         """Start ``workflow(*args)`` and return its result: ``start`` and ``result`` in one call,
         as ``AsyncClient.execute``. ``start_options`` are ``start``'s. Raises like ``start`` and
         like ``result``, and ``TimeoutError`` if it does not end within ``timeout`` seconds."""
-        call = self._starts.execute(workflow, args, timeout, start_options, self._reads.result)
+        call = self.starts.execute(workflow, args, timeout, start_options, self._reads.result)
         return await (call if _tracing.ACTIVE is None else _tracing.traced_start(workflow, start_options, call))
 
     async def signal_with_start(
@@ -298,20 +295,20 @@ class Engine:
         one is replaced if ``if_exists="start_new"``, else ``WorkflowAlreadyExists``
         (``"error"``) or ``WorkflowClosed`` (``"return"``)."""
         options = {"id": id, "if_exists": if_exists, "memo": memo, "start_delay": start_delay, "start_at": start_at, "execution_timeout": execution_timeout, "priority": priority, "traceparent": traceparent}
-        call = self._starts.signal_with_start(workflow, args, signal, payload, options)
+        call = self.starts.signal_with_start(workflow, args, signal, payload, options)
         wid, run_id = await (call if _tracing.ACTIVE is None else _tracing.traced_start(workflow, options, call))
         return WorkflowHandle(self, wid, run_id)
 
     def in_flight(self) -> int:
         """The workflows running now, not parked: each of them waits for an activity attempt
         (running or queued) or for this turn's commit. Cheap: three lengths."""
-        return self._starts.in_flight()
+        return self.starts.in_flight()
 
     def admit(self) -> None:
         """Refuse a new workflow: ``Overloaded`` when ``max_running`` workflows are in flight,
         ``LimitExceeded`` when ``max_active_workflows`` actors are in memory and an eviction
         pass frees no room (all of them are busy)."""
-        self._starts.admit()
+        self.starts.admit()
 
     def get_handle(self, workflow_id: str) -> WorkflowHandle:
         """A handle on ``workflow_id``; no I/O happens until a method is awaited."""
@@ -337,7 +334,7 @@ class Engine:
         """Append a signal to the durable inbox (and the feed); returns once committed. The
         owner, wherever it runs, picks it up by its feed poll; a local owner at once. With a
         ``request_id``, a repeat of it (a client's resend after a failover) appends nothing."""
-        await self._messages.signal(workflow_id, name, payload, request_id=request_id)
+        await self.messages.signal(workflow_id, name, payload, request_id=request_id)
 
     async def update(self, workflow_id: str, name: str, *args: Any, request_id: str | None = None) -> Any:
         """Apply update ``name(*args)`` in the workflow and return the handler's result.
@@ -347,32 +344,32 @@ class Engine:
         it (or there is no such handler), ``UpdateFailed`` if the handler raised,
         ``WorkflowClosed`` if the workflow finished before applying it.
         """
-        return await self._messages.update(workflow_id, name, *args, request_id=request_id)
+        return await self.messages.update(workflow_id, name, *args, request_id=request_id)
 
     async def cancel(self, workflow_id: str) -> None:
         """Request cancellation: the workflow gets ``asyncio.CancelledError`` at its current
         await (its running activity is cancelled), may clean up, and ends ``cancelled`` unless
         it returns normally. A workflow that has not started yet is closed ``cancelled`` at once.
         ``WorkflowClosed`` if it has already finished."""
-        await self._messages.cancel(workflow_id)
+        await self.messages.cancel(workflow_id)
 
     async def terminate(self, workflow_id: str, reason: str | None = None) -> None:
         """End a workflow at once, whoever owns it: one transaction sets it ``terminated``,
         drops its claim and timers and rotates its epoch, so its owner's next write is fenced
         out. ``WorkflowClosed`` if it has already finished."""
-        await self._messages.terminate(workflow_id, reason)
+        await self.messages.terminate(workflow_id, reason)
 
     async def lift_quarantine(self, workflow_id: str, reason: str | None = None, by: str | None = None) -> None:
         """Put a quarantined workflow back to work (after a fix is deployed): ``running`` with no
         owner and its lost-owner count reset, taken over at a live engine's next reclaim pass
         (this one's at once); under flow control, ``pending`` at the head of its queue. Raises
         ``InvalidRequest`` if it is not quarantined (``WorkflowClosed`` if it has finished)."""
-        await self._messages.lift_quarantine(workflow_id, reason, by)
+        await self.messages.lift_quarantine(workflow_id, reason, by)
 
     async def purge(self, workflow_id: str) -> None:
         """Delete a finished workflow's record, history, inbox and listing entry; its epoch is
         kept (and grows), so the id can be reused safely."""
-        await self._messages.purge(workflow_id)
+        await self.messages.purge(workflow_id)
 
     async def query(self, workflow_id: str, name: str, *args: Any) -> Any:
         return await self._reads.query(workflow_id, name, *args)
@@ -396,4 +393,4 @@ class Engine:
     def stats(self) -> dict[str, Any]:
         """Counters of this engine (once opened), readable in-process; workflow ids are never
         labels. ``commits_total``/``writes_total`` count committed transactions and intents."""
-        return engine_stats(self._host, self._starts.in_flight(), self._starts.starts_overloaded)
+        return engine_stats(self._host, self.starts.in_flight(), self.starts.starts_overloaded)

@@ -64,7 +64,7 @@ def _internal(exc: Exception) -> WeftError:
 class InlineRequests:
     """The shard's requests served by callbacks; ``serve`` says whether it took one."""
 
-    __slots__ = ("engine", "ops", "send", "spawn", "on_task_sent", "held", "served", "_host", "_starts", "_messages", "_idle")
+    __slots__ = ("engine", "ops", "send", "spawn", "on_task_sent", "held", "served", "_starts", "_messages", "_idle")
 
     def __init__(self, engine: Engine, ops: ShardOps, send: Send, spawn: Spawn, on_task_sent: OnSent) -> None:
         self.engine = engine
@@ -76,10 +76,9 @@ class InlineRequests:
         self.held = 0
         self.served = 0
         """Requests served here so far (``requests_inline_total`` in the shard's stats)."""
-        # The engine's own parts: this is its server, in its process, on its loop.
-        self._host = engine._host
-        self._starts = engine._starts
-        self._messages = engine._messages
+        # The engine's parts: this is its server, in its process, on its loop.
+        self._starts = engine.starts
+        self._messages = engine.messages
         self._idle: asyncio.Future[None] | None = None
 
     def serve(self, client: bytes, request: dict[str, Any]) -> bool:
@@ -100,9 +99,9 @@ class InlineRequests:
             return True
         if op == "result":
             wid = request.get("wid")
-            if wid.__class__ is not str or self._host.state != "running":
+            if wid.__class__ is not str or self.engine.state != "running":
                 return False
-            if wid not in self._host.actors:
+            if wid not in self.engine.actors:
                 return self._ended_before(client, request["id"], wid)
             try:
                 wait = _wait_of(request)
@@ -118,7 +117,7 @@ class InlineRequests:
         request_id = request["id"]
         token = answer_reply.set([CommitReply(self.send, client, request_id, _START_SHAPE, self._answered)])
         try:
-            self._starts.submit_start(None, False, request["workflow"], decode_args(request["args"]), self.ops._start_options(request))
+            self._starts.submit_start(None, False, request["workflow"], decode_args(request["args"]), self.ops.start_options(request))
         except Exception as exc:
             self._refused(client, request_id, exc)
             return
@@ -146,7 +145,7 @@ class InlineRequests:
             later = LaterReply(self.send, client, request_id, self._answered)
             starting = _Starting(self, later, wait)
             starting.wid = self._starts.submit_start(
-                None, False, request["workflow"], decode_args(request["args"]), self.ops._start_options(request), starting.committed
+                None, False, request["workflow"], decode_args(request["args"]), self.ops.start_options(request), starting.committed
             )
         except Exception as exc:
             self._refused(client, request_id, exc)
@@ -158,7 +157,7 @@ class InlineRequests:
         (as ``Engine.result`` reads it). Anything else (no such workflow, a run going on
         elsewhere, a bad id) goes to the task path, which says what it is or waits."""
         try:
-            record = self._host.store.get_workflow(validate_id(wid))
+            record = self.engine.store.get_workflow(validate_id(wid))
         except Exception:
             return False
         if record is None or record["status"] not in TERMINAL:
@@ -238,7 +237,7 @@ class _Starting:
         later.started = {"id": self.wid, "run_id": result.run_id}
         waiting = _Waiting(self.requests, later, self.wid, self.wait)
         if result.created and result.status == "running":
-            self.requests._host.committer.after_replies(waiting.follow)  # once its actor is here
+            self.requests.engine.committer.after_replies(waiting.follow)  # once its actor is here
         else:
             waiting.hand_over(self.wait)  # an existing run, or one waiting in its type's queue
 
@@ -258,7 +257,7 @@ class _Waiting:
 
     def follow(self) -> None:
         requests = self.requests
-        host = requests._host
+        host = requests.engine
         wid = self.wid
         if wid not in host.actors or host.state != "running":
             self.hand_over(self.wait)
@@ -273,7 +272,7 @@ class _Waiting:
         future.add_done_callback(self._ended)
 
     def _forget(self) -> None:
-        waiters = self.requests._host.waiters
+        waiters = self.requests.engine.waiters
         waiters.remove(self.wid, self.future)
         waiters.remove_reply(waiters.endings, self.wid, self.later)
 
@@ -295,7 +294,7 @@ class _Waiting:
             return
         outcome = future.result()
         if outcome is None:  # dropped, or a hint: look again, for what is left of the wait
-            self.hand_over(max(0.0, self.deadline - self.requests._host.committer.loop.time()))
+            self.hand_over(max(0.0, self.deadline - self.requests.engine.committer.loop.time()))
             return
         later.ended(self.wid, outcome)
 

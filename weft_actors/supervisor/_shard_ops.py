@@ -39,7 +39,7 @@ class ShardOps:
     async def dispatch(self, request: dict[str, Any]) -> Any:
         return await self._ops[request["op"]](request)
 
-    def _start_options(self, request: dict[str, Any]) -> dict[str, Any]:
+    def start_options(self, request: dict[str, Any]) -> dict[str, Any]:
         options: dict[str, Any] = {"id": request.get("wid")}
         for name in ("if_exists", "start_delay", "start_at", "execution_timeout", "priority", "traceparent"):
             if request.get(name) is not None:
@@ -49,7 +49,7 @@ class ShardOps:
         return options
 
     async def start(self, request: dict[str, Any]) -> dict[str, Any]:
-        handle = await self.engine.start(request["workflow"], *decode_args(request["args"]), **self._start_options(request))
+        handle = await self.engine.start(request["workflow"], *decode_args(request["args"]), **self.start_options(request))
         return {"id": handle.id, "run_id": handle.run_id}
 
     async def execute(self, request: dict[str, Any]) -> dict[str, Any] | None:
@@ -68,7 +68,7 @@ class ShardOps:
             *decode_args(request["args"]),
             signal=request["signal"],
             payload=decode(request["payload"], "signal payload"),
-            **self._start_options(request),
+            **self.start_options(request),
         )
         return {"id": handle.id, "run_id": handle.run_id}
 
