@@ -101,15 +101,7 @@ class WorkflowMessages:
         owner, wherever it runs, picks it up by its feed poll; a local owner at once. With a
         ``request_id``, a repeat of it (a client's resend after a failover) appends nothing."""
         host = self._host
-        host.check_running()
-        validate_id(workflow_id)
-        validate_name(name, "a signal")
-        if request_id is not None:
-            validate_id(request_id, "a request id")
-        data = check_payload(encode(payload, "signal payload"), "signal payload", host.payload_limit)
-        append = AppendInbox(workflow_id, "signal", name, data, request_id)
-        if workflow_id in host.eviction.evicted:
-            host.eviction.revive(workflow_id, "signal")  # parked again at once, it may take it directly
+        append = self._signal_append(workflow_id, name, payload, request_id)
         actor = host.actors.get(workflow_id)
         direct = actor.consume_with_append(append) if actor is not None else None
         if direct is None:
@@ -128,10 +120,9 @@ class WorkflowMessages:
         if direct is None or not result[1]:
             host.committer.after_replies(host.after_committed_call, host.message_sent, workflow_id, "signal")
 
-    def submit_signal(self, workflow_id: str, name: str, payload: Any, request_id: str | None, done: Callable[[Any], None]) -> None:
-        """``signal`` without a coroutine, for a server's request served by callbacks: the same
-        checks (raised here, nothing submitted) and intent; ``done(result)`` is called in the
-        commit's pass, and the follow-ups run once the replies of that pass have left."""
+    def _signal_append(self, workflow_id: str, name: str, payload: Any, request_id: str | None) -> AppendInbox:
+        """A signal's checks (raised, nothing submitted) and its inbox append; an evicted owner
+        here is revived first (parked again at once, it may take the signal directly)."""
         host = self._host
         host.check_running()
         validate_id(workflow_id)
@@ -139,9 +130,16 @@ class WorkflowMessages:
         if request_id is not None:
             validate_id(request_id, "a request id")
         data = check_payload(encode(payload, "signal payload"), "signal payload", host.payload_limit)
-        append = AppendInbox(workflow_id, "signal", name, data, request_id)
         if workflow_id in host.eviction.evicted:
             host.eviction.revive(workflow_id, "signal")
+        return AppendInbox(workflow_id, "signal", name, data, request_id)
+
+    def submit_signal(self, workflow_id: str, name: str, payload: Any, request_id: str | None, done: Callable[[Any], None]) -> None:
+        """``signal`` without a coroutine, for a server's request served by callbacks: the same
+        checks (raised here, nothing submitted) and intent; ``done(result)`` is called in the
+        commit's pass, and the follow-ups run once the replies of that pass have left."""
+        host = self._host
+        append = self._signal_append(workflow_id, name, payload, request_id)
         actor = host.actors.get(workflow_id)
         direct = actor.consume_with_append(append) if actor is not None else None
         committer = host.committer

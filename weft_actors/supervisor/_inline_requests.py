@@ -114,23 +114,24 @@ class InlineRequests:
         return False
 
     def _start(self, client: bytes, request: dict[str, Any]) -> None:
-        request_id = request["id"]
-        token = answer_reply.set([CommitReply(self.send, client, request_id, _START_SHAPE, self._answered)])
-        try:
+        def submit() -> None:
             self._starts.submit_start(None, False, request["workflow"], decode_args(request["args"]), self.ops.start_options(request))
-        except Exception as exc:
-            self._refused(client, request_id, exc)
-            return
-        finally:
-            answer_reply.reset(token)
-        self.held += 1
+
+        self._answered_by_commit(client, request["id"], _START_SHAPE, submit)
 
     def _signal(self, client: bytes, request: dict[str, Any]) -> None:
-        request_id = request["id"]
-        token = answer_reply.set([CommitReply(self.send, client, request_id, _NO_VALUE, self._answered)])
-        try:
+        def submit() -> None:
             payload = decode(request["payload"], "signal payload")
             self._messages.submit_signal(request["wid"], request["name"], payload, request.get("request_id"), _ignore)
+
+        self._answered_by_commit(client, request["id"], _NO_VALUE, submit)
+
+    def _answered_by_commit(self, client: bytes, request_id: Any, shape: Callable[[Any, Any], Any], submit: Callable[[], None]) -> None:
+        """``submit()`` a call its own commit answers, its reply (``shape``) handed over for
+        that commit's pass; an error raised before anything was submitted is the reply."""
+        token = answer_reply.set([CommitReply(self.send, client, request_id, shape, self._answered)])
+        try:
+            submit()
         except Exception as exc:
             self._refused(client, request_id, exc)
             return
