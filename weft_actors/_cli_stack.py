@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Callable
 
-__all__ = ["add_stack_command", "format_stack"]
+__all__ = ["add_stack_command", "format_stack", "op_text"]
 
 HELP = "show where a running workflow waits: each await's file, line and op"
 
@@ -26,13 +26,15 @@ def format_stack(wid: str, stack: list[dict[str, Any]]) -> str:
     for frame in stack:
         lines.append(f'  File "{frame.get("file")}", line {frame.get("line")}, in {frame.get("function")}')
         for op in frame.get("waits_on") or ():
-            lines.append(f"    -> {_op_text(op)}")
+            lines.append(f"    -> {op_text(op)}")
         if frame.get("waits_on_omitted"):
             lines.append(f"    -> ... and {frame['waits_on_omitted']} more ops")
     return "\n".join(lines)
 
 
-def _op_text(op: dict[str, Any]) -> str:
+def op_text(op: dict[str, Any]) -> str:
+    """One awaited op of a stack as text (the CLI's and the console's): ``activity 'charge'
+    attempt 2, retries at <ISO> (op #3)``."""
     kind, name = op.get("kind"), op.get("name")
     text = f"{kind} {name!r}" if name else str(kind)
     if kind == "activity" and op.get("attempt"):

@@ -51,7 +51,7 @@ def test_workflow_page_shows_pending_activities_last_failure_and_stack_and_stuck
             browser.wait_for("document.querySelector('#stack-trace').checkVisibility()")
             trace = browser.evaluate("document.querySelector('#stack-trace').innerText")
             assert "ops_app.py" in trace and "in retrying" in trace
-            assert "waits on activity 'flaky' attempt 2" in trace and "retry timer at" in trace
+            assert "waits on activity 'flaky' attempt 2" in trace and "retries at" in trace
         page_shot(wid_url(base, "flaky-1"), "workflow-live", tmp_path)
         assert sup.terminate() == 0
     with _supervisor(tmp_path, port, "2") as sup, Client(sup.endpoint, timeout=10) as client:  # the diverging deploy

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from .._cli_stack import op_text
 from ._html import badge, esc, table
 
 __all__ = ["LIVE_FIELDS", "live_parts"]
@@ -46,13 +47,13 @@ def _pending(pending: list[dict[str, Any]]) -> str:
 def _stack(data: dict[str, Any]) -> str:
     stack = data.get("stack")
     if not stack:
-        why = "none of its code is running" if data.get("status") != "running" else "it is not in memory on the shard that answered; reload"
+        why = "none of its code is running" if data.get("status") != "running" else "the shard that answered cannot replay it (its type is not registered there, or its replay diverges); reload"
         return f'<h2>Stack trace</h2><p id="stack-none">No stack: {esc(why)}.</p>'
     lines = []
     for frame in stack:
         lines.append(f'File "{esc(frame.get("file"))}", line {esc(frame.get("line"))}, in {esc(frame.get("function"))}')
         for op in frame.get("waits_on") or ():
-            lines.append(f"    waits on {_op_text(op)}")
+            lines.append(f"    waits on {esc(op_text(op))}")
         if frame.get("waits_on_omitted"):
             lines.append(f"    ... and {esc(frame['waits_on_omitted'])} more ops")
     return (
@@ -60,16 +61,3 @@ def _stack(data: dict[str, Any]) -> str:
         f'<pre id="stack-trace">{chr(10).join(lines)}</pre></details>'
     )
 
-
-def _op_text(op: dict[str, Any]) -> str:
-    text = f"{esc(op.get('kind'))} {esc(repr(op.get('name'))) if op.get('name') else ''}".rstrip()
-    if op.get("attempt"):
-        text += f" attempt {esc(op['attempt'])}"
-    if op.get("child_id"):
-        text += f" id {esc(op['child_id'])}"
-    predicate = op.get("predicate")
-    if predicate:
-        text += f" ({esc(predicate.get('file'))}:{esc(predicate.get('line'))})"
-    if op.get("fire_at_iso"):
-        text += f", {esc(op.get('timer'))} timer at {esc(op['fire_at_iso'])}"
-    return f"{text} (op #{esc(op.get('seq'))})"
