@@ -87,6 +87,9 @@ def test_a_given_traceparent_is_the_parent_and_a_malformed_one_is_refused(tmp_pa
                 with pytest.raises(InvalidRequest, match="traceparent"):
                     await engine.start(traced, "k", str(tmp_path / "gate"), id="bad", traceparent=bad)
             assert engine._host.store.get_workflow("bad") is None  # a refused start writes nothing
+            with pytest.raises(InvalidRequest) as huge:  # a huge one is not echoed whole
+                await engine.start(traced, "k", str(tmp_path / "gate"), id="bad", traceparent="x" * 1_000_000)
+            assert len(str(huge.value)) < 300 and "1000002 characters" in str(huge.value)
             handle = await engine.start(traced, "k", str(tmp_path / "gate"), id="given", traceparent=parent)
             await handle.result(timeout=20)
 

@@ -75,7 +75,8 @@ def check_traceparent(value: Any) -> str:
         or value[3:35] == "0" * 32
         or value[36:52] == "0" * 16
     ):
-        raise InvalidRequest(f"traceparent must be a W3C traceparent such as '00-<32 hex>-<16 hex>-01', not {value!r}")
+        shown = repr(value) if len(repr(value)) <= 80 else f"{repr(value)[:60]}... ({len(repr(value))} characters)"
+        raise InvalidRequest(f"traceparent must be a W3C traceparent such as '00-<32 hex>-<16 hex>-01', not {shown}")
     return value
 
 
