@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import struct
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import zmq
 
@@ -24,7 +24,7 @@ from ._curve import CurveKeys, resolve_curve
 from ._frames import readable, recv_frames
 from ._protocol import decode_reply
 
-__all__ = ["DEFAULT_ENDPOINT", "ConnectionWatch", "Target", "TargetShell", "answer_pending", "expire", "matching_reply", "unavailable"]
+__all__ = ["DEFAULT_ENDPOINT", "ConnectionWatch", "Target", "TargetShell", "answer_pending", "expire", "matching_reply", "queued_replies", "unavailable"]
 
 log = logging.getLogger("weft_actors.bus")
 
@@ -161,16 +161,20 @@ def matching_reply(socket: zmq.Socket, request_id: str, endpoint: str) -> dict[s
     return None
 
 
-def answer_pending(socket: zmq.Socket, pending: dict[Any, asyncio.Future[Any]], endpoint: str) -> None:
-    """Hand every reply queued on ``socket`` to the future of its request in ``pending``;
-    malformed replies and replies to nothing pending are dropped (and logged)."""
+def queued_replies(socket: zmq.Socket, endpoint: str) -> Iterator[dict[str, Any]]:
+    """Every reply queued on ``socket``, decoded; a malformed one is dropped (and logged)."""
     while readable(socket):
         frames = recv_frames(socket)
         try:
-            reply = decode_reply(frames[-1])
+            yield decode_reply(frames[-1])
         except Exception:
             log.warning("discarding a malformed reply from %s", endpoint)
-            continue
+
+
+def answer_pending(socket: zmq.Socket, pending: dict[Any, asyncio.Future[Any]], endpoint: str) -> None:
+    """Hand every reply queued on ``socket`` to the future of its request in ``pending``;
+    malformed replies and replies to nothing pending are dropped (and logged)."""
+    for reply in queued_replies(socket, endpoint):
         future = pending.pop(reply.get("id"), None)
         if future is None:
             log.debug("discarding a reply to no pending request (%r)", reply.get("id"))

@@ -12,7 +12,6 @@ each then fails over, or gets its span, exactly as a single call does.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, Callable, Iterable, Iterator
 
@@ -20,14 +19,11 @@ import zmq
 import zmq.backend
 
 from ._many import Batch, Landed, specs
-from ._request_core import unavailable
-from ._frames import readable, recv_frames
-from ._protocol import decode_reply
+from ._request_core import queued_replies, unavailable
 from ._sync_transport import ThreadTransport
 
 __all__ = ["one_by_one", "pipeline"]
 
-log = logging.getLogger("weft_actors.bus")
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _send = getattr(zmq.backend.Socket, "send", zmq.Socket.send)
@@ -92,13 +88,7 @@ def _landed(batch: Batch) -> Iterator[Landed]:
 
 def _read(socket: zmq.Socket, batch: Batch, endpoint: str) -> None:
     """Every reply queued on ``socket``, handed to its item."""
-    while readable(socket):
-        frames = recv_frames(socket)
-        try:
-            reply = decode_reply(frames[-1])
-        except Exception:
-            log.warning("discarding a malformed reply from %s", endpoint)
-            continue
+    for reply in queued_replies(socket, endpoint):
         batch.answer(reply.get("id"), reply)
 
 
