@@ -68,6 +68,13 @@ class Waiters:
             self._watched.add(wid)
             hook(wid, True)
 
+    def add_held(self, wid: str, future: asyncio.Future[Any]) -> None:
+        """``add`` for a run this engine is about to hold: called in its start's commit pass,
+        before its actor is made (``after_replies``), so no done interest is declared (it
+        would be for a run held here). A run that ends up not held here is woken as any other:
+        a drop or a stop resolves ``future``."""
+        self.by_wid.setdefault(wid, []).append(future)
+
     def remove(self, wid: str, future: asyncio.Future[Any]) -> None:
         waiters = self.by_wid.get(wid)  # ``_forget``, inlined: once per ``execute``
         if waiters is not None and future in waiters:

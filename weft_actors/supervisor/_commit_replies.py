@@ -66,7 +66,7 @@ class CommitReply:
 
     __slots__ = ("send", "client", "request_id", "shape", "sent", "on_sent", "task")
 
-    def __init__(self, send: Send, client: bytes, request_id: Any, shape: Callable[[Any, Any], Any], on_sent: OnSent | None = None) -> None:
+    def __init__(self, send: Send, client: bytes, request_id: Any, shape: Callable[[Any, Any], Any], on_sent: OnSent | None = None, in_task: bool = True) -> None:
         self.send = send
         self.client = client
         self.request_id = request_id
@@ -75,7 +75,8 @@ class CommitReply:
         self.on_sent = on_sent
         """Called with the request's task once its reply has left: it is answered, though its
         coroutine still runs to its end."""
-        self.task = asyncio.current_task() if on_sent is not None else None
+        self.task = asyncio.current_task() if on_sent is not None and in_task else None
+        """None without ``on_sent``, or served without a task (``in_task`` False)."""
 
     def __call__(self, intent: Any, result: Any) -> None:
         request_id = self.request_id
@@ -99,13 +100,15 @@ class LaterReply:
 
     __slots__ = ("send", "client", "request_id", "sent", "on_sent", "task", "started")
 
-    def __init__(self, send: Send, client: bytes, request_id: Any, on_sent: OnSent | None) -> None:
+    def __init__(self, send: Send, client: bytes, request_id: Any, on_sent: OnSent | None, in_task: bool = True) -> None:
+        """``in_task`` False: the call is served without a task of its own (``_inline_requests``),
+        so none is looked up for ``on_sent``: it is given None."""
         self.send = send
         self.client = client
         self.request_id = request_id
         self.sent = False
         self.on_sent = on_sent
-        self.task = asyncio.current_task() if on_sent is not None else None
+        self.task = asyncio.current_task() if on_sent is not None and in_task else None
         self.started: dict[str, Any] | None = None
 
     def ended(self, wid: str, outcome: dict[str, Any]) -> None:

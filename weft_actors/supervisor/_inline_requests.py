@@ -64,7 +64,7 @@ def _internal(exc: Exception) -> WeftError:
 class InlineRequests:
     """The shard's requests served by callbacks; ``serve`` says whether it took one."""
 
-    __slots__ = ("engine", "ops", "send", "spawn", "on_task_sent", "held", "served", "_starts", "_messages", "_idle")
+    __slots__ = ("engine", "ops", "send", "spawn", "on_task_sent", "held", "served", "_starts", "_messages", "_idle", "actors", "waiters", "loop")
 
     def __init__(self, engine: Engine, ops: ShardOps, send: Send, spawn: Spawn, on_task_sent: OnSent) -> None:
         self.engine = engine
@@ -79,6 +79,10 @@ class InlineRequests:
         # The engine's parts: this is its server, in its process, on its loop.
         self._starts = engine.starts
         self._messages = engine.messages
+        # Read once, not through the facade per request: an open engine keeps these.
+        self.actors = engine.actors
+        self.waiters = engine.waiters
+        self.loop = engine.committer.loop
         self._idle: asyncio.Future[None] | None = None
 
     def serve(self, client: bytes, request: dict[str, Any]) -> bool:
@@ -101,7 +105,7 @@ class InlineRequests:
             wid = request.get("wid")
             if wid.__class__ is not str or self.engine.state != "running":
                 return False
-            if wid not in self.engine.actors:
+            if wid not in self.actors:
                 return self._ended_before(client, request["id"], wid)
             try:
                 wait = _wait_of(request)
@@ -109,7 +113,7 @@ class InlineRequests:
                 return False  # the task path says what is wrong with it
             self.held += 1
             self.served += 1
-            _Waiting(self, LaterReply(self.send, client, request["id"], self._answered), wid, wait).follow()
+            _Waiting(self, LaterReply(self.send, client, request["id"], self._answered, False), wid, wait).follow()
             return True
         return False
 
@@ -129,7 +133,7 @@ class InlineRequests:
     def _answered_by_commit(self, client: bytes, request_id: Any, shape: Callable[[Any, Any], Any], submit: Callable[[], None]) -> None:
         """``submit()`` a call its own commit answers, its reply (``shape``) handed over for
         that commit's pass; an error raised before anything was submitted is the reply."""
-        token = answer_reply.set([CommitReply(self.send, client, request_id, shape, self._answered)])
+        token = answer_reply.set([CommitReply(self.send, client, request_id, shape, self._answered, False)])
         try:
             submit()
         except Exception as exc:
@@ -142,11 +146,9 @@ class InlineRequests:
     def _execute(self, client: bytes, request: dict[str, Any]) -> None:
         request_id = request["id"]
         try:
-            wait = _wait_of(request)
-            later = LaterReply(self.send, client, request_id, self._answered)
-            starting = _Starting(self, later, wait)
-            starting.wid = self._starts.submit_start(
-                None, False, request["workflow"], decode_args(request["args"]), self.ops.start_options(request), starting.committed
+            waiting = _Waiting(self, LaterReply(self.send, client, request_id, self._answered, False), "", _wait_of(request))
+            waiting.wid = self._starts.submit_start(
+                None, False, request["workflow"], decode_args(request["args"]), self.ops.start_options(request), waiting.committed
             )
         except Exception as exc:
             self._refused(client, request_id, exc)
@@ -165,7 +167,7 @@ class InlineRequests:
             return False
         self.served += 1
         self.held += 1
-        LaterReply(self.send, client, request_id, self._answered).ended(wid, record)
+        LaterReply(self.send, client, request_id, self._answered, False).ended(wid, record)
         return True
 
     def _refused(self, client: bytes, request_id: Any, exc: Exception) -> None:
@@ -218,35 +220,11 @@ class InlineRequests:
             self.send(client, reply, request_id, code)
 
 
-class _Starting:
-    """An ``execute`` whose start is being committed: then it waits for its run's ending."""
-
-    __slots__ = ("requests", "later", "wait", "wid")
-
-    def __init__(self, requests: InlineRequests, later: LaterReply, wait: float) -> None:
-        self.requests = requests
-        self.later = later
-        self.wait = wait
-        self.wid = ""
-
-    def committed(self, result: Any) -> None:
-        """In the start's commit pass (after a new run's first turn was queued)."""
-        later = self.later
-        if isinstance(result, WeftError):
-            later.failed(result)
-            return
-        later.started = {"id": self.wid, "run_id": result.run_id}
-        waiting = _Waiting(self.requests, later, self.wid, self.wait)
-        if result.created and result.status == "running":
-            self.requests.engine.committer.after_replies(waiting.follow)  # once its actor is here
-        else:
-            waiting.hand_over(self.wait)  # an existing run, or one waiting in its type's queue
-
-
 class _Waiting:
     """A call waiting for a run held here to end, its reply on the waiters: given by the
     ending commit's pass, or here if the run ends otherwise (a close, a stop) or the ``wait``
-    runs out; a run dropped meanwhile is looked for again by the task path."""
+    runs out; a run dropped meanwhile is looked for again by the task path. An ``execute``
+    is one from its start's commit on (``committed``)."""
 
     __slots__ = ("requests", "later", "wid", "wait", "future", "timer", "deadline")
 
@@ -256,24 +234,42 @@ class _Waiting:
         self.wid = wid
         self.wait = wait
 
+    def committed(self, result: Any) -> None:
+        """An ``execute``'s start, in its commit's pass: a run created here waits for its
+        ending from now on, as ``Engine.execute`` does (its actor is made later in this pass,
+        and the run cannot end before a later commit); any other waits in a task."""
+        later = self.later
+        if isinstance(result, WeftError):
+            later.failed(result)
+            return
+        later.started = {"id": self.wid, "run_id": result.run_id}
+        if result.created and result.status == "running":
+            self._wait_for_ending(self.requests.waiters.add_held)
+        else:
+            self.hand_over(self.wait)  # an existing run, or one waiting in its type's queue
+
     def follow(self) -> None:
+        """A ``result`` on a run held here (or gone meanwhile: the task path looks for it)."""
         requests = self.requests
-        host = requests.engine
-        wid = self.wid
-        if wid not in host.actors or host.state != "running":
+        if self.wid not in requests.actors or requests.engine.state != "running":
             self.hand_over(self.wait)
             return
-        loop = host.committer.loop
-        waiters = host.waiters
+        self._wait_for_ending(requests.waiters.add)
+
+    def _wait_for_ending(self, add: Callable[[str, asyncio.Future[Any]], None]) -> None:
+        requests = self.requests
+        loop = requests.loop
+        wid = self.wid
         self.future = future = loop.create_future()
-        waiters.add(wid, future)
+        add(wid, future)
+        waiters = requests.waiters
         waiters.add_reply(waiters.endings, wid, self.later)
         self.deadline = loop.time() + self.wait
         self.timer = loop.call_later(self.wait, self._expired)
         future.add_done_callback(self._ended)
 
     def _forget(self) -> None:
-        waiters = self.requests.engine.waiters
+        waiters = self.requests.waiters
         waiters.remove(self.wid, self.future)
         waiters.remove_reply(waiters.endings, self.wid, self.later)
 
@@ -295,7 +291,7 @@ class _Waiting:
             return
         outcome = future.result()
         if outcome is None:  # dropped, or a hint: look again, for what is left of the wait
-            self.hand_over(max(0.0, self.deadline - self.requests.engine.committer.loop.time()))
+            self.hand_over(max(0.0, self.deadline - self.requests.loop.time()))
             return
         later.ended(self.wid, outcome)
 

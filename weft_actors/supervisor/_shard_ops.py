@@ -12,6 +12,10 @@ __all__ = ["ShardOps"]
 
 MAX_RESULT_WAIT = 60.0
 
+_RARE_PLAIN = ("start_delay", "start_at", "execution_timeout", "priority", "traceparent")
+"""A start's options besides ``if_exists`` carried as they are (``memo`` is decoded)."""
+_RARE = frozenset((*_RARE_PLAIN, "memo"))
+
 
 class ShardOps:
     """``dispatch(request)`` runs one decoded request against the engine; user values arrive
@@ -41,7 +45,12 @@ class ShardOps:
 
     def start_options(self, request: dict[str, Any]) -> dict[str, Any]:
         options: dict[str, Any] = {"id": request.get("wid")}
-        for name in ("if_exists", "start_delay", "start_at", "execution_timeout", "priority", "traceparent"):
+        if_exists = request.get("if_exists")  # a client sends it always
+        if if_exists is not None:
+            options["if_exists"] = if_exists
+        if _RARE.isdisjoint(request):
+            return options  # the common start: one set test instead of six lookups
+        for name in _RARE_PLAIN:
             if request.get(name) is not None:
                 options[name] = request[name]
         if request.get("memo") is not None:
