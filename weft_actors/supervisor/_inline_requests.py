@@ -32,6 +32,7 @@ from ..shard import answer_reply, call_reply
 from ..store import TERMINAL
 from ._commit_replies import SHAPES, CommitReply, LaterReply, OnSent, Send
 from ._shard_ops import MAX_RESULT_WAIT
+from ._wait_deadlines import WaitDeadlines
 
 if TYPE_CHECKING:
     from ..shard import Engine
@@ -64,7 +65,7 @@ def _internal(exc: Exception) -> WeftError:
 class InlineRequests:
     """The shard's requests served by callbacks; ``serve`` says whether it took one."""
 
-    __slots__ = ("engine", "ops", "send", "spawn", "on_task_sent", "held", "served", "_starts", "_messages", "_idle", "actors", "waiters", "loop")
+    __slots__ = ("engine", "ops", "send", "spawn", "on_task_sent", "held", "served", "_starts", "_messages", "_idle", "actors", "waiters", "loop", "deadlines")
 
     def __init__(self, engine: Engine, ops: ShardOps, send: Send, spawn: Spawn, on_task_sent: OnSent) -> None:
         self.engine = engine
@@ -83,6 +84,7 @@ class InlineRequests:
         self.actors = engine.actors
         self.waiters = engine.waiters
         self.loop = engine.committer.loop
+        self.deadlines = WaitDeadlines(self.loop)
         self._idle: asyncio.Future[None] | None = None
 
     def serve(self, client: bytes, request: dict[str, Any]) -> bool:
@@ -226,7 +228,10 @@ class _Waiting:
     runs out; a run dropped meanwhile is looked for again by the task path. An ``execute``
     is one from its start's commit on (``committed``)."""
 
-    __slots__ = ("requests", "later", "wid", "wait", "future", "timer", "deadline")
+    __slots__ = ("requests", "later", "wid", "wait", "future", "token", "deadline")
+
+    deadline: float
+    """When the ``wait`` runs out, in loop time (set by ``WaitDeadlines.add``)."""
 
     def __init__(self, requests: InlineRequests, later: LaterReply, wid: str, wait: float) -> None:
         self.requests = requests
@@ -258,14 +263,12 @@ class _Waiting:
 
     def _wait_for_ending(self, add: Callable[[str, asyncio.Future[Any]], None]) -> None:
         requests = self.requests
-        loop = requests.loop
         wid = self.wid
-        self.future = future = loop.create_future()
+        self.future = future = requests.loop.create_future()
         add(wid, future)
         waiters = requests.waiters
         waiters.add_reply(waiters.endings, wid, self.later)
-        self.deadline = loop.time() + self.wait
-        self.timer = loop.call_later(self.wait, self._expired)
+        self.token = requests.deadlines.add(self, self.wait)  # sets ``deadline``
         future.add_done_callback(self._ended)
 
     def _forget(self) -> None:
@@ -273,14 +276,15 @@ class _Waiting:
         waiters.remove(self.wid, self.future)
         waiters.remove_reply(waiters.endings, self.wid, self.later)
 
-    def _expired(self) -> None:
+    def expired(self) -> None:
+        """The ``wait`` ran out first (``WaitDeadlines``)."""
         self._forget()
         self.future.remove_done_callback(self._ended)
         if not self.later.sent:
             self.later.running()
 
     def _ended(self, future: asyncio.Future[Any]) -> None:
-        self.timer.cancel()
+        self.requests.deadlines.ended(self.token)
         self._forget()
         later = self.later
         if later.sent:
