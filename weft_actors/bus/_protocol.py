@@ -1,6 +1,8 @@
 """The wire protocol (version 1): one msgpack map per request and per reply.
 
-Request  ``{"v": 1, "id": request_id, "op": name, ...fields}``
+Request  ``{"v": 1, "id": request_id, "op": name, ...fields}``, or in its envelope form
+         ``[1, request_id, op, wid, body]`` (``body``: the other fields' map, as bytes), which
+         the front door routes without opening the body (clients of this package send that)
 Reply    ``{"v": 1, "id": request_id, "ok": value}`` or
          ``{"v": 1, "id": request_id, "error": {"code", "message", "context"}}``
 
@@ -49,6 +51,9 @@ __all__ = [
     "WORKFLOW_OPS",
     "DEFAULT_MAX_FRAME",
     "encode_request",
+    "encode_envelope",
+    "is_envelope",
+    "check_envelope",
     "decode_request",
     "encode_reply",
     "encode_error",
@@ -105,15 +110,55 @@ def encode_request(request_id: Any, op: str, /, **fields: Any) -> bytes:
     return msgpack.packb({"v": VERSION, "id": request_id, "op": op, **fields}, use_bin_type=True)
 
 
+def encode_envelope(request_id: Any, op: str, fields: dict[str, Any]) -> bytes:
+    """A request in its envelope form: ``[v, id, op, wid, body]``, ``body`` the msgpack map of
+    every other field. What routes it (id, op, wid) is read without the body, and since the
+    body may not repeat them, what the front door routes and checks is what the shard runs."""
+    wid = fields.get("wid")
+    body = {name: value for name, value in fields.items() if name != "wid"} if "wid" in fields else fields
+    # packb, not the shared packer: clients call this from any thread.
+    return msgpack.packb([VERSION, request_id, op, wid, msgpack.packb(body, use_bin_type=True)], use_bin_type=True)
+
+
+def is_envelope(frame: bytes) -> bool:
+    """Whether ``frame`` is a msgpack array (an envelope or a batch of them), not a map (a
+    request in its first, map form)."""
+    return bool(frame) and (0x90 <= frame[0] <= 0x9F or frame[0] in (0xDC, 0xDD))
+
+
+def check_envelope(envelope: Any) -> tuple[Any, str, str | None]:
+    """``(id, op, wid)`` of an unpacked envelope, checked as far as routing needs (the body is
+    left as bytes); ``InvalidRequest`` with the id attached when it could be read."""
+    if type(envelope) is not list or len(envelope) != 5:
+        raise InvalidRequest("a request envelope is [v, id, op, wid, body]")
+    version, request_id, op, wid, body = envelope
+    if not isinstance(request_id, (int, str, type(None))) or isinstance(request_id, bool) or (isinstance(request_id, int) and not -(2**63) <= request_id < 2**64):
+        raise InvalidRequest("request id must be an integer or a string")
+    if version != VERSION:
+        raise _with_id(InvalidRequest(f"unsupported protocol version {version!r}; this server speaks {VERSION}"), request_id)
+    if type(op) is not str or op not in _FIELDS:
+        raise _with_id(InvalidRequest(f"unknown op {op!r}"), request_id)
+    if wid is not None and type(wid) is not str:
+        raise _with_id(InvalidRequest(f"field 'wid' has the wrong type {type(wid).__name__}"), request_id)
+    if wid is None and op in WORKFLOW_OPS:
+        raise _with_id(InvalidRequest(f"op {op!r} needs field 'wid' of type str"), request_id)
+    if type(body) is not bytes:
+        raise _with_id(InvalidRequest("a request envelope's body must be bytes"), request_id)
+    return request_id, op, wid
+
+
 def decode_request(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> dict[str, Any]:
-    """Parse and type-check one request; raise ``InvalidRequest``/``PayloadTooLarge`` with the
-    request id attached (``request_id`` attribute) whenever it could be read."""
+    """Parse and type-check one request, in either form (a map, or an envelope); raise
+    ``InvalidRequest``/``PayloadTooLarge`` with the request id attached (``request_id``
+    attribute) whenever it could be read."""
     if len(frame) > max_frame:
         raise PayloadTooLarge(f"request of {len(frame)} bytes exceeds the limit of {max_frame}", size=len(frame), limit=max_frame)
     try:
         request = msgpack.unpackb(frame, raw=False, strict_map_key=False, max_bin_len=max_frame, max_str_len=max_frame)
     except Exception as exc:
         raise InvalidRequest(f"malformed request frame: {type(exc).__name__}") from None
+    if type(request) is list:
+        request = _opened(request, max_frame)
     if not isinstance(request, dict):
         raise InvalidRequest("a request must be a map")
     request_id = request.get("id")
@@ -133,6 +178,27 @@ def decode_request(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> dict[str
         if optional is not None and (not isinstance(value, optional) or isinstance(value, bool)):
             raise _with_id(InvalidRequest(f"field {name!r} has the wrong type {type(value).__name__}"), request_id)
     return request
+
+
+_ENVELOPE_KEYS: Final = frozenset({"v", "id", "op", "wid"})
+
+
+def _opened(envelope: list[Any], max_frame: int) -> dict[str, Any]:
+    """The request map an envelope carries: its body's fields and the envelope's id, op and
+    wid, which the body may not name again (the front door routed and checked those)."""
+    request_id, op, wid = check_envelope(envelope)
+    try:
+        body = msgpack.unpackb(envelope[4], raw=False, strict_map_key=False, max_bin_len=max_frame, max_str_len=max_frame)
+    except Exception as exc:
+        raise _with_id(InvalidRequest(f"malformed request body: {type(exc).__name__}"), request_id) from None
+    if type(body) is not dict:
+        raise _with_id(InvalidRequest("a request body must be a map"), request_id)
+    if not _ENVELOPE_KEYS.isdisjoint(body):
+        raise _with_id(InvalidRequest("a request body may not name v, id, op or wid: the envelope does"), request_id)
+    body["v"], body["id"], body["op"] = VERSION, request_id, op
+    if wid is not None:
+        body["wid"] = wid
+    return body
 
 
 def _with_id(error: WeftError, request_id: Any) -> WeftError:
