@@ -100,6 +100,9 @@ class FrontDoor:
         self._thread = threading.Thread(target=self._run, name="weft-frontdoor", daemon=True)
         self.backend_endpoint = ""
         self.requests = 0
+        self.messages = 0
+        """Client messages received: a batch of requests is one, and counts its requests in
+        ``requests``."""
         self.errors = 0
         self.messages_cut = 0
         self._deaths: queue.SimpleQueue[tuple[int, bool]] = queue.SimpleQueue()
@@ -243,6 +246,7 @@ class FrontDoor:
         else:
             messages = drain_with_users(frontend, max_parts=_REQUEST_PARTS)
         for frames, user in messages:
+            self.messages += 1
             self.requests += 1
             if len(frames) > _REQUEST_PARTS:
                 self.messages_cut += 1
