@@ -132,7 +132,9 @@ def check_envelope(envelope: Any) -> tuple[Any, str, str | None]:
     if type(envelope) is not list or len(envelope) != 5:
         raise InvalidRequest("a request envelope is [v, id, op, wid, body]")
     version, request_id, op, wid, body = envelope
-    if not isinstance(request_id, (int, str, type(None))) or isinstance(request_id, bool) or (isinstance(request_id, int) and not -(2**63) <= request_id < 2**64):
+    if type(request_id) is not str and (
+        not isinstance(request_id, (int, type(None))) or isinstance(request_id, bool) or (isinstance(request_id, int) and not -(2**63) <= request_id < 2**64)
+    ):
         raise InvalidRequest("request id must be an integer or a string")
     if version != VERSION:
         raise _with_id(InvalidRequest(f"unsupported protocol version {version!r}; this server speaks {VERSION}"), request_id)
@@ -157,8 +159,8 @@ def decode_request(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> dict[str
         request = msgpack.unpackb(frame, raw=False, strict_map_key=False, max_bin_len=max_frame, max_str_len=max_frame)
     except Exception as exc:
         raise InvalidRequest(f"malformed request frame: {type(exc).__name__}") from None
-    if type(request) is list:
-        request = _opened(request, max_frame)
+    if type(request) is list:  # the envelope form: id, v and op checked as it is opened
+        return _opened(request, max_frame)
     if not isinstance(request, dict):
         raise InvalidRequest("a request must be a map")
     request_id = request.get("id")
@@ -170,8 +172,14 @@ def decode_request(frame: bytes, max_frame: int = DEFAULT_MAX_FRAME) -> dict[str
     op = request.get("op")
     if not isinstance(op, str) or op not in _FIELDS:
         raise _with_id(InvalidRequest(f"unknown op {op!r}"), request_id)
+    return _checked_fields(request, op, request_id)
+
+
+def _checked_fields(request: dict[str, Any], op: str, request_id: Any) -> dict[str, Any]:
+    """``request``, once its op's fields are there and every known field has its type."""
     for name, types in _FIELDS[op].items():
-        if not isinstance(request.get(name), types) or isinstance(request.get(name), bool):
+        value = request.get(name)
+        if not isinstance(value, types) or isinstance(value, bool):
             raise _with_id(InvalidRequest(f"op {op!r} needs field {name!r} of type {types[0].__name__}"), request_id)
     for name, value in request.items():
         optional = _OPTIONAL.get(name)
@@ -184,20 +192,26 @@ _ENVELOPE_KEYS: Final = frozenset({"v", "id", "op", "wid"})
 
 
 def _opened(envelope: list[Any], max_frame: int) -> dict[str, Any]:
-    """The request map an envelope carries: its body's fields and the envelope's id, op and
-    wid, which the body may not name again (the front door routed and checked those)."""
-    request_id, op, wid = check_envelope(envelope)
+    """The request an envelope carries, checked as ``decode_request`` checks a map: its body's
+    fields and the envelope's id, op and wid, which the body may not name again (the front
+    door routed and checked those)."""
+    if len(envelope) == 5 and envelope[0] == VERSION and type(envelope[1]) is str and type(envelope[4]) is bytes and type(envelope[2]) is str and envelope[2] in _FIELDS and (envelope[3] is None or type(envelope[3]) is str) and (envelope[3] is not None or envelope[2] not in WORKFLOW_OPS):
+        _, request_id, op, wid, packed = envelope  # the common case, checked at once
+    else:
+        request_id, op, wid = check_envelope(envelope)
+        packed = envelope[4]
     try:
-        body = msgpack.unpackb(envelope[4], raw=False, strict_map_key=False, max_bin_len=max_frame, max_str_len=max_frame)
+        body = msgpack.unpackb(packed, raw=False, strict_map_key=False, max_bin_len=max_frame, max_str_len=max_frame)
     except Exception as exc:
         raise _with_id(InvalidRequest(f"malformed request body: {type(exc).__name__}"), request_id) from None
     if type(body) is not dict:
         raise _with_id(InvalidRequest("a request body must be a map"), request_id)
     if not _ENVELOPE_KEYS.isdisjoint(body):
         raise _with_id(InvalidRequest("a request body may not name v, id, op or wid: the envelope does"), request_id)
-    body["v"], body["id"], body["op"] = VERSION, request_id, op
     if wid is not None:
         body["wid"] = wid
+    _checked_fields(body, op, request_id)
+    body["v"], body["id"], body["op"] = VERSION, request_id, op
     return body
 
 
