@@ -231,3 +231,39 @@ def test_a_shard_killed_while_it_holds_part_of_a_batch(tmp_path, context) -> Non
         assert {code(found[i]) for i in unknown} == {"outcome_unknown"}
         assert unknown == {i for i in range(count) if i % 2 == 1 and owners[ids[i]] == victim}
         assert all(found[i]["ok"]["status"] == "completed" for i in range(count) if i not in unknown)
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.timeout(90)
+def test_reply_batches_to_a_client_that_does_not_read_stay_bounded(tmp_path, context) -> None:
+    """A client speaking batches and never reading: its reply batches queue in zmq up to the
+    high-water mark, then in the front door up to its byte budget, then are dropped."""
+    size, count = 1_000_000, 400
+    with RunningSupervisor(tmp_path / "data", shards=1, app="supervisor.test_slow_clients") as running, Client(running.endpoint, timeout=20) as client:
+        wid = client.start("big", size, id="the-big-one").id
+        assert len(client.get_handle(wid).result(timeout=10)) == size
+        before = _rss(running.process.pid)
+        base = client.stats()["supervisor"]["frontdoor_requests"]
+        sock = context.socket(zmq.DEALER)
+        sock.setsockopt(zmq.RCVHWM, 1)
+        sock.setsockopt(zmq.RCVBUF, 64 * 1024)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(running.endpoint)
+        for first in range(0, count, 20):
+            sock.send(batch(*(envelope(i, "result", wid, wait=0) for i in range(first, first + 20))))
+        wait_until(lambda: client.stats()["supervisor"]["frontdoor_requests"] >= base + count + 1, 20, "all requests in")
+        assert len(client.get_handle(wid).result(timeout=30)) == size  # the shard answers in order: all 400 are out
+        time.sleep(0.5)
+        grown = _rss(running.process.pid) - before
+        assert grown < 160 << 20, f"the supervisor grew {grown >> 20} MiB for {count} unread 1 MB replies"
+        supervisor = client.stats()["supervisor"]
+        assert supervisor["frontdoor_replies_dropped_total"] >= count // 2  # each 1 MB reply fills a message of its own
+        assert supervisor["frontdoor_replies_held_bytes"] <= 16 << 20
+        assert client.ping() == "pong"
