@@ -115,7 +115,10 @@ def encode_envelope(request_id: Any, op: str, fields: dict[str, Any]) -> bytes:
     every other field. What routes it (id, op, wid) is read without the body, and since the
     body may not repeat them, what the front door routes and checks is what the shard runs."""
     wid = fields.get("wid")
-    body = {name: value for name, value in fields.items() if name != "wid"} if "wid" in fields else fields
+    body = fields
+    if "wid" in fields:
+        body = dict(fields)
+        del body["wid"]
     # packb, not the shared packer: clients call this from any thread.
     return msgpack.packb([VERSION, request_id, op, wid, msgpack.packb(body, use_bin_type=True)], use_bin_type=True)
 
