@@ -159,6 +159,10 @@ def test_a_malformed_or_oversized_batch_is_refused_and_the_front_door_serves_on(
         sock.send(frame)
         ((reply,),) = replies(sock, 1)
         assert code(reply) == expected and reply["id"] is None, (frame[:20], reply)
+    for frame in (msgpack.packb(["x" * 100_000, envelope(1, "ping")]), batch(envelope("long", "o" * 100_000))):
+        sock.send(frame)  # a client's long value is named by its start, never echoed whole
+        ((reply,),) = replies(sock, 1)
+        assert code(reply) == "invalid_request" and len(reply["error"]["message"]) < 200, reply["error"]["message"][:300]
     sock.send(batch(envelope("after", "ping")))
     ((reply,),) = replies(sock, 1)
     assert reply == {"v": 1, "id": "after", "ok": "pong"}

@@ -54,6 +54,7 @@ __all__ = [
     "encode_envelope",
     "is_envelope",
     "check_envelope",
+    "shown",
     "decode_request",
     "encode_reply",
     "encode_error",
@@ -129,6 +130,13 @@ def is_envelope(frame: bytes) -> bool:
     return bool(frame) and (0x90 <= frame[0] <= 0x9F or frame[0] in (0xDC, 0xDD))
 
 
+def shown(value: Any) -> str:
+    """A client's value as an error names it: its first 60 characters (a string may be as long
+    as the frame) and, cut, its length."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:60]}... ({len(text)} characters)"
+
+
 def check_envelope(envelope: Any) -> tuple[Any, str, str | None]:
     """``(id, op, wid)`` of an unpacked envelope, checked as far as routing needs (the body is
     left as bytes); ``InvalidRequest`` with the id attached when it could be read."""
@@ -140,13 +148,13 @@ def check_envelope(envelope: Any) -> tuple[Any, str, str | None]:
     ):
         raise InvalidRequest("request id must be an integer or a string")
     if version != VERSION:
-        raise _with_id(InvalidRequest(f"unsupported protocol version {version!r}; this server speaks {VERSION}"), request_id)
+        raise _with_id(InvalidRequest(f"unsupported protocol version {shown(version)}; this server speaks {VERSION}"), request_id)
     if type(op) is not str or op not in _FIELDS:
-        raise _with_id(InvalidRequest(f"unknown op {op!r}"), request_id)
+        raise _with_id(InvalidRequest(f"unknown op {shown(op)}"), request_id)
     if wid is not None and type(wid) is not str:
         raise _with_id(InvalidRequest(f"field 'wid' has the wrong type {type(wid).__name__}"), request_id)
     if wid is None and op in WORKFLOW_OPS:
-        raise _with_id(InvalidRequest(f"op {op!r} needs field 'wid' of type str"), request_id)
+        raise _with_id(InvalidRequest(f"op {shown(op)} needs field 'wid' of type str"), request_id)
     if type(body) is not bytes:
         raise _with_id(InvalidRequest("a request envelope's body must be bytes"), request_id)
     return request_id, op, wid

@@ -24,6 +24,7 @@ from typing import Any, Final, Iterator
 import msgpack
 
 from ..errors import InvalidRequest, PayloadTooLarge
+from ._protocol import shown
 
 __all__ = ["BATCH", "BATCH_BYTES", "decode_replies", "encode_batch", "grouped", "open_item", "open_message", "reply_batch"]
 
@@ -94,7 +95,7 @@ def open_message(frame: bytes, max_frame: int) -> list[Any]:
     if type(items) is not list or not items:
         raise InvalidRequest("a request envelope is [v, id, op, wid, body]")
     if type(items[0]) is str and items[0] != BATCH:
-        raise InvalidRequest(f"a batch begins with {BATCH!r}, not {items[0]!r}")
+        raise InvalidRequest(f"a batch begins with {BATCH!r}, not {shown(items[0])}")
     return items
 
 
