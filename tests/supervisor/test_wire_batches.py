@@ -271,3 +271,31 @@ def test_reply_batches_to_a_client_that_does_not_read_stay_bounded(tmp_path, con
         assert supervisor["frontdoor_replies_dropped_total"] >= count // 2  # each 1 MB reply fills a message of its own
         assert supervisor["frontdoor_replies_held_bytes"] <= 16 << 20
         assert client.ping() == "pong"
+
+
+@pytest.mark.timeout(90)
+def test_async_requests_that_find_the_socket_full_go_out_once_it_drains(sup) -> None:
+    """The connection stops taking bytes (a paused proxy) until the client's zmq queue is
+    full: the requests queued behind it wait in the client, leave once it drains, and each
+    is answered (``_retrying``: the turn's batch found the queue full and waits for room)."""
+    from _pausable_proxy import PausableProxy
+
+    port = int(sup.endpoint.rsplit(":", 1)[1])
+    args = ("x" * 40_000,)  # each request larger than a batch: one message each
+
+    async def run(proxy: PausableProxy) -> list[Any]:
+        async with AsyncClient(f"tcp://127.0.0.1:{proxy.port}", timeout=60) as client:
+            assert await client.ping() == "pong"
+            proxy.pause()
+            tasks = [asyncio.ensure_future(client.get_handle(f"absent-{i}").query("q", *args)) for i in range(1500)]
+            transport = client._transport
+            deadline = time.monotonic() + 30
+            while not transport._retrying:  # the socket's queue was full: requests wait in the client
+                assert time.monotonic() < deadline, "the socket's queue never filled"
+                await asyncio.sleep(0.05)
+            proxy.resume()
+            return await asyncio.gather(*tasks, return_exceptions=True)
+
+    with PausableProxy(port) as proxy:
+        outcomes = asyncio.run(run(proxy))
+    assert len(outcomes) == 1500 and all(type(outcome).__name__ == "WorkflowNotFound" for outcome in outcomes), {type(o).__name__ for o in outcomes}
