@@ -211,7 +211,7 @@ def test_a_read_only_key_is_denied_only_the_writes_of_its_batch(tmp_path, contex
 
 
 @pytest.mark.timeout(120)
-def test_a_shard_killed_while_it_holds_part_of_a_batch(tmp_path, context) -> None:
+def test_a_shard_killed_while_it_holds_part_of_a_batch(either_store: str, context) -> None:
     """Starts of one batch on both shards, then one shard is killed: the ones it held with a
     fixed id and ``if_exists="return"`` are sent on and answered; its others are answered
     ``OutcomeUnknown``; the other shard's are untouched."""
@@ -221,7 +221,7 @@ def test_a_shard_killed_while_it_holds_part_of_a_batch(tmp_path, context) -> Non
         envelope(i, "execute", ids[i], workflow="sleeper", args=encode_args((4.0,)), wait=30.0, **({"if_exists": "return"} if i % 2 == 0 else {}))
         for i in range(count)
     ]
-    with RunningSupervisor(tmp_path / "data", args=TIMING) as running:
+    with RunningSupervisor(either_store, args=TIMING) as running:
         sock = dealer(context, running.endpoint)
         sock.send(batch(*requests))
         with Client(running.endpoint, timeout=10) as client:
