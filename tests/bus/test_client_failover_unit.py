@@ -27,6 +27,7 @@ from _processes import free_port  # noqa: E402
 from weft_actors.bus import _calls  # noqa: E402
 from weft_actors.bus._async_client import AsyncClient  # noqa: E402
 from weft_actors.bus._client import Client  # noqa: E402
+from weft_actors.bus._protocol import encode_envelope  # noqa: E402
 from weft_actors.cli import _check_listening, _endpoint, main  # noqa: E402
 from weft_actors.errors import OutcomeUnknown, ServerUnavailable, WorkflowNotFound  # noqa: E402
 
@@ -101,7 +102,7 @@ def test_one_endpoint_sends_what_it_always_sent() -> None:
             answered.start()
             assert router.poll(5000)
             identity, frame = router.recv_multipart()
-            expected = msgpack.packb({**_calls.signal_call("w-1", "go", 7, "r-1").fields, "v": 1, "id": "1", "op": "signal"}, use_bin_type=True)
+            expected = encode_envelope("1", "signal", _calls.signal_call("w-1", "go", 7, "r-1").fields)
             assert frame == expected
             router.send_multipart([identity, msgpack.packb({"v": 1, "id": "1", "ok": None})])
             answered.join(5)

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import zmq
 
 from weft_actors.bus._protocol import decode_request, encode_error, encode_reply
+from weft_actors.bus._wire import BATCH, open_message
 from weft_actors.codec import decode, decode_args, encode
 from weft_actors.errors import WeftError, WorkflowNotFound
 
@@ -49,6 +50,15 @@ def canned(request: dict[str, Any]) -> Any:
     if op == "ping":
         return "pong"
     raise AssertionError(f"unexpected op {op}")
+
+
+def _requests_of(frame: bytes) -> list[bytes]:
+    """The requests one client message carries: itself, or the items of a batch (``_wire``)."""
+    try:
+        items = open_message(frame, len(frame))
+    except WeftError:
+        return [frame]
+    return list(items[1:]) if items[0] == BATCH else [frame]
 
 
 class FakeServer:
@@ -114,9 +124,10 @@ class FakeServer:
                 except zmq.Again:
                     break
                 identity, frame = frames[0], frames[-1]
-                reply = self._answer(frame)
-                if reply is not None:
-                    self._send(identity, reply)
+                for request in _requests_of(frame):  # a client's batch: each request answered alone
+                    reply = self._answer(request)
+                    if reply is not None:
+                        self._send(identity, reply)
 
     def _answer(self, frame: bytes) -> bytes | None:
         try:

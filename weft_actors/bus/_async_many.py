@@ -5,7 +5,7 @@ the same counter, and the batch itself waits for their replies in the transport'
 map: the reader hands it each reply as it would a future (``done``, ``set_result``,
 ``set_exception``), and it wakes the caller's ``async for``. So a request of a batch costs
 no future, no timer and no task of its own: one wake per turn of the loop, one timer for
-the batch's earliest deadline.
+the batch's earliest deadline. The requests ready at once leave as one message (``_wire``).
 
 With several endpoints, or with tracing on, a batch is its single calls run concurrently
 (at most ``window`` at a time): each then fails over, or gets its span, exactly as a single
@@ -19,16 +19,13 @@ import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Protocol
 
 import zmq
-import zmq.backend
 
 from ..errors import ServerUnavailable
+from ._burst import send_burst
 from ._many import Batch, Landed, specs
 
 __all__ = ["LoopBatch", "Sender", "concurrently", "pipeline"]
 
-_NOBLOCK = int(zmq.NOBLOCK)
-_send = getattr(zmq.backend.Socket, "send", zmq.Socket.send)
-"""The compiled send under pyzmq's wrapper, as ``_frames`` uses it: about 1 µs a frame less."""
 _SEND_RETRY = 0.001
 """Seconds before sending again while the socket's queue is full."""
 
@@ -81,16 +78,10 @@ async def pipeline(transport: Sender, batch: LoopBatch, endpoint: str) -> AsyncI
             full = False
             try:
                 socket = transport.batch_socket()  # the same socket, or a fresh one after a lost one
-                for request_id, frame in batch.frames(next_id):
-                    try:
-                        _send(socket, frame, _NOBLOCK)
-                    except zmq.Again:  # its queue is full: the rest goes in a moment
-                        batch.unsent(request_id)
-                        full = True
-                        break
-                    except zmq.ZMQError as exc:
-                        raise ServerUnavailable(f"{batch.op}: socket error: {exc} ({endpoint})", endpoint=endpoint, op=batch.op) from None
-                    pending[request_id] = batch
+                try:
+                    full = send_burst(socket, batch, next_id, pending)
+                except zmq.ZMQError as exc:
+                    raise ServerUnavailable(f"{batch.op}: socket error: {exc} ({endpoint})", endpoint=endpoint, op=batch.op) from None
                 transport.sent()  # once per burst: a send may swallow the reply's edge
             except ServerUnavailable as exc:  # closed, or the socket failed: nothing more goes out
                 _forget(pending, batch, list(batch.out))

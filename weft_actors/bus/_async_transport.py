@@ -3,7 +3,8 @@
 The socket is a plain (non-asyncio) zmq socket whose file descriptor the event loop watches:
 when it turns readable every queued reply is taken in one go (zmq's descriptor is
 edge-triggered, so until ``EVENTS`` shows no input), and each resolves the future registered
-under its request id. Measured here, that is about 2.5x ``zmq.asyncio``'s rate. Any number
+under its request id. Measured here, that is about 2.5x ``zmq.asyncio``'s rate. The requests
+made in one turn of the loop leave together, as one message (``_wire``). Any number
 of coroutines can have requests in flight at once and replies may come back in any order; a
 reply whose id is no longer registered (its request timed out or was cancelled) is dropped.
 
@@ -30,6 +31,7 @@ from . import _calls
 from ._calls import Call
 from ._curve import connect_client
 from ._request_core import ConnectionWatch, Target, answer_pending, expire
+from ._wire import grouped
 
 __all__ = ["LoopTransport"]
 
@@ -72,6 +74,9 @@ class LoopTransport:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_scheduled = False
         self.pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._outbox: list[tuple[str, bytes]] = []
+        """Requests of this turn of the loop not sent yet (``_flush``)."""
+        self._retrying = False
         self._ids = itertools.count(1)
         self.closed = False
 
@@ -120,6 +125,7 @@ class LoopTransport:
         return self._socket
 
     def _drop_socket(self) -> None:
+        self._outbox = []  # their requests fail with the socket
         socket, self._socket = self._socket, None
         if socket is None:
             return
@@ -165,33 +171,51 @@ class LoopTransport:
             self._drop_socket()  # the next request makes a fresh one
             self._fail_pending(ServerUnavailable(f"connection lost: {exc} ({endpoint})", endpoint=endpoint))
 
-    def _try_send(self, socket: zmq.Socket, frame: bytes, call: Call) -> bool:
-        """Send at once; False if the socket's queue is full."""
-        try:
-            _send(socket, frame, _NOBLOCK)
-        except zmq.Again:
-            return False
-        except zmq.ZMQError as exc:
-            endpoint = self._target.endpoint
-            raise ServerUnavailable(f"{call.op}: socket error: {exc} ({endpoint})", endpoint=endpoint, op=call.op) from None
-        self._schedule_drain()
-        return True
+    def _queue(self, request_id: str, frame: bytes) -> None:
+        """Send ``frame`` with the others queued in this turn of the loop, as one message."""
+        outbox = self._outbox
+        outbox.append((request_id, frame))
+        if len(outbox) == 1 and self._loop is not None:
+            self._loop.call_soon(self._flush)
 
-    async def _send_when_room(self, socket: zmq.Socket, frame: bytes, call: Call, deadline: float) -> None:
-        loop = asyncio.get_running_loop()
-        endpoint = self._target.endpoint
-        while not self._try_send(socket, frame, call):
-            if loop.time() >= deadline:
-                raise ServerUnavailable(f"{call.op}: could not send within the timeout ({endpoint})", endpoint=endpoint, op=call.op)
-            await asyncio.sleep(_SEND_RETRY)
-            if self.closed or socket is not self._socket:
-                raise ServerUnavailable(f"{call.op}: the client was closed ({endpoint})", endpoint=endpoint, op=call.op)
+    def _flush(self) -> None:
+        """Send the requests queued this turn (``_wire.grouped``: one message, or a few when
+        they are large). A full socket queue (rare) keeps them for a moment later; a failed
+        socket fails them. A request that gave up waiting meanwhile is not sent."""
+        outbox, self._outbox = self._outbox, []
+        socket = self._socket
+        pending = self.pending
+        if socket is None or not outbox:
+            return  # dropped: its requests were failed with it
+        if self._retrying:
+            self._retrying = False
+            outbox = [entry for entry in outbox if entry[0] in pending]
+        frames = [frame for _, frame in outbox]
+        sent = 0
+        for message, count in grouped(frames):
+            try:
+                _send(socket, message, _NOBLOCK)
+            except zmq.Again:  # its queue is full: rare
+                self._outbox[:0] = outbox[sent:]
+                self._retrying = True
+                assert self._loop is not None
+                self._loop.call_later(_SEND_RETRY, self._flush)
+                break
+            except zmq.ZMQError as exc:
+                endpoint = self._target.endpoint
+                for request_id, _ in outbox[sent:]:
+                    future = pending.pop(request_id, None)
+                    if future is not None and not future.done():
+                        future.set_exception(ServerUnavailable(f"socket error: {exc} ({endpoint})", endpoint=endpoint))
+                break
+            sent += count
+        self._schedule_drain()
 
     async def request(self, call: Call) -> Any:
         target = self._target
         if target.failover:
             return await self._request_failover(call)
-        socket = self._open()
+        self._open()
         loop = asyncio.get_running_loop()
         request_id = str(next(self._ids))
         frame = _calls.frame(request_id, call)
@@ -200,8 +224,7 @@ class LoopTransport:
         budget = target.timeout + call.wait
         timer = loop.call_later(budget, expire, future)
         try:
-            if not self._try_send(socket, frame, call):  # its queue is full: rare
-                await self._send_when_room(socket, frame, call, loop.time() + budget)
+            self._queue(request_id, frame)
             reply = await future
         except asyncio.TimeoutError:
             raise ServerUnavailable(

@@ -20,13 +20,11 @@ import socket
 import uuid
 from typing import Any, Callable, Final, NamedTuple, Sequence
 
-import msgpack
-
 from .._checks import check_instant, check_priority, check_seconds, not_text, validate_id, validate_name
 from ..codec import decode, encode, encode_args, try_decode_args
 from ..errors import InvalidRequest, OutcomeUnknown, PayloadTooLarge, ServerUnavailable, UnknownWorkflowType, from_wire
 from ._described import decode_payloads
-from ._protocol import VERSION
+from ._protocol import encode_envelope
 
 __all__ = [
     "Call",
@@ -280,7 +278,7 @@ def frame(request_id: str, call: Call) -> bytes:
     """The request frame. Built here rather than with ``encode_request(request_id, op, **fields)``
     because ``update`` has a field named ``request_id`` that would collide with that parameter."""
     try:
-        data = msgpack.packb({**call.fields, "v": VERSION, "id": request_id, "op": call.op}, use_bin_type=True)
+        data = encode_envelope(request_id, call.op, call.fields)
     except UnicodeEncodeError:
         raise not_text(call.op, call.fields) from None
     if len(data) > MAX_REQUEST_BYTES:

@@ -7,8 +7,10 @@ request is served. This module is the socket loop and the requests it answers it
 happens when one is lost or full is ``_dispatch``; replies to clients go through
 ``_replies``, which holds them for slow readers.
 
-Clients use DEALER sockets (one frame per request); a REQ socket's envelope (an empty
-delimiter frame before the request) is accepted too and its reply gets the delimiter back.
+Clients use DEALER sockets (one frame per request, or per batch of requests: ``_wire``); a
+REQ socket's envelope (an empty delimiter frame before the request) is accepted too and its
+reply gets the delimiter back. A request in its envelope form is routed by its id, op and wid
+alone; one in its map form (older clients) is decoded whole, as before.
 With a ``KeyRing`` (CURVE) each request is checked against the client's key (``_access``).
 
 Bounds (``bounds()`` counts what they refused): per shard, ``max_shard_requests`` requests
@@ -33,9 +35,10 @@ from ._access import KeyRing, drain_with_users
 from ._dispatch import Dispatcher
 from ._intake import DEFAULT_INTAKE_BUDGET, IntakeGuard, part_cap
 from ._frames import bind_internal, drain
-from ._protocol import DEFAULT_MAX_FRAME, decode_request, encode_error, encode_reply
+from ._protocol import DEFAULT_MAX_FRAME, check_envelope, decode_request, encode_error, encode_reply, is_envelope
 from ._replies import ClientReplies
 from ._routing import RoutingTable
+from ._wire import open_item, open_message
 
 __all__ = ["FrontDoor"]
 
@@ -97,6 +100,9 @@ class FrontDoor:
         self._thread = threading.Thread(target=self._run, name="weft-frontdoor", daemon=True)
         self.backend_endpoint = ""
         self.requests = 0
+        self.messages = 0
+        """Client messages received: a batch of requests is one, and counts its requests in
+        ``requests``."""
         self.errors = 0
         self.messages_cut = 0
         self._deaths: queue.SimpleQueue[tuple[int, bool]] = queue.SimpleQueue()
@@ -222,6 +228,8 @@ class FrontDoor:
                     dispatch.unpark()
                 if dispatch.outbox:
                     dispatch.flush(backend)
+                if replies.gathered:
+                    replies.flush()
                 if replies.holding():
                     replies.send_held()
                 if dispatch.deadlines:
@@ -238,10 +246,12 @@ class FrontDoor:
         else:
             messages = drain_with_users(frontend, max_parts=_REQUEST_PARTS)
         for frames, user in messages:
+            self.messages += 1
             self.requests += 1
             if len(frames) > _REQUEST_PARTS:
                 self.messages_cut += 1
-            if len(frames) == 3 and not frames[1]:  # a REQ socket's envelope
+            req = len(frames) == 3 and not frames[1]
+            if req:  # a REQ socket's envelope
                 self._replies.enveloped(frames[0])
                 frames = [frames[0], frames[2]]
             if len(frames) != 2:
@@ -249,10 +259,68 @@ class FrontDoor:
                 continue
             client, frame = frames
             try:
-                self._route(client, frame, user)
+                if is_envelope(frame):
+                    self._route_message(client, frame, user, req)
+                else:
+                    self._route(client, frame, user)
             except Exception:
                 log.exception("front door failed on a request")
                 self._reply(client, encode_error(None, WeftError("internal front door error")))
+
+    def _route_message(self, client: bytes, frame: bytes, user: str | None, req: bool) -> None:
+        """A message in the envelope form: one request, or a batch of them (``_wire``), each
+        routed by its envelope alone and handed on as the bytes it came as. One bad item is
+        answered its own error; the others are served."""
+        try:
+            items = open_message(frame, self._max_frame)
+        except WeftError as error:
+            self.errors += 1
+            self._reply(client, encode_error(getattr(error, "request_id", None), error))
+            return
+        if type(items[0]) is not str:  # a lone envelope, unpacked already
+            if not req:
+                self._replies.speaks_batches(client)
+            self._route_envelope(client, frame, items, user)
+            return
+        if req:  # a REQ socket takes one reply per request
+            self.errors += 1
+            self._reply(client, encode_error(None, InvalidRequest("a REQ socket sends one request per message, not a batch")))
+            return
+        if len(items) == 1:
+            self.errors += 1
+            self._reply(client, encode_error(None, InvalidRequest("an empty batch")))
+            return
+        self._replies.speaks_batches(client)
+        self.requests += len(items) - 2
+        for item in items[1:]:
+            try:
+                envelope = open_item(item)
+            except WeftError as error:
+                self.errors += 1
+                self._reply(client, encode_error(getattr(error, "request_id", None), error))
+                continue
+            self._route_envelope(client, item, envelope, user)
+
+    def _route_envelope(self, client: bytes, frame: bytes, envelope: list[Any], user: str | None) -> None:
+        try:
+            request_id, op, wid = check_envelope(envelope)
+        except WeftError as error:
+            self.errors += 1
+            self._reply(client, encode_error(getattr(error, "request_id", None), error))
+            return
+        if self._keys is not None:
+            denied = self._keys.denied(user, op)
+            if denied is not None:
+                self.errors += 1
+                self._reply(client, encode_error(request_id, denied))
+                return
+        if op == "ping":
+            self._reply(client, encode_reply(request_id, "pong"))
+            return
+        if op == "stats":
+            self._reply(client, encode_reply(request_id, self._stats()))
+            return
+        self._forward(client, frame, request_id, op, wid, fresh=True)
 
     def _route(self, client: bytes, frame: bytes, user: str | None = None) -> None:
         """Answer what the front door answers itself; send the rest on to a shard."""

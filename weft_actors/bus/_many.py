@@ -102,6 +102,8 @@ class Batch:
         self._deadlines: list[tuple[float, str]] = []
         self._wait = _calls.MAX_RESULT_WAIT if self.timeout is None else self.timeout
         self._specs = specs(starts)
+        self.sent_any = False
+        """Whether a request of this batch went out yet (``_burst``)."""
         self._more = True
         """Items not taken from ``starts`` yet: each is built as it goes out, so the first
         requests leave at once rather than after the whole batch was encoded."""

@@ -4,6 +4,10 @@ A client's replies queue in zmq up to the front door's high-water mark, then her
 ``budget`` bytes, and beyond that are dropped: a client that never reads cannot grow the
 supervisor. A client with replies held here gets every later one behind them, so its
 replies never overtake each other.
+
+A client that speaks batches (``_wire``: it sent envelopes) has the replies of one front door
+turn gathered (``send``) and sent as one message at the turn's end (``flush``); the bounds
+then count that message as they count a single reply.
 """
 
 from __future__ import annotations
@@ -14,10 +18,15 @@ import logging
 import zmq
 
 from ._frames import send_frames
+from ._wire import reply_batch
 
 __all__ = ["ClientReplies"]
 
 log = logging.getLogger("weft_actors.bus")
+
+REPLY_BATCH_BYTES = 256 << 10
+"""Replies gathered (for all clients) before they leave without waiting for the turn's end."""
+MAX_BATCHING_CLIENTS = 1 << 16
 
 
 class ClientReplies:
@@ -25,7 +34,7 @@ class ClientReplies:
     exists, in the front door's thread); used only from that thread, except ``held_bytes``
     and ``dropped``, plain numbers another thread may read a moment stale."""
 
-    __slots__ = ("frontend", "budget", "dropped", "_enveloped", "_held", "_held_bytes")
+    __slots__ = ("frontend", "budget", "dropped", "_enveloped", "_held", "_held_bytes", "batching", "gathered", "_gathered_bytes")
 
     frontend: zmq.Socket
 
@@ -37,6 +46,20 @@ class ClientReplies:
         self._held: dict[bytes, collections.deque[list[bytes]]] = {}
         """Clients whose zmq queue was full -> their replies waiting here, in order."""
         self._held_bytes: dict[bytes, int] = {}
+        self.batching: set[bytes] = set()
+        """Clients that speak batches (``speaks_batches``)."""
+        self.gathered: dict[bytes, list[bytes]] = {}
+        """Such clients -> their replies of this turn, not sent yet (``flush``)."""
+        self._gathered_bytes = 0
+
+    def speaks_batches(self, client: bytes) -> None:
+        """``client`` sent an envelope: its replies may go in batches. Forgetting clients is
+        always safe (their replies then go one by one), so the set is bounded by clearing."""
+        batching = self.batching
+        if client not in batching:
+            if len(batching) >= MAX_BATCHING_CLIENTS:
+                batching.clear()
+            batching.add(client)
 
     def holding(self) -> bool:
         """Whether replies wait here for a slow client (the loop then polls sooner)."""
@@ -50,8 +73,19 @@ class ClientReplies:
         self._enveloped[client] = self._enveloped.get(client, 0) + 1
 
     def send(self, client: bytes, reply: bytes) -> None:
-        """Send ``reply`` to ``client`` now, or hold it (behind those already held)."""
+        """Send ``reply`` to ``client`` now, or hold it (behind those already held); for a
+        client that speaks batches, gather it for this turn's ``flush``."""
         enveloped = self._enveloped
+        if client in self.batching and not (enveloped and client in enveloped):
+            gathered = self.gathered.get(client)
+            if gathered is None:
+                self.gathered[client] = [reply]
+            else:
+                gathered.append(reply)
+            self._gathered_bytes += len(reply)
+            if self._gathered_bytes >= REPLY_BATCH_BYTES:
+                self.flush()
+            return
         if enveloped and client in enveloped:
             if enveloped[client] == 1:
                 del enveloped[client]
@@ -60,6 +94,16 @@ class ClientReplies:
             parts = [client, b"", reply]
         else:
             parts = [client, reply]
+        self._deliver(client, parts)
+
+    def flush(self) -> None:
+        """Send each batching client the replies gathered for it, as one message."""
+        gathered, self.gathered = self.gathered, {}
+        self._gathered_bytes = 0
+        for client, replies in gathered.items():
+            self._deliver(client, [client, replies[0] if len(replies) == 1 else reply_batch(replies)])
+
+    def _deliver(self, client: bytes, parts: list[bytes]) -> None:
         if self._held and client in self._held:  # behind the replies it has not taken yet
             self._hold(client, parts)
             return

@@ -22,7 +22,7 @@ from ..errors import ServerUnavailable
 from . import _calls
 from ._curve import CurveKeys, resolve_curve
 from ._frames import readable, recv_frames
-from ._protocol import decode_reply
+from ._wire import decode_replies
 
 __all__ = ["DEFAULT_ENDPOINT", "ConnectionWatch", "Target", "TargetShell", "answer_pending", "expire", "matching_reply", "queued_replies", "unavailable"]
 
@@ -151,24 +151,28 @@ def matching_reply(socket: zmq.Socket, request_id: str, endpoint: str) -> dict[s
     while readable(socket):
         frames = socket.recv_multipart(_NOBLOCK)
         try:
-            reply = decode_reply(frames[-1])
+            replies = decode_replies(frames[-1])
         except Exception:
             log.warning("discarding a malformed reply from %s", endpoint)
             continue
-        if reply.get("id") == request_id or (reply.get("id") is None and "error" in reply):
-            return reply
-        log.debug("discarding stale reply %r (waiting for %s)", reply.get("id"), request_id)
+        for reply in replies:
+            if reply.get("id") == request_id or (reply.get("id") is None and "error" in reply):
+                return reply
+            log.debug("discarding stale reply %r (waiting for %s)", reply.get("id"), request_id)
     return None
 
 
 def queued_replies(socket: zmq.Socket, endpoint: str) -> Iterator[dict[str, Any]]:
-    """Every reply queued on ``socket``, decoded; a malformed one is dropped (and logged)."""
+    """Every reply queued on ``socket``, decoded (a batch of them split: ``_wire``); a
+    malformed message is dropped (and logged)."""
     while readable(socket):
         frames = recv_frames(socket)
         try:
-            yield decode_reply(frames[-1])
+            replies = decode_replies(frames[-1])
         except Exception:
             log.warning("discarding a malformed reply from %s", endpoint)
+            continue
+        yield from replies
 
 
 def answer_pending(socket: zmq.Socket, pending: dict[Any, asyncio.Future[Any]], endpoint: str) -> None:

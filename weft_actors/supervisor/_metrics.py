@@ -34,6 +34,7 @@ _HELP = {
     "supervisor_shards": "Shard slots configured.",
     "supervisor_shards_ready": "Shards ready to take requests.",
     "supervisor_frontdoor_requests": "Client requests the front door received.",
+    "supervisor_frontdoor_messages": "Client messages the front door received (a batch of requests is one).",
     "supervisor_frontdoor_errors": "Client requests the front door answered with an error itself.",
     "supervisor_frontdoor_overloaded_total": "Requests refused with Overloaded by the front door.",
     "supervisor_frontdoor_replies_dropped_total": "Replies dropped for clients that do not read them.",
@@ -95,7 +96,7 @@ def render(stats: dict[str, Any]) -> str:
     for name, value in sorted(supervisor.items()):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             metric = f"weft_supervisor_{name}"
-            declare(metric, "counter" if name.endswith("_total") or name in ("restarts", "hung_kills", "frontdoor_requests", "frontdoor_errors") else "gauge")
+            declare(metric, "counter" if name.endswith("_total") or name in ("restarts", "hung_kills", "frontdoor_requests", "frontdoor_messages", "frontdoor_errors") else "gauge")
             lines.append(f"{metric} {value}")
 
     counts: dict[str, dict[str, int]] = {}

@@ -374,6 +374,7 @@ class Supervisor:
                 "shards": len(self.slots),
                 "shards_ready": len(self.routing.live_slots),
                 "frontdoor_requests": self.frontdoor.requests,
+                "frontdoor_messages": self.frontdoor.messages,
                 "frontdoor_errors": self.frontdoor.errors,
                 **self.frontdoor.bounds(),
             },
