@@ -28,6 +28,7 @@ from ..store import LmdbStore, open_store
 from ._config import ShardConfig, SupervisorConfig
 from ._console import check_http_bind, start_console
 from ._curve import check_bind, server_keys, start_authenticator
+from ._handoffs import Handoffs
 from ._app_types import TypeMismatchWatch
 from ._counts import flow_counts, workflow_counts
 from ._ipc import make_ipc_dir, remove_ipc_dir
@@ -67,6 +68,7 @@ class Supervisor:
         self.type_watch = TypeMismatchWatch(config.app)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        self.handoffs = Handoffs(self._wake_w)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -149,6 +151,7 @@ class Supervisor:
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
+        signal.signal(signal.SIGUSR1, lambda signum, frame: self.handoffs.request())  # ``_handoffs``
         keys = self.keys
         if keys is not None:  # revoking a key takes effect now (the front door also polls)
             signal.signal(signal.SIGHUP, lambda signum, frame: keys.reload())
@@ -207,6 +210,7 @@ class Supervisor:
                 if ready == self._wake_r:
                     os.read(self._wake_r, 64)
             self._kill_hung()
+            self.handoffs.dispatch(self.slots, self.routing)
             for slot in self.slots:
                 if slot.process is not None:
                     self._read_control(slot)
@@ -235,6 +239,8 @@ class Supervisor:
                     log.info("shard %d ready (engine %s, pid %d)", slot.index, message[1], message[2])
                 elif message[0] == "stats":
                     slot.take_stats(message[1])
+                elif message[0] == "handed":
+                    self.handoffs.relay(self.slots, message)
         except (EOFError, OSError):
             pass
 
