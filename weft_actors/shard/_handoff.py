@@ -35,7 +35,9 @@ __all__ = ["hand_off_runtime", "Wake"]
 log = logging.getLogger("weft_actors.shard")
 
 Wake = Callable[[list[str]], None]
-"""Tells the successor which workflows it now holds (called once per batch moved)."""
+"""Tells the successor which workflows it now holds (called once per batch moved). It must
+arrive (the supervisor's control pipes): a workflow held by a live engine is no reclaim
+candidate, so one whose wake is lost waits until its successor stops or dies."""
 
 BATCH = HANDOFF_BATCH
 """Claims one handoff transaction moves (a test may lower it)."""
@@ -63,19 +65,23 @@ async def _settle(host: StopHost, grace_ends: float) -> int:
     return activities.inflight
 
 
-def _move(host: StopHost, engine_id: str, successor: str, wake: Wake | None) -> int:
-    """Hand every claim this engine holds to ``successor``, batch by batch; how many moved.
-    Stops at the first refusal or failure: the rest is released by the caller."""
+async def _move(host: StopHost, engine_id: str, successor: str, wake: Wake | None) -> int:
+    """Hand every claim this engine holds to ``successor``, ``BATCH`` to a transaction; how
+    many moved. The claims are read first (one snapshot per page), then written batch by
+    batch with a loop turn between two batches: a write moves only what is still this
+    engine's at the epoch read (the fence), so whatever other engines commit meanwhile (a
+    terminate, a deadline) is never undone. Stops at the first refusal or failure: the rest is
+    released by the caller."""
     store = host.store
+    claims: list[tuple[str, int]] = []
+    while page := held_claims(store, engine_id, claims[-1][0].encode() if claims else b"", BATCH):
+        claims += page
     moved = 0
-    after = b""
-    while True:
-        claims = held_claims(store, engine_id, after, BATCH)
-        if not claims:
-            return moved
-        after = claims[-1][0].encode()
+    for start in range(0, len(claims), BATCH):
+        if start:
+            await asyncio.sleep(0)
         try:
-            epochs = hand_off_claims(store, engine_id, successor, claims)
+            epochs = hand_off_claims(store, engine_id, successor, claims[start : start + BATCH])
         except HandoffRefused as exc:
             log.warning("engine %s: successor refused the handoff (%s); releasing instead", engine_id, exc)
             return moved
@@ -87,8 +93,9 @@ def _move(host: StopHost, engine_id: str, successor: str, wake: Wake | None) -> 
         if batch and wake is not None:
             try:
                 wake(batch)
-            except Exception:  # a lost wake costs latency: the successor's claims are durable
+            except Exception:  # not driven until the successor restarts: say so loudly
                 log.exception("engine %s: could not wake successor %s", engine_id, successor)
+    return moved
 
 
 async def hand_off_runtime(host: StopHost, starts: Starts, engine_id: str, successor: str, grace: float, wake: Wake | None) -> int | None:
@@ -113,7 +120,7 @@ async def hand_off_runtime(host: StopHost, starts: Starts, engine_id: str, succe
     stop_actors(host)
     if host.watchdog is not None:
         host.watchdog.released()
-    moved = _move(host, engine_id, successor, wake)
+    moved = await _move(host, engine_id, successor, wake)
     try:
         released = host.store.release_engine(engine_id)
     except WeftError as exc:

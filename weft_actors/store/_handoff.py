@@ -37,9 +37,10 @@ HANDOFF_BATCH: Final = 500
 transactions, so commits of other engines go on between them."""
 
 SKIP_FENCE: list[bool] = [False]
-"""A failpoint for the simulation only (``tests/sim``): True moves a claim without checking
-that this engine still holds it at the epoch it believes, which lets a stale handoff overwrite
-a newer owner. Never set outside a test."""
+"""A failpoint for the simulation's test only (``tests/sim``): True moves a claim without the
+fence (this engine still holds it at the epoch it read, and the workflow is still driven), so
+a handoff whose read went stale writes over what another engine committed meanwhile. Never
+set outside a test."""
 
 
 class HandoffRefused(Exception):
@@ -102,13 +103,10 @@ def hand_off_claims(store: KeyspaceStore, engine_id: str, successor: str, claims
         for wid, epoch in claims:
             wid_raw = wid.encode()
             holder = txn.get(wid_raw, None, store.dbs.claim_holder)
-            if not SKIP_FENCE[0] and (holder is None or bytes(holder[:24]) != me + pack_u64(epoch)):
-                moved[wid] = None  # no longer this engine's at that epoch: not its to hand
-                continue
             raw = txn.get(wid_raw, None, store.dbs.workflows)
             workflow = None if raw is None else unpack_record(raw)
-            if workflow is None or workflow["status"] not in DRIVEN:
-                moved[wid] = None
+            if workflow is None or (not SKIP_FENCE[0] and (holder is None or bytes(holder[:24]) != me + pack_u64(epoch) or workflow["status"] not in DRIVEN)):
+                moved[wid] = None  # no longer this engine's at that epoch (or not driven): not its to hand
                 continue
             if runs is not None and workflow["type"] not in runs:
                 raise HandoffRefused(f"successor engine {successor} does not run workflow type {workflow['type']!r}")
