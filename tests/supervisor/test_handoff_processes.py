@@ -59,6 +59,10 @@ def test_sigusr1_hands_a_shard_off_without_running_an_activity_twice(tmp_path: P
                 client.get_handle(tag).signal("go", tag)
         for thread in waiters:
             thread.join(60)
+        # The drained shard exited 0 and was started again at once: no crash, no backoff.
+        wait_until(lambda: any("handed its workflows off and exited; starting it again" in line for line in sup.stderr_lines), 20, "the planned exit logged")
+        wait_until(lambda: sum("ready (engine" in line for line in sup.stderr_lines) >= 3, 20, "the drained shard ready again")
+        assert not any("exited with code" in line for line in sup.stderr_lines), [line for line in sup.stderr_lines if "exited with code" in line]
     assert results == {tag: [f"charged {tag}", tag] for tag in tags}, results
     for tag in tags:  # each charge ran once: the draining shard let its attempts finish
         assert len(list(runs.glob(f"{tag}.start.*"))) == 1, tag

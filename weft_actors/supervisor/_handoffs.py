@@ -45,6 +45,8 @@ class Handoffs:
         self.grace = grace
         self.requested = 0
         """Handoffs asked for and not dispatched yet."""
+        self.draining: set[int] = set()
+        """Slots told to hand off whose process has not ended yet."""
         self._next = 0
 
     def request(self) -> None:
@@ -67,12 +69,21 @@ class Handoffs:
             self.requested -= 1
             self._next = (draining.index + 1) % len(slots)
             routing.set_dead(draining.index)  # no new work for it: the others take new requests
+            self.draining.add(draining.index)
             draining.ready = False
             log.info("shard %d hands off to shard %d (engine %s), grace %.1fs", draining.index, successor.index, successor.engine_id, self.grace)
             try:
                 draining.control.send(("hand-off", successor.engine_id, self.grace))
             except OSError as exc:
                 log.warning("could not ask shard %d to hand off: %s", draining.index, exc)
+
+    def ended(self, index: int, exitcode: int | None) -> bool:
+        """Whether slot ``index``'s process ended as its handoff meant it to (exit 0): it is
+        started again at once, with no warning and no count toward the restart intensity."""
+        if index not in self.draining:
+            return False
+        self.draining.discard(index)
+        return exitcode == 0
 
     @staticmethod
     def relay(slots: Sequence[_Slot], message: tuple[Any, ...]) -> None:

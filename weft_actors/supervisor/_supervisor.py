@@ -279,7 +279,10 @@ class Supervisor:
         process = slot.process
         process.join(0)
         unwritable = process.exitcode == EXIT_UNWRITABLE
-        if not unwritable:
+        handed = self.handoffs.ended(slot.index, process.exitcode)
+        if handed:
+            log.info("shard %d (pid %s) handed its workflows off and exited; starting it again", slot.index, slot.pid)
+        elif not unwritable:
             log.warning("shard %d (pid %s) exited with code %s%s", slot.index, slot.pid, process.exitcode, " (killed as hung)" if slot.killed else "")
         slot.unwritable = unwritable
         self.routing.set_dead(slot.index)
@@ -297,6 +300,9 @@ class Supervisor:
         slot.process, slot.control, slot.ready, slot.stats = None, None, False, {}
         slot.killed = False
         now = time.monotonic()
+        if handed:  # a handoff's planned exit: no crash, no backoff
+            slot.next_start = now
+            return True
         if unwritable:
             # Not a crash: the store is read-only for now. Retried every few seconds (the
             # shard says why, once per try), never counted toward the restart intensity:
