@@ -106,6 +106,7 @@ def test_parked_workflows_move_in_batches_and_finish_on_the_successor(tmp_path, 
             for wid in timed:
                 await old.start(sleeper, 1.0, id=wid)
             await eventually(lambda: all(wid in old.actors for wid in signalled + timed))
+            waiting = asyncio.ensure_future(new.get_handle("s0").result(timeout=20))  # held by ``old`` as it starts to wait
             woken: list[list[str]] = []
 
             def wake(wids: list[str]) -> None:
@@ -120,6 +121,7 @@ def test_parked_workflows_move_in_batches_and_finish_on_the_successor(tmp_path, 
                 await new.signal(wid, "go", wid)
             for wid in signalled:
                 assert await new.get_handle(wid).result(timeout=10) == wid
+            assert await asyncio.wait_for(waiting, 10) == "s0"  # answered by the successor
             for wid in timed:  # their timers were re-armed by the successor
                 assert await new.get_handle(wid).result(timeout=10) == "woke"
 
