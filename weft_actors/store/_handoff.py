@@ -22,7 +22,7 @@ from ..codec import unpack_record
 from . import _engines
 from ._keys import by_engine_key, engine_key, holder_value, pack_u64, unpack_u64
 from ._offers import offered_types
-from ._reads import Prefetch, prefix_end
+from ._reads import Prefetch, warm
 from ._state import TxnState
 from ._stuck import DRIVEN
 from ._writes import next_epoch
@@ -63,6 +63,7 @@ def held_claims(store: KeyspaceStore, engine_id: str, after: bytes = b"", limit:
             if not bytes(key).startswith(me) or len(keys) >= limit:
                 break
             keys.append(bytes(key))
+        warm(txn, store.dbs.claim_holder, [key[16:] for key in keys])  # one statement on PostgreSQL
         for key in keys:
             holder = txn.get(key[16:], db=store.dbs.claim_holder)
             if holder is not None and bytes(holder[:16]) == me:
@@ -75,7 +76,6 @@ def _reads(dbs: Any, me: bytes, successor: bytes, wids: list[bytes]) -> Prefetch
     reads.keys[dbs.engines] = [me, successor]
     for db in (dbs.claim_holder, dbs.claim_epoch, dbs.workflows):
         reads.keys[db] = wids
-    reads.ranges.append((dbs.by_engine, me, prefix_end(me)))
     return reads
 
 
