@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from weft_actors.errors import EngineDeposed, FencedOut
@@ -83,3 +85,20 @@ def test_held_claims_pages_through_every_claim(kit):
         seen += [wid for wid, _ in page]
         after = page[-1][0].encode()
     assert sorted(seen) == sorted(started) and len(seen) == 7
+
+
+def test_a_successor_must_run_the_types_handed_to_it_built_in_ones_aside(kit):
+    store = kit.store
+    old = kit.engine()
+    runs_order, runs_other = uuid.uuid4().hex, uuid.uuid4().hex
+    store.register_engine(runs_order, heartbeat=kit.HEARTBEAT, ttl=kit.TTL, types=["Order"])
+    store.register_engine(runs_other, heartbeat=kit.HEARTBEAT, ttl=kit.TTL, types=["Other"])
+    order, _, order_epoch = kit.start(old)
+    schedule, _, schedule_epoch = kit.start(old, wf_type="weft.schedule")
+
+    with pytest.raises(HandoffRefused):
+        hand_off_claims(store, old, runs_other, [(order, order_epoch)])
+    with pytest.raises(HandoffRefused):  # a built-in type is run by every engine, but only if told so
+        hand_off_claims(store, old, runs_order, [(schedule, schedule_epoch)])
+    moved = hand_off_claims(store, old, runs_order, [(order, order_epoch), (schedule, schedule_epoch)], frozenset({"weft.schedule"}))
+    assert moved == {order: order_epoch + 1, schedule: schedule_epoch + 1}

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..errors import EngineStopped, WeftError
 from ..store import HANDOFF_BATCH, HandoffRefused, hand_off_claims, held_claims
+from ..workflow import SYSTEM_TYPES
 from ._lifecycle import StopHost, shut_down, stop_actors
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ async def _move(host: StopHost, engine_id: str, successor: str, wake: Wake | Non
         if start:
             await asyncio.sleep(0)
         try:
-            epochs = hand_off_claims(store, engine_id, successor, claims[start : start + BATCH])
+            epochs = hand_off_claims(store, engine_id, successor, claims[start : start + BATCH], SYSTEM_TYPES)
         except HandoffRefused as exc:
             log.warning("engine %s: successor refused the handoff (%s); releasing instead", engine_id, exc)
             return moved

@@ -79,13 +79,16 @@ def _reads(dbs: Any, me: bytes, successor: bytes, wids: list[bytes]) -> Prefetch
     return reads
 
 
-def hand_off_claims(store: KeyspaceStore, engine_id: str, successor: str, claims: list[tuple[str, int]]) -> dict[str, int | None]:
+def hand_off_claims(
+    store: KeyspaceStore, engine_id: str, successor: str, claims: list[tuple[str, int]], every_engine_runs: frozenset[str] = frozenset()
+) -> dict[str, int | None]:
     """Move each ``(wid, epoch)`` of ``claims`` from ``engine_id`` to ``successor`` in one write
     transaction; ``wid -> the successor's epoch``, or None for a claim this engine no longer
     holds at that epoch (taken over, closed or finished meanwhile: left as it is).
 
     ``EngineDeposed`` if this engine is no longer live; ``HandoffRefused`` if the successor is
-    not live or does not run a handed workflow's type (nothing written either way)."""
+    not live or does not run a handed workflow's type (nothing written either way). Types in
+    ``every_engine_runs`` (the built-in ones, which no record lists) pass that check."""
     ownership = store._ownership
     me, succ = engine_key(engine_id), engine_key(successor)
     started = store.clock.lease_now()  # its own lease, judged as in ``apply``
@@ -108,7 +111,7 @@ def hand_off_claims(store: KeyspaceStore, engine_id: str, successor: str, claims
             if workflow is None or (not SKIP_FENCE[0] and (holder is None or bytes(holder[:24]) != me + pack_u64(epoch) or workflow["status"] not in DRIVEN)):
                 moved[wid] = None  # no longer this engine's at that epoch (or not driven): not its to hand
                 continue
-            if runs is not None and workflow["type"] not in runs:
+            if runs is not None and workflow["type"] not in runs and workflow["type"] not in every_engine_runs:
                 raise HandoffRefused(f"successor engine {successor} does not run workflow type {workflow['type']!r}")
             new_epoch = next_epoch(state, wid_raw)
             txn.put(wid_raw, holder_value(succ, new_epoch, now), True, True, False, store.dbs.claim_holder)
