@@ -39,6 +39,7 @@ ON_BOTH_BACKENDS = frozenset({
     "test_signal_request_id",
     "test_stuck",
     "test_live_describe",
+    "test_handoff",
 })
 
 

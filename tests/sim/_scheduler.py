@@ -29,6 +29,7 @@ from weft_actors.shard import _validate
 from weft_actors.store import TERMINAL
 
 from _extras import EXTRA_FEATURES, Extras
+from _handoffs import Handoffs
 from _invariants import Checker
 from _workload import Workload
 from _world import World
@@ -40,7 +41,7 @@ ALL_FEATURES = frozenset(
         "update", "cancel", "terminate", "delayed", "timeout", "collector", "parent", "racer", "looper", "relay",
         "bad-input", "start-new-collector",
         "stall", "kill", "die-before", "die-after-apply", "die-after-commit", "fail-commit", "refuse-intent",
-        "clock-jump", "mark-dead", "store-full", "hint-faults", "slow-turn",
+        "clock-jump", "mark-dead", "store-full", "hint-faults", "slow-turn", "handoff",
         *EXTRA_FEATURES,
     }
 )
@@ -127,6 +128,7 @@ class Run:
         self.world.rng = random.Random(self.rng.getrandbits(64))
         self.workload = Workload(self.world, random.Random(self.rng.getrandbits(64)))
         self.extras = Extras(self, seed)
+        self.handoffs = Handoffs(self, seed)
         self.checker = Checker(self.world)
         self.world.on_commit = self.checker.after_commit  # type: ignore[method-assign]
         self.events: list[tuple[float, int, str, Callable[[], None]]] = []
@@ -159,6 +161,7 @@ class Run:
         self.at(start + WORKLOAD_SECONDS, "drain", self._drain)
         self.at(start + WORKLOAD_SECONDS + DRAIN_SECONDS, "deadline", self._deadline)
         self.extras.plan(start, WORKLOAD_SECONDS)
+        self.handoffs.plan(start, WORKLOAD_SECONDS)
 
     # -- events ---------------------------------------------------------------------------
 
@@ -372,6 +375,7 @@ def run_seed(seed: int, features: frozenset[str] = ALL_FEATURES) -> Outcome:
     finally:
         _validate.time = saved_time  # type: ignore[assignment]
         _validate._random.setstate(saved_state)
+        Handoffs.restore()
         if run is not None:
             run.world.unpatch_dispatch()
             run.world.close()

@@ -281,7 +281,8 @@ class World:
         if store is not None and not store._closed:
             before = store.env.info()["last_txnid"]
             record = store.engine(node.engine_id)
-            was_live = record is not None and is_live(record, self.clock.lease_now()) and node.engine.state == "running"
+            # ``stopping``: a handoff's (or a stop's) own transactions, fenced by the record
+            was_live = record is not None and is_live(record, self.clock.lease_now()) and node.engine.state in ("running", "stopping")
         died = False
         try:
             name = node.loop.run_one()

@@ -34,7 +34,8 @@ from ._committer import GroupCommitter
 from ._driving import Driver
 from ._eviction import Evictor
 from ._handle import WorkflowHandle
-from ._hints import Hints
+from ._handoff import Wake, hand_off_runtime
+from ._hints import HANDED_OFF, Hints
 from ._hosting import ActorHost
 from ._lifecycle import close_runtime, depose_runtime, register, tune_gc, warn_on_type_mismatch
 from ._maintenance import Maintenance
@@ -212,6 +213,19 @@ class Engine:
         them at once), and fail every call still waiting with ``EngineStopped``."""
         if await close_runtime(self._host, self.engine_id):
             self._stopped.set()
+
+    async def hand_off(self, successor: Engine | str, grace: float = 30.0, wake: Wake | None = None) -> int | None:
+        """Drain to ``successor`` (a live engine on this store, or its id; ``wake`` tells it what
+        moved, ``adopt`` for an Engine): see ``_handoff``. How many moved; None if not running."""
+        target, wake = (successor.engine_id, wake or successor.adopt) if isinstance(successor, Engine) else (successor, wake)
+        moved = await hand_off_runtime(self._host, self.starts, self.engine_id, target, grace, wake)
+        if self._host.state in ("stopped", "deposed"):
+            self._stopped.set()
+        return moved
+
+    def adopt(self, workflow_ids: list[str]) -> None:
+        """Drive at once these workflows a peer handed to this engine (from any thread)."""
+        self.hint_many([(wid, HANDED_OFF) for wid in workflow_ids])
 
     def depose(self, reason: str) -> None:
         """This engine lost its own liveness (its record is dead, expired or replaced): stop

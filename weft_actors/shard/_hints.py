@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from ._committer import GroupCommitter
     from ._waiters import Waiters
 
-__all__ = ["HintHost", "Hints"]
+__all__ = ["HANDED_OFF", "HintHost", "Hints"]
+
+HANDED_OFF = "handed-off"
+"""The hint kind that tells an engine a peer handed it a workflow (``Engine.adopt``)."""
 
 
 class _Hinted(Protocol):
@@ -39,6 +42,9 @@ class HintHost(Protocol):
 
     @property
     def waiters(self) -> Waiters: ...
+
+    @property
+    def orphans(self) -> set[str]: ...
 
     def look_at(self, wid: str) -> bool: ...
 
@@ -98,6 +104,11 @@ class Hints:
         if kind == "workflow-done":
             for future in tuple(waiters.by_wid.get(workflow_id, ())):
                 resolve(future, None)  # result() reads the store again
+        elif kind == HANDED_OFF:
+            # Handed to this engine by a draining peer (``_handoff``): the reclaim pass, run
+            # now, drives each orphan it finds held here at its epoch (``_retry_orphans``).
+            host.orphans.add(workflow_id)
+            host.maintenance.hint()
         else:
             host.look_at(workflow_id)
         if waiters.updates:  # an owner elsewhere may have answered

@@ -92,11 +92,18 @@ class StartHost(Protocol):
 class Starts:
     """The starts of one engine; ``starts_overloaded`` counts those refused by ``max_running``."""
 
-    __slots__ = ("_host", "starts_overloaded")
+    __slots__ = ("_host", "starts_overloaded", "handing_off")
 
     def __init__(self, host: StartHost) -> None:
         self._host = host
         self.starts_overloaded = 0
+        self.handing_off = False
+        """Set by ``Engine.hand_off``: new workflows are refused (``Overloaded``, retryable) so
+        that nothing new lands on an engine whose claims are about to move."""
+
+    def refuse_if_handing_off(self) -> None:
+        if self.handing_off:
+            raise Overloaded(f"engine {self._host.engine_id} is handing its workflows off: start elsewhere, or retry", reason="handing_off")
 
     async def start(self, workflow: Any, args: tuple[Any, ...], options: dict[str, Any]) -> tuple[str, str]:
         """``Engine.start``: the id and run id once the start is committed."""
@@ -141,6 +148,8 @@ class Starts:
         answered by its commit's reply (``answer_reply``) needs neither."""
         host = self._host
         host.check_running()
+        if self.handing_off:
+            self.refuse_if_handing_off()
         definition = host.definition(workflow)
         if options.get("start_delay") is None and options.get("start_at") is None:
             self.admit()  # a delayed start makes no actor now (and its firing is never refused)
@@ -169,6 +178,7 @@ class Starts:
         """``Engine.signal_with_start``: the id and run id once committed."""
         host = self._host
         host.check_running()
+        self.refuse_if_handing_off()
         validate_name(signal, "a signal")
         definition = host.definition(workflow)
         self.admit()  # refused like a start at the actor cap, even if it only signals

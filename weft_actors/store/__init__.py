@@ -33,6 +33,7 @@ from ._base import ReplayRows
 from ._open import open_store, is_store_url, describe_location
 from ._permits import HoldPermits, TakePermits
 from ._flow import Flow, flow_group
+from ._handoff import HANDOFF_BATCH, HandoffRefused, hand_off_claims, held_claims
 
 __all__ = [
     "ReplayRows",
@@ -91,4 +92,8 @@ __all__ = [
     "TimerRef",
     "TakePermits",
     "HoldPermits",
+    "HANDOFF_BATCH",
+    "HandoffRefused",
+    "hand_off_claims",
+    "held_claims",
 ]

@@ -309,12 +309,20 @@ class ShardServer:
             message = ("drain",)  # the supervisor is gone: stop cleanly
         if message[0] == "drain" and not self._stopping:
             asyncio.ensure_future(self._drain())
+        elif message[0] == "hand-off" and not self._stopping:  # ``supervisor._handoffs``
+            asyncio.ensure_future(self._drain(message[1], message[2]))
+        elif message[0] == "adopt":
+            self.engine.adopt(message[1])
 
-    async def _drain(self) -> None:
-        """Stop taking requests, let what runs finish or park, release the claims, exit 0."""
+    async def _drain(self, successor: str | None = None, grace: float = 0.0) -> None:
+        """Stop taking requests, let what runs finish or park, release the claims (or hand
+        them to ``successor``: ``Engine.hand_off``), exit 0."""
         self._stopping = True
-        log.info("shard %d draining", self.config.slot)
-        await self.engine.close()
+        log.info("shard %d draining%s", self.config.slot, "" if successor is None else f" to engine {successor}")
+        if successor is None:
+            await self.engine.close()
+        else:
+            await self.engine.hand_off(successor, grace, wake=lambda wids: self.control.send(("handed", successor, wids)))
         deadline = asyncio.get_running_loop().time() + 2
         await self.inline.settled(2)  # a stopped engine answers each of them (EngineStopped)
         if self._tasks or self._following:  # some may have gone on in a task meanwhile

@@ -28,6 +28,7 @@ from ..store import LmdbStore, open_store
 from ._config import ShardConfig, SupervisorConfig
 from ._console import check_http_bind, start_console
 from ._curve import check_bind, server_keys, start_authenticator
+from ._handoffs import Handoffs
 from ._app_types import TypeMismatchWatch
 from ._counts import flow_counts, workflow_counts
 from ._ipc import make_ipc_dir, remove_ipc_dir
@@ -67,6 +68,7 @@ class Supervisor:
         self.type_watch = TypeMismatchWatch(config.app)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        self.handoffs = Handoffs(self._wake_w)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -149,6 +151,7 @@ class Supervisor:
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
+        signal.signal(signal.SIGUSR1, lambda signum, frame: self.handoffs.request())  # ``_handoffs``
         keys = self.keys
         if keys is not None:  # revoking a key takes effect now (the front door also polls)
             signal.signal(signal.SIGHUP, lambda signum, frame: keys.reload())
@@ -207,6 +210,7 @@ class Supervisor:
                 if ready == self._wake_r:
                     os.read(self._wake_r, 64)
             self._kill_hung()
+            self.handoffs.dispatch(self.slots, self.routing)
             for slot in self.slots:
                 if slot.process is not None:
                     self._read_control(slot)
@@ -235,6 +239,8 @@ class Supervisor:
                     log.info("shard %d ready (engine %s, pid %d)", slot.index, message[1], message[2])
                 elif message[0] == "stats":
                     slot.take_stats(message[1])
+                elif message[0] == "handed":
+                    self.handoffs.relay(self.slots, message)
         except (EOFError, OSError):
             pass
 
@@ -273,7 +279,10 @@ class Supervisor:
         process = slot.process
         process.join(0)
         unwritable = process.exitcode == EXIT_UNWRITABLE
-        if not unwritable:
+        handed = self.handoffs.ended(slot.index, process.exitcode)
+        if handed:
+            log.info("shard %d (pid %s) handed its workflows off and exited; starting it again", slot.index, slot.pid)
+        elif not unwritable:
             log.warning("shard %d (pid %s) exited with code %s%s", slot.index, slot.pid, process.exitcode, " (killed as hung)" if slot.killed else "")
         slot.unwritable = unwritable
         self.routing.set_dead(slot.index)
@@ -291,6 +300,9 @@ class Supervisor:
         slot.process, slot.control, slot.ready, slot.stats = None, None, False, {}
         slot.killed = False
         now = time.monotonic()
+        if handed:  # a handoff's planned exit: no crash, no backoff
+            slot.next_start = now
+            return True
         if unwritable:
             # Not a crash: the store is read-only for now. Retried every few seconds (the
             # shard says why, once per try), never counted toward the restart intensity:

@@ -1,0 +1,25 @@
+"""The app of the supervisor handoff test: an activity that counts its runs in files (one per
+run, under ``$WEFT_TEST_RUNS``), so a test tells how many times it ran across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+
+from weft_actors import activity, workflow
+
+
+@activity
+async def charge(tag: str, seconds: float) -> str:
+    runs = os.environ["WEFT_TEST_RUNS"]
+    open(os.path.join(runs, f"{tag}.start.{uuid.uuid4().hex}"), "w").close()
+    await asyncio.sleep(seconds)
+    open(os.path.join(runs, f"{tag}.end.{uuid.uuid4().hex}"), "w").close()
+    return f"charged {tag}"
+
+
+@workflow
+async def charge_then_wait(ctx, tag: str, seconds: float) -> list:
+    charged = await ctx.run(charge, tag, seconds)
+    return [charged, await ctx.wait_signal("go")]
