@@ -80,7 +80,9 @@ def _owners(endpoint: str, ids: list[str]) -> dict[str, int]:
 def test_a_shard_killed_mid_batch_fails_only_the_items_it_held_that_cannot_be_sent_again(either_store: str, client_kind: str) -> None:
     count = 40
     # Even positions: a fixed id and if_exists="return" (safe to send again); odd: a fixed id alone.
-    items = [("sleeper", (4.0,), {"id": f"held-{client_kind}-{i}", **({"if_exists": "return"} if i % 2 == 0 else {})}) for i in range(count)]
+    # Each waits for an "approve" signal the test sends only after the kill: none can end before
+    # it, however slow the machine (a timer of a few seconds could run out first under load).
+    items = [("order", (f"o{i}", 100), {"id": f"held-{client_kind}-{i}", **({"if_exists": "return"} if i % 2 == 0 else {})}) for i in range(count)]
     ids = [f"held-{client_kind}-{i}" for i in range(count)]
     landed: list[Any] = []
     failure: list[BaseException] = []
@@ -95,16 +97,19 @@ def test_a_shard_killed_mid_batch_fails_only_the_items_it_held_that_cannot_be_se
         runner = threading.Thread(target=batch, daemon=True)
         runner.start()
         with Client(sup.endpoint) as client:
-            wait_until(lambda: len(client.list(type="sleeper", limit=1000)["items"]) == count, 20, "every start committed")
+            wait_until(lambda: len(client.list(type="order", limit=1000)["items"]) == count, 20, "every start committed")
         owners = _owners(sup.endpoint, ids)
         victim = sup.shard_pids[0]
         assert victim in owners.values() and len(set(owners.values())) == 2  # both shards hold some
         os.kill(victim, signal.SIGKILL)
+        with Client(sup.endpoint, timeout=20) as client:
+            for wid in ids:
+                client.get_handle(wid).signal("approve", True)
         runner.join(60)
         assert not runner.is_alive() and not failure, failure
         results = _by_position(landed, count)
         unknown = {position for position, item in enumerate(results) if isinstance(item.error, OutcomeUnknown)}
         assert unknown and unknown == {i for i in range(count) if i % 2 == 1 and owners[ids[i]] == victim}
-        assert all(results[i].result() == "woke" for i in range(count) if i not in unknown)
+        assert all(results[i].result()["approved"] is True for i in range(count) if i not in unknown)
         with Client(sup.endpoint) as client:  # what was answered OutcomeUnknown had landed: it exists and ends
-            assert all(client.get_handle(ids[i]).result(timeout=30) == "woke" for i in unknown)
+            assert all(client.get_handle(ids[i]).result(timeout=30)["approved"] is True for i in unknown)
