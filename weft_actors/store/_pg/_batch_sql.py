@@ -24,7 +24,12 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["write_settings", "write_query"]
+__all__ = ["WRITES_DONE", "write_settings", "write_query"]
+
+WRITES_DONE = "SET LOCAL enable_seqscan TO DEFAULT"
+"""Sent after a write transaction's writes, before its ``COMMIT``: what runs inside the commit
+(a deferred trigger of an operator's, ``tests/_commit_cutter``'s) plans as any session does.
+A plpgsql loop over a table without an index ran several times slower with scans off."""
 
 
 def write_settings(lock_timeout_ms: int) -> str:

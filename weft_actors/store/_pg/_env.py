@@ -21,7 +21,7 @@ import psycopg
 from ...errors import StorageError
 from .._disk import READ_ONLY
 from .._reads import Prefetch
-from ._batch_sql import write_settings
+from ._batch_sql import WRITES_DONE, write_settings
 from ._lockwait import LockWait
 from ._outcome import Outcomes, resolve_commit
 from ._connect import CONNECT_LIMIT, READ_LIMIT, SILENT_AFTER, STALLED, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
@@ -264,6 +264,7 @@ class PgEnvironment:
             if write:
                 with conn.pipeline():
                     txn.flush()
+                    conn.execute(WRITES_DONE)
                     conn.execute("COMMIT")
             else:
                 conn.execute("COMMIT")
