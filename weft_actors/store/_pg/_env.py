@@ -21,7 +21,7 @@ import psycopg
 from ...errors import StorageError
 from .._disk import READ_ONLY
 from .._reads import Prefetch
-from ._batch_sql import WRITES_DONE, write_settings
+from ._batch_sql import WRITES_DONE, key_groups, keys_query, write_settings
 from ._lockwait import LockWait
 from ._outcome import Outcomes, resolve_commit
 from ._connect import CONNECT_LIMIT, READ_LIMIT, SILENT_AFTER, STALLED, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
@@ -49,10 +49,11 @@ one batch (capped, ``GroupCommitter``)."""
 
 def send_prefetch(conn: psycopg.Connection[Any], prefetch: Prefetch) -> list[Any]:
     """Queue the reads of ``prefetch`` on ``conn`` (in pipeline mode); ``receive_prefetch``
-    takes their rows. One statement per keyspace and kind of read, whatever the row count."""
+    takes their rows. One statement per keyspace and kind of read, whatever the row count, and
+    one for the keyspaces read by the same keys (``_batch_sql.keys_query``)."""
     cursors = []
-    for db, keys in prefetch.keys.items():
-        cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k = ANY(%b)", (keys,), binary=True))
+    for dbs, keys in key_groups(prefetch.keys):
+        cursors.append(conn.execute(keys_query(dbs), (keys,), binary=True))
     for db, low, high in prefetch.ranges:
         cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k >= %b AND k < %b", (low, high), binary=True))
     for db, (bounds, limit) in prefetch.tails.items():
@@ -62,8 +63,13 @@ def send_prefetch(conn: psycopg.Connection[Any], prefetch: Prefetch) -> list[Any
 
 def receive_prefetch(txn: PgTxn, prefetch: Prefetch, cursors: list[Any]) -> None:
     results = iter(cursors)
-    for db, keys in prefetch.keys.items():
-        txn.cached(db, keys, next(results).fetchall())
+    for dbs, keys in key_groups(prefetch.keys):
+        rows = next(results).fetchall()
+        if len(dbs) == 1:
+            txn.cached(dbs[0], keys, rows)
+            continue
+        for column, db in enumerate(dbs, 1):
+            txn.cached(db, keys, [(row[0], row[column]) for row in rows if row[column] is not None])
     for db, low, high in prefetch.ranges:
         txn.cached_range(db, low, high, next(results).fetchall())
     for db, (bounds, limit) in prefetch.tails.items():
