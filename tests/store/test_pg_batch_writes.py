@@ -132,25 +132,6 @@ def test_a_row_taken_for_new_is_never_overwritten_the_transaction_fails_instead(
         store.close()
 
 
-@pytest.mark.timeout(60)
-def test_a_batch_reads_its_workflows_holders_and_epochs_in_one_statement(schema_url: str) -> None:
-    store = _store(schema_url)
-    try:
-        engine = uuid.uuid4().hex
-        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
-        _, intents, created = _created(store, engine)
-        steps = [StepCommit(intent.wid, result.epoch, intent.run_id, ops=((0, encode({"kind": "activity", "name": "charge"})),)) for intent, result in zip(intents, created)]
-        texts, results = recorded(store, lambda: store.apply(engine, steps))
-        assert not [result for result in results if isinstance(result, Exception)], results
-        reads = [text for text in texts if text.startswith("SELECT") and re.search(r"weft_(workflows|claim_holder|claim_epoch)\b", text)]
-        assert len(reads) == 1, reads
-        assert all(table in reads[0] for table in ("weft_workflows", "weft_claim_holder", "weft_claim_epoch"))
-        for intent, result in zip(intents, created):
-            assert store.get_epoch(intent.wid) == result.epoch and 0 in store.load_ops(intent.wid, intent.run_id)
-    finally:
-        store.close()
-
-
 def _scans(conn: psycopg.Connection[Any], table: str) -> tuple[int, int]:
     row = conn.execute("SELECT seq_scan, coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = %s AND schemaname = current_schema()", (table,)).fetchone()
     assert row is not None

@@ -7,15 +7,14 @@ a key range). Two settings, local to the transaction, keep the server's plans to
 - ``enable_seqscan = off``: with a few hundred keys against a table of some thousands of
   small rows (a young store, the claim tables) the planner prefers reading the whole table and
   hashing the array to a few hundred index probes, and every batch then paid for the table.
-- ``plan_cache_mode = force_generic_plan``: psycopg prepares each statement on its first use;
-  a generic plan is then made once per connection and kept. With sequential scans off the
-  plan is an index probe whatever the table held when it was made (the trap that made the
-  session plan every execution: a generic ``k = ANY(...)`` planned on an empty table scans it
-  whole for ever after). Read transactions keep the session's custom plans.
-
-The keyspaces a batch reads by the same keys (each intent's workflow record, holder and
-epoch) are read in one statement, the keys joined to each table, each key sent and returned
-once.
+- ``plan_cache_mode = force_generic_plan`` for the batch's own reads (``k = ANY(...)``, sent
+  with the lock) and writes (``write_query``): psycopg prepares each statement on its first
+  use; a generic plan is then made once per connection and kept. These statements have no
+  join to choose and, with sequential scans off, their plan is an index probe whatever the
+  table held when it was made (the trap that made the session plan every execution: a
+  generic ``k = ANY(...)`` planned on an empty table scans it whole for ever after). Every
+  other statement, in the transaction code between the two, keeps the session's custom plans
+  (``OWN_PLANS``): a generic plan of a range join could be that trap again.
 
 A keyspace's writes of one commit go as one statement: the deletes and the plain inserts as
 data-modifying ``WITH`` parts of the upsert (their keys are disjoint: an overlay holds one
@@ -28,7 +27,13 @@ from __future__ import annotations
 
 import functools
 
-__all__ = ["WRITES_DONE", "write_settings", "write_query", "key_groups", "keys_query"]
+__all__ = ["OWN_PLANS", "BATCH_PLANS", "WRITES_DONE", "write_settings", "write_query"]
+
+OWN_PLANS = "SELECT set_config('plan_cache_mode', 'force_custom_plan', true)"
+"""Sent after the batch's reads: the transaction code's own statements are planned each time."""
+
+BATCH_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+"""Sent before the batch's writes: planned once per connection."""
 
 WRITES_DONE = "SET LOCAL enable_seqscan TO DEFAULT"
 """Sent after a write transaction's writes, before its ``COMMIT``: what runs inside the commit
@@ -63,21 +68,3 @@ def write_query(db: str, deletes: bool, inserts: bool, upserts: bool) -> str:
         return last
     return "WITH " + ", ".join(f"w{index} AS ({part})" for index, part in enumerate(before)) + " " + last
 
-
-def key_groups(keys_of: dict[str, list[bytes]]) -> list[tuple[tuple[str, ...], list[bytes]]]:
-    """``keys_of`` (keyspace -> keys) as ``(keyspaces, keys)``: the keyspaces given the very same
-    list of keys (``_store.batch_reads``) together, in their first one's order."""
-    groups: dict[int, tuple[list[str], list[bytes]]] = {}
-    for db, keys in keys_of.items():
-        groups.setdefault(id(keys), ([], keys))[0].append(db)
-    return [(tuple(dbs), keys) for dbs, keys in groups.values()]
-
-
-@functools.cache
-def keys_query(dbs: tuple[str, ...]) -> str:
-    """The rows of the keys of one ``bytea[]`` parameter in each of ``dbs``: ``(k, v)`` for one
-    keyspace, ``(k, v of the first or NULL, v of the second or NULL, ...)`` for several."""
-    if len(dbs) == 1:
-        return f"SELECT k, v FROM {dbs[0]} WHERE k = ANY(%b)"
-    joins = " ".join(f"LEFT JOIN {db} AS t{index} ON t{index}.k = u.k" for index, db in enumerate(dbs))
-    return f"SELECT u.k, {', '.join(f't{index}.v' for index in range(len(dbs)))} FROM unnest(%b::bytea[]) AS u(k) {joins}"

@@ -21,7 +21,7 @@ import psycopg
 from ...errors import StorageError
 from .._disk import READ_ONLY
 from .._reads import Prefetch
-from ._batch_sql import WRITES_DONE, key_groups, keys_query, write_settings
+from ._batch_sql import BATCH_PLANS, OWN_PLANS, WRITES_DONE, write_settings
 from ._lockwait import LockWait
 from ._outcome import Outcomes, resolve_commit
 from ._connect import CONNECT_LIMIT, READ_LIMIT, SILENT_AFTER, STALLED, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
@@ -49,11 +49,10 @@ one batch (capped, ``GroupCommitter``)."""
 
 def send_prefetch(conn: psycopg.Connection[Any], prefetch: Prefetch) -> list[Any]:
     """Queue the reads of ``prefetch`` on ``conn`` (in pipeline mode); ``receive_prefetch``
-    takes their rows. One statement per keyspace and kind of read, whatever the row count, and
-    one for the keyspaces read by the same keys (``_batch_sql.keys_query``)."""
+    takes their rows. One statement per keyspace and kind of read, whatever the row count."""
     cursors = []
-    for dbs, keys in key_groups(prefetch.keys):
-        cursors.append(conn.execute(keys_query(dbs), (keys,), binary=True))
+    for db, keys in prefetch.keys.items():
+        cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k = ANY(%b)", (keys,), binary=True))
     for db, low, high in prefetch.ranges:
         cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k >= %b AND k < %b", (low, high), binary=True))
     for db, (bounds, limit) in prefetch.tails.items():
@@ -63,13 +62,8 @@ def send_prefetch(conn: psycopg.Connection[Any], prefetch: Prefetch) -> list[Any
 
 def receive_prefetch(txn: PgTxn, prefetch: Prefetch, cursors: list[Any]) -> None:
     results = iter(cursors)
-    for dbs, keys in key_groups(prefetch.keys):
-        rows = next(results).fetchall()
-        if len(dbs) == 1:
-            txn.cached(dbs[0], keys, rows)
-            continue
-        for column, db in enumerate(dbs, 1):
-            txn.cached(db, keys, [(row[0], row[column]) for row in rows if row[column] is not None])
+    for db, keys in prefetch.keys.items():
+        txn.cached(db, keys, next(results).fetchall())
     for db, low, high in prefetch.ranges:
         txn.cached_range(db, low, high, next(results).fetchall())
     for db, (bounds, limit) in prefetch.tails.items():
@@ -269,6 +263,7 @@ class PgEnvironment:
         try:
             if write:
                 with conn.pipeline():
+                    conn.execute(BATCH_PLANS)
                     txn.flush()
                     conn.execute(WRITES_DONE)
                     conn.execute("COMMIT")
@@ -340,6 +335,7 @@ class PgEnvironment:
                         label, _, started = waiting.rpartition(":")
                         lock = conn.execute(self._held_query, (waiting, label + ":-", float(started)))
                     reads = [] if prefetch is None else send_prefetch(conn, prefetch)
+                    conn.execute(OWN_PLANS)
                     row = lock.fetchone()
                     if prefetch is not None:
                         receive_prefetch(txn, prefetch, reads)
