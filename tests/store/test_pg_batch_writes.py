@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from weft_actors.codec import encode, encode_args
-from weft_actors.errors import StorageError
+from weft_actors.errors import FencedOut, StorageError
 from weft_actors.store import Created, CreateWorkflow, Finish, StepCommit
 from weft_actors.testing import FakeClock
 
@@ -128,6 +128,35 @@ def test_a_row_taken_for_new_is_never_overwritten_the_transaction_fails_instead(
                 txn.put(key, b"mine", db=table)
         with store.env.begin() as txn:
             assert txn.get(key, db=table) is None  # the whole transaction rolled back: nothing landed
+    finally:
+        store.close()
+
+
+def _reads_of(texts: list[str], table: str) -> list[str]:
+    return [text for text in texts if text.startswith("SELECT") and re.search(rf"\b{table}\b", text)]
+
+
+@pytest.mark.timeout(60)
+def test_a_plain_step_reads_only_its_holder_and_the_fence_stays_exact(schema_url: str) -> None:
+    store = _store(schema_url)
+    try:
+        engine = uuid.uuid4().hex
+        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
+        _, intents, created = _created(store, engine)
+        op = encode({"kind": "activity", "name": "charge"})
+        steps = [StepCommit(intent.wid, result.epoch, intent.run_id, ops=((0, op),)) for intent, result in zip(intents, created)]
+        stale = StepCommit(intents[0].wid, created[0].epoch + 1, intents[0].run_id, ops=((1, op),))  # an epoch it never held
+        texts, results = recorded(store, lambda: store.apply(engine, steps + [stale]))
+        assert results[:-1] == [None] * len(steps) and isinstance(results[-1], FencedOut)
+        assert _reads_of(texts, "weft_claim_epoch") == [] and _reads_of(texts, "weft_workflows") == []
+        assert len(_reads_of(texts, "weft_claim_holder")) == 1  # the fence: every holder at once
+        assert 1 not in store.load_ops(intents[0].wid, intents[0].run_id)
+
+        ends = [StepCommit(intent.wid, result.epoch, intent.run_id, ops=((1, op),), finish=Finish("completed", result=encode(1))) for intent, result in zip(intents, created)]
+        texts, results = recorded(store, lambda: store.apply(engine, ends))
+        assert results == [None] * len(ends)
+        assert _reads_of(texts, "weft_claim_epoch") == [] and len(_reads_of(texts, "weft_workflows")) == 1
+        assert all(store.get_workflow(intent.wid)["status"] == "completed" for intent in intents)  # type: ignore[index]
     finally:
         store.close()
 
