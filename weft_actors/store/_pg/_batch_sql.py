@@ -37,7 +37,7 @@ BATCH_PLANS = "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
 
 WRITES_DONE = "SET LOCAL enable_seqscan TO DEFAULT"
 """Sent after a write transaction's writes, before its ``COMMIT``: what runs inside the commit
-(a deferred trigger of an operator's, ``tests/_commit_cutter``'s) plans as any session does.
+(a deferred trigger, an operator's or a fault test's) plans as any session does.
 A plpgsql loop over a table without an index ran several times slower with scans off."""
 
 
