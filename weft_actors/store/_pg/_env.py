@@ -21,6 +21,7 @@ import psycopg
 from ...errors import StorageError
 from .._disk import READ_ONLY
 from .._reads import Prefetch
+from ._batch_sql import BATCH_PLANS, OWN_PLANS, WRITES_DONE, write_settings
 from ._lockwait import LockWait
 from ._outcome import Outcomes, resolve_commit
 from ._connect import CONNECT_LIMIT, READ_LIMIT, SILENT_AFTER, STALLED, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
@@ -152,7 +153,7 @@ class PgEnvironment:
             self.server_started = float(row[1])
             if self.on_server_start is not None:
                 self.on_server_start(self.server_started)
-        self._lock_timeout = f"SET LOCAL lock_timeout = {int(LOCK_HOLD_LIMIT * 1000)}"
+        self._lock_timeout = write_settings(int(LOCK_HOLD_LIMIT * 1000))  # and the plans (``_batch_sql``)
         self._lock_query = (
             f"SELECT pg_advisory_xact_lock({self.lock_key}), extract(epoch FROM clock_timestamp())::float8, txid_current(), "
             "extract(epoch FROM clock_timestamp() - statement_timestamp())::float8"
@@ -262,7 +263,9 @@ class PgEnvironment:
         try:
             if write:
                 with conn.pipeline():
+                    conn.execute(BATCH_PLANS)
                     txn.flush()
+                    conn.execute(WRITES_DONE)
                     conn.execute("COMMIT")
             else:
                 conn.execute("COMMIT")
@@ -332,6 +335,7 @@ class PgEnvironment:
                         label, _, started = waiting.rpartition(":")
                         lock = conn.execute(self._held_query, (waiting, label + ":-", float(started)))
                     reads = [] if prefetch is None else send_prefetch(conn, prefetch)
+                    conn.execute(OWN_PLANS)
                     row = lock.fetchone()
                     if prefetch is not None:
                         receive_prefetch(txn, prefetch, reads)

@@ -24,9 +24,8 @@ from .. import _engines
 from .._apply import DEFAULT_MAX_INBOX, TxnState
 from .._base import ApplierCrashed, KeyspaceStore
 from .._dispatch import APPLIER_OF
-from .._keys import COUNT_PREFIX, engine_key
+from .._keys import engine_key
 from .._reads import Prefetch
-from .._refusals import REFUSED_KEY
 from .._migrate import adopt_lease_clock
 from .._ownership import Ownership
 from .._refusals import Refusals
@@ -34,6 +33,7 @@ from ._clock import ServerClock
 from ._connect import HOLD_OFF_MAX, classify
 from ._env import PgEnvironment
 from ._writer import BatchWriter
+from ._batch_reads import batch_reads
 from ._hints import CHANNEL, Listener, notify_payload
 from ._liveness import relock_engine
 from ._waits import waiting_since
@@ -399,27 +399,6 @@ class PgStore(KeyspaceStore):
             return [exc] * len(intents)
         self._batch_committed(state.promoted, written, len(intents))
         return results
-
-
-_META_KEYS: Final = [b"feed_seq", REFUSED_KEY]
-
-
-def batch_reads(dbs: Any, engine_id: str, intents: list[Any]) -> Prefetch:
-    """What a batch's transaction code will read, to fetch with the lock: the engine's record
-    (its liveness check), each intent's workflow record, holder and epoch (fences, status),
-    the feed sequence and the workflow counts. Anything else it reads costs a statement."""
-    wids = list({intent.wid.encode() for intent in intents if isinstance(getattr(intent, "wid", None), str) and intent.wid})
-    wids = [wid for wid in wids if len(wid) <= MAX_KEY]
-    prefetch = Prefetch()
-    prefetch.keys[dbs.engines] = [engine_key(engine_id)]
-    if wids:
-        prefetch.keys[dbs.workflows] = wids
-        prefetch.keys[dbs.claim_holder] = wids
-        prefetch.keys[dbs.claim_epoch] = wids
-    prefetch.keys[dbs.meta] = _META_KEYS
-    prefetch.ranges.append((dbs.meta, COUNT_PREFIX, COUNT_PREFIX[:-1] + bytes((COUNT_PREFIX[-1] + 1,))))
-    return prefetch
-
 
 
 def _local_dir(url: str) -> str:

@@ -3,9 +3,9 @@ it unchanged.
 
 Each keyspace is a table ``(k bytea primary key, v bytea)``. A transaction reads through to
 the server (one statement per ``get``, one page per cursor step past what it fetched) and
-buffers every write in memory: ``flush`` sends them as one ``DELETE ... = ANY`` and one
-``INSERT ... FROM unnest ... ON CONFLICT`` per keyspace, so a batch of a thousand intents
-costs a handful of statements to write, whatever it touched.
+buffers every write in memory: ``flush`` sends them as one statement per keyspace (its
+deletes, its inserts and its upserts: ``_batch_sql``), so a batch of a thousand intents costs
+a handful of statements to write, whatever it touched.
 
 Reads see the transaction's own buffered writes, as LMDB's do. ``bytea`` compares byte by
 byte, as LMDB's keys do, so range scans come back in the same order.
@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 
+from ._batch_sql import write_query
 from ._cursor import PgCursor
 from ._overlay import DELETED, MAX_KEY, Overlay, Spans, between, between_keys, checked_key, ranges_params, ranges_query, tails_query
 
@@ -236,30 +237,44 @@ class PgTxn:
     # -- the end -----------------------------------------------------------------------------
 
     def flush(self) -> int:
-        """Send every buffered write: one delete and one upsert per keyspace, and the
-        transaction's ``notify`` payload if it has one. Returns the rows."""
+        """Send every buffered write: one statement per keyspace (``_batch_sql.write_query``),
+        and the transaction's ``notify`` payload if it has one. Returns the rows.
+
+        A key this transaction read and found absent is inserted without ``ON CONFLICT``: the
+        write lock keeps anyone else from adding it since, and a duplicate would still fail."""
         written = 0
         if self.notify is not None:
             self.conn.execute("SELECT pg_notify(%s, %s)", (self.notify[0], self.notify[1]))
         for db, overlay in self._overlays.items():
+            cache = self._cache.get(db, _NOTHING_READ)
+            deletes: list[bytes] = []
+            new_k: list[bytes] = []
+            new_v: list[bytes] = []
             puts_k: list[bytes] = []
             puts_v: list[bytes] = []
-            deletes: list[bytes] = []
             for key, value in overlay.values.items():
                 if value is DELETED:
                     deletes.append(key)
+                elif key in cache and cache[key] is None:
+                    new_k.append(key)
+                    new_v.append(value)
                 else:
                     puts_k.append(key)
                     puts_v.append(value)
+            if not (deletes or new_k or puts_k):
+                continue
+            params: list[list[bytes]] = []
             if deletes:
-                self.conn.execute(f"DELETE FROM {db} WHERE k = ANY(%b)", (deletes,), binary=True)
+                params.append(deletes)
+            if new_k:
+                params += (new_k, new_v)
             if puts_k:
-                self.conn.execute(
-                    f"INSERT INTO {db} (k, v) SELECT * FROM unnest(%b::bytea[], %b::bytea[]) "
-                    "ON CONFLICT (k) DO UPDATE SET v = excluded.v",
-                    (puts_k, puts_v),
-                    binary=True,
-                )
-            written += len(deletes) + len(puts_k)
+                params += (puts_k, puts_v)
+            self.conn.execute(write_query(db, bool(deletes), bool(new_k), bool(puts_k)), params, binary=True)
+            written += len(deletes) + len(new_k) + len(puts_k)
         self._overlays.clear()
         return written
+
+
+_NOTHING_READ: dict[bytes, bytes | None] = {}
+"""The cache of a keyspace this transaction read nothing of (never written to)."""
