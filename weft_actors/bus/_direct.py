@@ -37,7 +37,7 @@ from .._placement import preferred
 from ..errors import InvalidRequest, OutcomeUnknown, ServerUnavailable, WeftError
 from . import _calls
 from ._calls import Call
-from ._dispatch import resendable
+from ._dispatch import STOPPING, resendable
 from ._request_core import ConnectionWatch, Target, answer_pending, expire
 from ._wire import grouped
 
@@ -74,6 +74,11 @@ def reachable(endpoint: str, front_door: str) -> str:
         return endpoint
     front_host = front_door[len("tcp://") :].rpartition(":")[0]
     return f"tcp://{front_host}:{port}"
+
+
+def _stopping(reply: dict[str, Any]) -> bool:
+    error = reply["error"]
+    return isinstance(error, dict) and error.get("code") in STOPPING
 
 
 class Transport(Protocol):
@@ -228,6 +233,13 @@ class DirectRoutes:
             else:
                 self._queue(shard, request_id, frame, call.op)
             reply = await future
+            if shard is not None and "error" in reply and _stopping(reply) and resendable(call.op, frame):
+                # The shard is going away (drain or deposition): the front door finds another.
+                future = transport.pending[request_id] = loop.create_future()
+                timer.cancel()
+                timer = loop.call_later(budget, expire, future)
+                transport._queue(request_id, frame)
+                reply = await future
         except asyncio.TimeoutError:
             raise ServerUnavailable(f"{call.op}: no reply within {budget:.3g}s ({target.endpoint})", endpoint=target.endpoint, op=call.op) from None
         finally:
