@@ -8,7 +8,10 @@ temporary data directory (durable, synced commits: the default), then drives the
 through ``AsyncClient`` from ``--clients`` processes with ``--concurrency`` workflows in flight
 in total: each worker calls ``execute`` (start and wait for the result, one request), or with
 ``--call start-result`` ``start`` and then ``result`` on the handle, again and again, or with
-``--call execute-many`` one ``execute_many`` batch per client (``--concurrency`` its window). A
+``--call execute-many`` one ``execute_many`` batch per client (``--concurrency`` its window).
+The client sends each workflow op straight to the shard it is placed on when the server offers
+a directory (``AsyncClient(direct=True)``; ``--front-door``: through the front door, as before;
+``execute_many`` batches always go through the front door). A
 latency is the time from the request that starts a workflow to the reply with its result,
 measured in the client. A warm-up batch (not counted) runs first; before it all, the same
 workflows run on one in-process engine (``engine_throughput.py``, a child process; not with
@@ -49,7 +52,7 @@ def _workflow(steps: int) -> tuple[str, tuple[Any, ...]]:
     return ("three_steps", ()) if steps == 3 else ("n_steps", (steps,))
 
 
-async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str = "execute", done: Any = None, progress: Progress | None = None) -> list[float]:
+async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str = "execute", done: Any = None, progress: Progress | None = None, direct: bool = True) -> list[float]:
     """Run workflows ``first .. first+count-1``; return their latencies in seconds. ``call``:
     ``execute`` (one request each), ``start-result`` (``start``, then ``result`` on the
     handle) or ``execute-many`` (one ``execute_many`` batch, ``concurrency`` its window)."""
@@ -61,7 +64,7 @@ async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: 
     end = first + count
     clock = time.perf_counter
 
-    async with AsyncClient(endpoint, timeout=120) as client:
+    async with AsyncClient(endpoint, timeout=120, direct=direct) as client:
         if call == "execute-many":
             return await _drive_many(client, name, extra, first, count, concurrency, steps, done, progress)
 
@@ -113,14 +116,14 @@ async def _drive_many(client: Any, name: str, extra: tuple[Any, ...], first: int
     return latencies
 
 
-def _client_main(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str, go: Any, done: Any, conn: Any) -> None:
+def _client_main(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str, go: Any, done: Any, conn: Any, direct: bool = True) -> None:
     """A client process: wait for the start signal, drive its slice, send back latencies."""
     import uvloop
 
     try:
         go.wait()
         cpu0 = time.process_time()
-        latencies = uvloop.run(drive(endpoint, first, count, concurrency, steps, call, done=done))
+        latencies = uvloop.run(drive(endpoint, first, count, concurrency, steps, call, done=done, direct=direct))
         conn.send(("ok", latencies, time.process_time() - cpu0))
     except BaseException as exc:  # reported to the parent, which fails the run
         conn.send(("error", repr(exc), 0.0))
@@ -128,7 +131,7 @@ def _client_main(endpoint: str, first: int, count: int, concurrency: int, steps:
         conn.close()
 
 
-def run_in_processes(endpoint: str, first: int, workflows: int, concurrency: int, steps: int, call: str, clients: int, label: str) -> tuple[list[float], float, float]:
+def run_in_processes(endpoint: str, first: int, workflows: int, concurrency: int, steps: int, call: str, clients: int, label: str, direct: bool = True) -> tuple[list[float], float, float]:
     """Drive ``workflows`` from ``clients`` processes; (latencies, wall seconds, client cpu)."""
     ctx = multiprocessing.get_context("spawn")
     go = ctx.Event()
@@ -141,7 +144,7 @@ def run_in_processes(endpoint: str, first: int, workflows: int, concurrency: int
             parent, child = ctx.Pipe(duplex=False)
             process = ctx.Process(
                 target=_client_main,
-                args=(endpoint, start, per[k], max(1, concurrency // clients), steps, call, go, done, child),
+                args=(endpoint, start, per[k], max(1, concurrency // clients), steps, call, go, done, child, direct),
                 name=f"bench-client-{k}",
             )
             process.start()
@@ -192,13 +195,13 @@ def shard_counters(endpoint: str) -> tuple[int, int]:
     return sum(s.get("commits_total", 0) for s in shards), sum(s.get("writes_total", 0) for s in shards)
 
 
-def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients: int, warmup: int, supervisor_args: tuple[str, ...], quiet: bool = True, call: str = "execute", database_url: str | None = None) -> dict[str, Any]:
+def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients: int, warmup: int, supervisor_args: tuple[str, ...], quiet: bool = True, call: str = "execute", database_url: str | None = None, direct: bool = True) -> dict[str, Any]:
     import uvloop
 
     with Supervisor(shards=shards, args=supervisor_args) as supervisor:
         endpoint = supervisor.endpoint
         if warmup:
-            uvloop.run(drive(endpoint, 10_000_000, warmup, min(concurrency, warmup), steps, call))
+            uvloop.run(drive(endpoint, 10_000_000, warmup, min(concurrency, warmup), steps, call, direct=direct))
         counters_before = shard_counters(endpoint)
         if quiet:
             wait_quiet()
@@ -210,11 +213,11 @@ def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients:
             progress = Progress(workflows, f"{shards} shard(s)")
             cpu0 = time.process_time()
             started = time.perf_counter()
-            latencies = uvloop.run(drive(endpoint, 0, workflows, concurrency, steps, call, progress=progress))
+            latencies = uvloop.run(drive(endpoint, 0, workflows, concurrency, steps, call, progress=progress, direct=direct))
             seconds = time.perf_counter() - started
             client_cpu = time.process_time() - cpu0
         else:
-            latencies, seconds, client_cpu = run_in_processes(endpoint, 0, workflows, concurrency, steps, call, clients, f"{shards} shard(s)")
+            latencies, seconds, client_cpu = run_in_processes(endpoint, 0, workflows, concurrency, steps, call, clients, f"{shards} shard(s)", direct)
         cpu_after = supervisor.cpu()
         database_cpu = postgres_cpu_seconds(database_url) - database_before
         busy = system_busy_seconds() - busy_before
@@ -232,6 +235,7 @@ def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients:
         "shards": shards,
         "steps": steps,
         "call": call,
+        "direct": direct,
         "seconds": round(seconds, 3),
         "workflows_per_s": round(workflows / seconds, 1),
         "steps_per_s": round(workflows * steps / seconds, 1),
@@ -258,6 +262,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=1000, help="workflows in flight, over all clients")
     parser.add_argument("--call", choices=("execute", "start-result", "execute-many"), default="execute", help="execute: one request per workflow (default); start-result: start, then result; execute-many: one execute_many batch per client, --concurrency its window")
+    parser.add_argument("--front-door", action="store_true", help="send every request through the front door, not straight to the shards")
     parser.add_argument("--no-in-process", action="store_true", help="skip the in-process engine run (engine_throughput.py, same N and steps) the per-role figures are compared with")
     parser.add_argument("--clients", type=int, default=1, help="client processes (1: in this process)")
     parser.add_argument("--warmup", type=int, default=None, help="uncounted workflows first (default: min(1000, N/10))")
@@ -281,7 +286,7 @@ def main() -> None:
                 supervisor_args = tuple(args.supervisor_arg)
                 if args.store:  # the later --store wins over the harness's --data
                     supervisor_args += ("--store", stack.enter_context(scratch_schema(args.store)))
-                result = run_once(args.workflows, shards, args.steps, args.concurrency, args.clients, warmup, supervisor_args, not args.no_wait_quiet, args.call, args.store)
+                result = run_once(args.workflows, shards, args.steps, args.concurrency, args.clients, warmup, supervisor_args, not args.no_wait_quiet, args.call, args.store, not args.front_door)
                 result["store"] = "postgresql" if args.store else "lmdb"
                 result.update(per_role(result, inside))
             report(result, f"throughput, {shards} shard(s)")

@@ -27,7 +27,7 @@ __all__ = ["KeyRing", "READ_OPS", "drain_with_users"]
 
 log = logging.getLogger("weft_actors.bus")
 
-READ_OPS: Final = frozenset({"result", "query", "describe", "list", "stats", "ping"})
+READ_OPS: Final = frozenset({"result", "query", "describe", "list", "stats", "ping", "directory"})
 """The calls a read-only key may make: they change nothing."""
 
 POLL_INTERVAL: Final = 1.0

@@ -20,6 +20,7 @@ from .._checks import check_seconds
 from . import _calls
 from ._async_many import LoopBatch, concurrently, pipeline
 from ._async_transport import LoopTransport
+from ._direct import DirectRoutes
 from ._many import DEFAULT_WINDOW, Landed, check_window
 from ._request_core import DEFAULT_ENDPOINT, Target, TargetShell
 
@@ -43,11 +44,18 @@ class AsyncClient(TargetShell):
         curve_server_key: bytes | str | os.PathLike[str] | None = None,
         curve_public_key: bytes | str | os.PathLike[str] | None = None,
         curve_secret_key: bytes | str | os.PathLike[str] | None = None,
+        direct: bool = False,
     ) -> None:
+        """``direct``: send each workflow op straight to the shard it is placed on when the
+        server offers a directory (one endpoint, no CURVE), the front door otherwise
+        (``_direct``). Off by default: a client must be able to reach the shards' ports."""
         self._target = Target(endpoint, timeout, curve_server_key, curve_public_key, curve_secret_key)
         self._transport = LoopTransport(self._target)
         # The transport's own coroutine function, bound once: no extra frame per call.
         self._request = self._transport.request
+        self._direct = None if not direct or self._target.failover or self._target.curve is not None else DirectRoutes(self._transport, self._target)
+        if self._direct is not None:
+            self._request = self._direct.request
 
     @property
     def _link(self) -> Any:
@@ -77,6 +85,8 @@ class AsyncClient(TargetShell):
     async def close(self) -> None:
         """Fail what is pending, close the socket and the context. Idempotent."""
         self._transport.close()
+        if self._direct is not None:
+            self._direct.close()
 
     # -- client calls ---------------------------------------------------------------------
 

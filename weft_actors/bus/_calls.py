@@ -304,7 +304,7 @@ def unwrap(call: Call, reply: dict[str, Any]) -> Any:
 TRANSPORTS: Final = ("tcp://", "ipc://", "inproc://", "pgm://", "epgm://", "vmci://", "ws://", "wss://")
 """How a ZeroMQ endpoint begins."""
 
-RESENDABLE_READS: Final = frozenset({"result", "query", "describe", "list", "stats", "ping"})
+RESENDABLE_READS: Final = frozenset({"result", "query", "describe", "list", "stats", "ping", "directory"})
 """Ops that change nothing: asking another supervisor again is always safe."""
 
 

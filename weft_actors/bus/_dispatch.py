@@ -36,7 +36,8 @@ RETRYABLE_OPS = frozenset({"result", "query", "describe", "list", "ping"})
 """Reads that another shard may answer after the first one died holding them."""
 START_OPS = frozenset({"start", "signal_with_start", "execute"})
 """The ops that make a workflow: bounded per shard here, refused by a full shard."""
-_STOPPING = frozenset({"engine_stopped", "engine_deposed"})
+STOPPING = _STOPPING = frozenset({"engine_stopped", "engine_deposed"})
+"""Error codes of a shard going away: a resendable request answered so goes to another."""
 LATENCY_SAMPLE = 16
 LATENCY_WINDOW = 2048
 

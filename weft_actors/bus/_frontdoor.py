@@ -118,6 +118,11 @@ class FrontDoor:
         self._guard: IntakeGuard | None = None
 
     @property
+    def curve(self) -> bool:
+        """Whether clients must use CURVE: then none is offered a shard's own socket."""
+        return self._curve is not None
+
+    @property
     def ready_timeout(self) -> float:
         return self._dispatch.ready_timeout
 
@@ -320,6 +325,9 @@ class FrontDoor:
         if op == "stats":
             self._reply(client, encode_reply(request_id, self._stats()))
             return
+        if op == "directory":
+            self._reply(client, encode_reply(request_id, self.routing.directory(self._curve is None)))
+            return
         self._forward(client, frame, request_id, op, wid, fresh=True)
 
     def _route(self, client: bytes, frame: bytes, user: str | None = None) -> None:
@@ -342,5 +350,8 @@ class FrontDoor:
             return
         if op == "stats":
             self._reply(client, encode_reply(request["id"], self._stats()))
+            return
+        if op == "directory":
+            self._reply(client, encode_reply(request["id"], self.routing.directory(self._curve is None)))
             return
         self._forward(client, frame, request["id"], op, request.get("wid"), fresh=True)

@@ -80,6 +80,7 @@ _FIELDS: Final[dict[str, dict[str, tuple[type, ...]]]] = {
     "list": {},
     "stats": {},
     "ping": {},
+    "directory": {},
 }
 _OPTIONAL: Final[dict[str, tuple[type, ...]]] = {
     "wid": (str, type(None)),

@@ -1,13 +1,14 @@
 """Which shard should serve a request: the workflow's owner, else its preferred live shard.
 
-Routing is an optimisation only: any shard answers any request correctly.
+Routing is an optimisation only: any shard answers any request correctly. The same table is
+the directory the front door gives clients that send to shards directly (``directory``).
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from typing import Callable
+from typing import Any, Callable
 
 from .._placement import preferred
 
@@ -31,23 +32,40 @@ class RoutingTable:
         self._slots: dict[int, str] = {}
         self._engines: dict[str, int] = {}
         self._round_robin = itertools.count()
+        self._endpoints: dict[int, str] = {}
+        self.version = 0
+        """Grows with every change of the live shards: a client's directory is current while
+        its version is this one."""
 
-    def set_live(self, slot: int, engine_id: str) -> None:
+    def set_live(self, slot: int, engine_id: str, endpoint: str = "") -> None:
+        """``endpoint``: where clients reach that shard directly ("": they cannot)."""
         with self._lock:
             slots = dict(self._slots)
             slots[slot] = engine_id
+            self._endpoints[slot] = endpoint
             self._publish(slots)
 
     def set_dead(self, slot: int) -> None:
         with self._lock:
             slots = dict(self._slots)
             slots.pop(slot, None)
+            self._endpoints.pop(slot, None)
             self._publish(slots)
+
+    def directory(self, direct: bool = True) -> dict[str, Any]:
+        """The ``directory`` op's answer: the version, the live shards as ``[slot, engine id,
+        endpoint]`` (none unless ``direct``, nor those without an endpoint), and how a client
+        places a workflow id on them (``_placement.preferred`` over their engine ids)."""
+        with self._lock:
+            shards = [[slot, engine_id, self._endpoints.get(slot, "")] for slot, engine_id in sorted(self._slots.items())]
+            version = self.version
+        return {"version": version, "placement": "rendezvous", "shards": [shard for shard in shards if direct and shard[2]]}
 
     def _publish(self, slots: dict[int, str]) -> None:
         # Readers see either the old or the new mapping, never a half-updated one.
         self._slots = slots
         self._engines = {engine_id: slot for slot, engine_id in slots.items()}
+        self.version += 1
 
     @property
     def live_slots(self) -> list[int]:

@@ -94,6 +94,8 @@ class ShardConfig:
     stall_threshold: float | None = None
     max_running: int = 10_000
     max_queued_requests: int = 20_000
+    direct_bind: str | None = None
+    """Where the shard binds its own socket for clients (``_direct_socket``); None: none."""
 
 
 _RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}

@@ -24,6 +24,7 @@ from ..store import is_read_only, is_unreachable
 from ..shard import Engine
 from ._commit_replies import commit_reply
 from ._config import ShardConfig, configure_logging
+from ._direct_socket import DirectPeer, DirectSocket
 from ._inline_requests import InlineRequests
 from ._shard_ops import ShardOps
 from ._store_wait import open_when_reachable
@@ -95,6 +96,8 @@ class ShardServer:
         """Replies of this loop turn not sent yet, flat: client, reply, request id, error code."""
         self.requests_overloaded = 0
         self._reply_bytes = 0
+        self.direct: DirectSocket | None = None
+        """The shard's own socket for clients that hold the directory (``_direct_socket``)."""
 
     async def serve(self) -> int:
         config = self.config
@@ -137,11 +140,14 @@ class ShardServer:
         self.dealer.setsockopt(zmq.RCVHWM, 100_000)
         self.dealer.connect(config.backend)
         loop.add_reader(self.dealer.fileno(), self._schedule_drain)
+        if config.direct_bind is not None:
+            self.direct = DirectSocket(self.context, config.direct_bind, config.payload_limit + 64 * 1024)
+            loop.add_reader(self.direct.socket.fileno(), self._schedule_drain)
         if config.hints:
             self.hints_in = subscriber(self.context, config.hints_subscribe)
             loop.add_reader(self.hints_in.fileno(), self._drain_hints)
         loop.add_reader(self.control.fileno(), self._on_control)
-        self.control.send(("ready", self.engine.engine_id, os.getpid()))
+        self.control.send(("ready", self.engine.engine_id, os.getpid(), self.direct.endpoint if self.direct is not None else ""))
         watcher = loop.create_task(self._watch())
         self._schedule_drain()
         try:
@@ -181,21 +187,35 @@ class ShardServer:
                 continue
             taken += len(items) // 2
             for index in range(0, len(items) - 1, 2):
-                client, frame = items[index], items[index + 1]
-                try:
-                    request = decode_request(frame, limit)
-                except WeftError as error:
-                    request_id = getattr(error, "request_id", None)
-                    self._send(client, encode_error(request_id, error), request_id, error.code)
-                    continue
-                if len(self._tasks) + self.inline.held >= most:
-                    self._refuse(client, request["id"], most)
-                    continue
-                if self.inline.serve(client, request) or self._refused_start(client, request):
-                    continue  # a start served inline is admitted (or refused) by ``submit_start``
-                task = create_task(self._handle(client, request))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._take(items[index], items[index + 1], create_task, limit, most)
+        direct = self.direct
+        if direct is not None and not direct.socket.closed:
+            while not self._stopping and readable(direct.socket):
+                if taken >= DRAIN_REQUESTS:
+                    self._schedule_drain()
+                    return
+                for client, frame in direct.take():
+                    taken += 1
+                    self._take(client, frame, create_task, limit, most)
+            if direct.waiting and not self._replies:
+                self._flush_replies()  # errors answered by ``take`` itself
+
+    def _take(self, client: bytes, frame: bytes, create_task: Any, limit: int, most: int) -> None:
+        """Serve one request, from the front door or a direct client alike."""
+        try:
+            request = decode_request(frame, limit)
+        except WeftError as error:
+            request_id = getattr(error, "request_id", None)
+            self._send(client, encode_error(request_id, error), request_id, error.code)
+            return
+        if len(self._tasks) + self.inline.held >= most:
+            self._refuse(client, request["id"], most)
+            return
+        if self.inline.serve(client, request) or self._refused_start(client, request):
+            return  # a start served inline is admitted (or refused) by ``submit_start``
+        task = create_task(self._handle(client, request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _spawn(self, call: Coroutine[Any, Any, None]) -> None:
         """A held request's rest in a task of its own (``InlineRequests``' fallback)."""
@@ -257,6 +277,13 @@ class ShardServer:
     def _send(self, client: bytes, reply: bytes, request_id: Any, code: str | None) -> None:
         """Queue a reply; the turn's replies leave together, as one batch."""
         replies = self._replies
+        if type(client) is DirectPeer:
+            direct = self.direct
+            assert direct is not None
+            if not direct.waiting and not replies:
+                asyncio.get_running_loop().call_soon(self._flush_replies)
+            direct.queue(client, reply)  # type: ignore[arg-type]
+            return
         if not replies:
             asyncio.get_running_loop().call_soon(self._flush_replies)
         replies += (client, reply, request_id, code)
@@ -265,6 +292,9 @@ class ShardServer:
             self._flush_replies()
 
     def _flush_replies(self) -> None:
+        if self.direct is not None and self.direct.waiting:
+            self.direct.flush()
+            self._schedule_drain()
         replies, self._replies = self._replies, []
         self._reply_bytes = 0
         if not replies or self.dealer.closed:
@@ -350,7 +380,7 @@ class ShardServer:
 
     def _close_sockets(self, loop: asyncio.AbstractEventLoop) -> None:
         self._flush_replies()  # the last turn's replies, if its flush has not run yet
-        for sock in (self.dealer, getattr(self, "hints_in", None)):
+        for sock in (self.dealer, getattr(self, "hints_in", None), self.direct.socket if self.direct is not None else None):
             if sock is not None:
                 try:
                     loop.remove_reader(sock.fileno())

@@ -31,6 +31,7 @@ from ._curve import check_bind, server_keys, start_authenticator
 from ._handoffs import Handoffs
 from ._app_types import TypeMismatchWatch
 from ._counts import flow_counts, workflow_counts
+from ._direct_socket import direct_bind
 from ._ipc import make_ipc_dir, remove_ipc_dir
 from ._ipc import remove_stale_ipc_dirs as _remove_stale_ipc_dirs  # noqa: F401 - its old name, kept importable
 from ._live import LiveEngines, live_ids
@@ -181,6 +182,7 @@ class Supervisor:
             stall_threshold=config.stall_threshold,
             max_running=config.max_running,
             max_queued_requests=config.max_queued_requests,
+            direct_bind=direct_bind(config.bind, self.frontdoor.curve),
         )
         process = self._mp.Process(target=shard_main, args=(shard, child), name=f"shard-{slot.index}")
         process.start()
@@ -235,7 +237,7 @@ class Supervisor:
                     slot.engine_id, slot.pid, slot.ready = message[1], message[2], True
                     slot.unwritable = False
                     slot.ready_at = self.store.clock.lease_now()  # judged against lease times
-                    self.routing.set_live(slot.index, message[1])
+                    self.routing.set_live(slot.index, message[1], message[3] if len(message) > 3 else "")
                     log.info("shard %d ready (engine %s, pid %d)", slot.index, message[1], message[2])
                 elif message[0] == "stats":
                     slot.take_stats(message[1])
