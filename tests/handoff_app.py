@@ -23,3 +23,10 @@ async def charge(tag: str, seconds: float) -> str:
 async def charge_then_wait(ctx, tag: str, seconds: float) -> list:
     charged = await ctx.run(charge, tag, seconds)
     return [charged, await ctx.wait_signal("go")]
+
+
+@workflow
+async def charge_then_nap(ctx, tag: str, seconds: float, nap: float) -> str:
+    charged = await ctx.run(charge, tag, seconds)
+    await ctx.sleep(nap)
+    return charged

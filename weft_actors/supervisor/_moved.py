@@ -1,0 +1,35 @@
+"""A wait whose engine handed its workflows off goes on at the new owner (``WorkflowMoved``).
+
+A ``result`` with a ``wait``, or an ``execute`` whose start is committed, may be waiting on a
+shard when that shard hands its workflows to a successor (``Engine.hand_off``). The engine
+fails such waits with ``EngineStopped``; for a wait that is wrong: the workflow is durable and
+driven on, only its owner changed. So the shard answers ``WorkflowMoved`` instead, naming the
+workflow, the ``wait`` left and (an ``execute``) the run it started, and the front door resends
+it as a ``result`` to another shard (``bus._dispatch``). A ``result`` is a read: the start is
+never applied again, whatever happens to the resent call.
+
+A plain stop keeps ``EngineStopped``: nothing is handed to anyone, and at a supervisor's stop
+no other shard may be left to ask.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import EngineStopped, WorkflowMoved
+
+if TYPE_CHECKING:
+    from ..shard import Engine
+
+__all__ = ["moved"]
+
+
+def moved(engine: Engine, error: BaseException, wid: str, wait_left: float, started: dict[str, Any] | None) -> BaseException:
+    """``error`` as the waiting call's reply: ``WorkflowMoved`` if it is the ``EngineStopped``
+    of an engine that hands its workflows off, else ``error`` itself."""
+    if not isinstance(error, EngineStopped) or not engine.starts.handing_off:
+        return error
+    context: dict[str, Any] = {"wid": wid, "wait": max(0.0, wait_left)}
+    if started is not None:
+        context["run_id"] = started["run_id"]
+    return WorkflowMoved(f"workflow {wid!r} was handed to another engine while this call waited on it: its new owner answers", **context)
