@@ -30,3 +30,8 @@ async def charge_then_nap(ctx, tag: str, seconds: float, nap: float) -> str:
     charged = await ctx.run(charge, tag, seconds)
     await ctx.sleep(nap)
     return charged
+
+
+@workflow
+async def quick(ctx, value: int) -> int:
+    return value

@@ -292,7 +292,7 @@ class _Waiting:
             return  # the ending commit's pass replied
         error = future.exception()
         if error is not None:
-            error = moved(self.requests.engine, error, self.wid, self.deadline - self.requests.loop.time(), later.started)
+            error = moved(self.requests.ops, error, self.wid, self.deadline - self.requests.loop.time(), later.started)
             later.failed(error if isinstance(error, WeftError) else _internal(error))  # type: ignore[arg-type]
             return
         outcome = future.result()

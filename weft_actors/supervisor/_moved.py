@@ -8,8 +8,9 @@ workflow, the ``wait`` left and (an ``execute``) the run it started, and the fro
 it as a ``result`` to another shard (``bus._dispatch``). A ``result`` is a read: the start is
 never applied again, whatever happens to the resent call.
 
-A plain stop keeps ``EngineStopped``: nothing is handed to anyone, and at a supervisor's stop
-no other shard may be left to ask.
+A plain stop keeps ``EngineStopped``: nothing is handed to anyone. So does a supervisor's stop,
+even when its shards hand off to another supervisor's (``_leaving``): no shard of its front
+door is left to ask.
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from typing import TYPE_CHECKING, Any
 from ..errors import EngineStopped, WorkflowMoved
 
 if TYPE_CHECKING:
-    from ..shard import Engine
+    from ._shard_ops import ShardOps
 
 __all__ = ["moved"]
 
 
-def moved(engine: Engine, error: BaseException, wid: str, wait_left: float, started: dict[str, Any] | None) -> BaseException:
+def moved(ops: ShardOps, error: BaseException, wid: str, wait_left: float, started: dict[str, Any] | None) -> BaseException:
     """``error`` as the waiting call's reply: ``WorkflowMoved`` if it is the ``EngineStopped``
-    of an engine that hands its workflows off, else ``error`` itself."""
-    if not isinstance(error, EngineStopped) or not engine.starts.handing_off:
+    of an engine that hands its workflows off while its supervisor serves on
+    (``ops.moves_waits``), else ``error`` itself."""
+    if not isinstance(error, EngineStopped) or not ops.engine.starts.handing_off or not ops.moves_waits:
         return error
     context: dict[str, Any] = {"wid": wid, "wait": max(0.0, wait_left)}
     if started is not None:

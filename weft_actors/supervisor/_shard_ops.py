@@ -25,6 +25,9 @@ class ShardOps:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.moves_waits = True
+        """A wait on a run this engine hands off is answered ``WorkflowMoved`` (``_moved``);
+        False once the whole supervisor stops (no shard of its front door is left to ask)."""
         self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "start": self.start,
             "execute": self.execute,
@@ -109,7 +112,7 @@ class ShardOps:
         except TimeoutError:
             return {"status": "running"}
         except EngineStopped as error:
-            raise moved(self.engine, error, request["wid"], wait - (time.monotonic() - began), started) from None
+            raise moved(self, error, request["wid"], wait - (time.monotonic() - began), started) from None
         reply = call_reply.get()
         if reply is not None and reply.sent:
             return None  # the ending commit's pass replied already

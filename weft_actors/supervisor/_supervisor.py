@@ -330,13 +330,16 @@ class Supervisor:
         return True
 
     def _drain(self) -> None:
+        # Each shard hands off to a live engine outside this supervisor if one runs the app
+        # (``_leaving``), letting its running attempts finish within the grace: waited for too.
+        siblings = [slot.engine_id for slot in self.slots if slot.engine_id is not None]
         for slot in self.slots:
             if slot.control is not None:
                 try:
-                    slot.control.send(("drain",))
+                    slot.control.send(("drain", siblings, self.handoffs.grace))
                 except OSError:
                     pass
-        deadline = time.monotonic() + self.config.drain_timeout
+        deadline = time.monotonic() + self.config.drain_timeout + self.handoffs.grace
         for slot in self.slots:
             if slot.process is not None:
                 slot.process.join(max(0.0, deadline - time.monotonic()))
