@@ -10,20 +10,30 @@ Costs one short range read per pass with no mark, and one write per pass that fo
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, Collection, Protocol
 
 from ..errors import EngineDeposed, WeftError
 from ..store import clear_handed, handed_to
-
-if TYPE_CHECKING:
-    from ._reclaim import ReclaimHost
 
 __all__ = ["adopt_marked"]
 
 log = logging.getLogger("weft_actors.shard")
 
 
-def adopt_marked(engine: ReclaimHost) -> int:
+class _Engine(Protocol):
+    """What reading the marks needs of an engine (a ``ReclaimHost`` has it)."""
+
+    @property
+    def engine_id(self) -> str: ...
+    @property
+    def store(self) -> Any: ...
+    @property
+    def actors(self) -> Collection[str]: ...
+    @property
+    def orphans(self) -> set[str]: ...
+
+
+def adopt_marked(engine: _Engine) -> int:
     """Make orphans of the workflows marked as handed to ``engine`` that it does not run yet,
     and clear the marks read; how many it had not been woken for. A store that refuses the
     read or the clear leaves the marks for the next pass; ``EngineDeposed`` if this engine

@@ -15,13 +15,10 @@ Marks of an engine pruned from the registry go with it (``prune_engines``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from . import _engines
 from ._keys import engine_key
-
-if TYPE_CHECKING:
-    from ._base import KeyspaceStore
 
 __all__ = ["HANDED_PREFIX", "handed_key", "handed_to", "clear_handed", "drop_handed"]
 
@@ -35,7 +32,7 @@ def handed_key(engine_raw: bytes, wid: str) -> bytes:
     return HANDED_PREFIX + engine_raw + wid.encode()
 
 
-def handed_to(store: KeyspaceStore, engine_id: str, limit: int = MARKS_READ) -> list[str]:
+def handed_to(store: Any, engine_id: str, limit: int = MARKS_READ) -> list[str]:
     """The workflows marked as handed to ``engine_id``, up to ``limit``: one read snapshot."""
     prefix = HANDED_PREFIX + engine_key(engine_id)
     found: list[str] = []
@@ -51,7 +48,7 @@ def handed_to(store: KeyspaceStore, engine_id: str, limit: int = MARKS_READ) -> 
     return found
 
 
-def clear_handed(store: KeyspaceStore, engine_id: str, wids: list[str]) -> None:
+def clear_handed(store: Any, engine_id: str, wids: list[str]) -> None:
     """Delete the marks of ``wids`` handed to ``engine_id`` (they were read and acted on).
     ``EngineDeposed`` if ``engine_id`` is no longer live: a deposed engine commits nothing."""
     raw = engine_key(engine_id)

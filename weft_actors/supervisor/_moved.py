@@ -15,17 +15,24 @@ door is left to ask.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import EngineStopped, WorkflowMoved
 
 if TYPE_CHECKING:
-    from ._shard_ops import ShardOps
+    from ..shard import Engine
+
+
+class _Ops(Protocol):
+    """What ``moved`` reads of the shard's ops (``ShardOps``)."""
+
+    engine: Engine
+    moves_waits: bool
 
 __all__ = ["moved"]
 
 
-def moved(ops: ShardOps, error: BaseException, wid: str, wait_left: float, started: dict[str, Any] | None) -> BaseException:
+def moved(ops: _Ops, error: BaseException, wid: str, wait_left: float, started: dict[str, Any] | None) -> BaseException:
     """``error`` as the waiting call's reply: ``WorkflowMoved`` if it is the ``EngineStopped``
     of an engine that hands its workflows off while its supervisor serves on
     (``ops.moves_waits``), else ``error`` itself."""
