@@ -35,7 +35,8 @@ log = logging.getLogger("weft_actors.supervisor")
 
 def successor_of(engine: Engine, siblings: Collection[str]) -> str | None:
     """The live engine ``engine`` should hand its workflows to as its supervisor stops: not
-    itself, not one of ``siblings`` (stopping with it), running every type of its app; None
+    itself, not one of ``siblings`` (stopping with it), registered as running every type of
+    its app (an engine whose record does not list its types is not chosen); None
     if there is none (or the registry cannot be read): then it releases, as at any stop."""
     try:
         records = engine.store.live_engines()
@@ -48,6 +49,6 @@ def successor_of(engine: Engine, siblings: Collection[str]) -> str | None:
         if engine_id == engine.engine_id or engine_id in siblings:
             continue
         runs = offered_types(record)
-        if runs is None or needed <= runs:
+        if runs is not None and needed <= runs:  # one that does not say what it runs is not chosen
             peers.append(engine_id)
     return preferred(engine.engine_id, peers)
