@@ -44,6 +44,7 @@ CODES = {
     "FencedOut": "fenced_out",
     "EngineDeposed": "engine_deposed",
     "EngineStopped": "engine_stopped",
+    "WorkflowMoved": "workflow_moved",
     "LimitExceeded": "limit_exceeded",
     "Overloaded": "overloaded",
     "PermissionDenied": "permission_denied",

@@ -31,6 +31,7 @@
     ├── FencedOut                  fenced_out             (a write lost its claim)
     ├── EngineDeposed              engine_deposed         (the engine's own record is dead)
     ├── EngineStopped              engine_stopped         (pending calls when an engine stops)
+    ├── WorkflowMoved              workflow_moved         (a wait whose engine stopped: ask the new owner)
     ├── LimitExceeded              limit_exceeded
     ├── Overloaded                 overloaded             (refused at once: too much in flight; retry later)
     └── PermissionDenied           permission_denied      (a read-only or revoked client key)
@@ -76,6 +77,7 @@ __all__ = [
     "FencedOut",
     "EngineDeposed",
     "EngineStopped",
+    "WorkflowMoved",
     "LimitExceeded",
     "Overloaded",
     "PermissionDenied",
@@ -272,6 +274,16 @@ class EngineDeposed(WeftError):
 
 class EngineStopped(WeftError):
     code = "engine_stopped"
+
+
+class WorkflowMoved(WeftError):
+    """A ``result`` or an ``execute`` (its start committed) was waiting on an engine that
+    stopped or handed its workflows off: nothing is lost, the wait goes on elsewhere. Its
+    context names what to ask the new owner: ``wid``, the ``wait`` left in seconds and, for
+    an ``execute``, the ``run_id`` it started. The front door resends it as a ``result`` to
+    another shard; a client that sees it may do the same (a read: never a write again)."""
+
+    code = "workflow_moved"
 
 
 class LimitExceeded(WeftError):

@@ -40,6 +40,7 @@ ON_BOTH_BACKENDS = frozenset({
     "test_stuck",
     "test_live_describe",
     "test_handoff",
+    "test_handoff_marks",
 })
 
 

@@ -102,3 +102,31 @@ def test_a_successor_must_run_the_types_handed_to_it_built_in_ones_aside(kit):
         hand_off_claims(store, old, runs_order, [(schedule, schedule_epoch)])
     moved = hand_off_claims(store, old, runs_order, [(order, order_epoch), (schedule, schedule_epoch)], frozenset({"weft.schedule"}))
     assert moved == {order: order_epoch + 1, schedule: schedule_epoch + 1}
+
+
+def test_a_handoff_marks_what_it_moved_for_the_successor_and_the_marks_go_when_read_or_pruned(kit):
+    from weft_actors.store import clear_handed, handed_to
+
+    store = kit.store
+    old, new, bystander = kit.engine(), kit.engine(), kit.engine()
+    first, _, first_epoch = kit.start(old)
+    second, _, second_epoch = kit.start(old)
+    gone, _, gone_epoch = kit.start(old)
+    (closed,) = store.apply(bystander, [CloseWorkflow(gone, "terminated", TERMINATED)])
+
+    moved = hand_off_claims(store, old, new, [(first, first_epoch), (second, second_epoch), (gone, gone_epoch)])
+
+    assert moved[gone] is None
+    assert sorted(handed_to(store, new)) == sorted([first, second])  # only what moved
+    assert handed_to(store, old) == [] and handed_to(store, bystander) == []
+    assert handed_to(store, new, limit=1) in ([first], [second])
+    clear_handed(store, new, [first])
+    assert handed_to(store, new) == [second]
+    store.mark_engine_dead(bystander)
+    with pytest.raises(EngineDeposed):  # a deposed engine clears nothing either
+        clear_handed(store, bystander, [second])
+    # An engine pruned from the registry takes its marks with it.
+    store.release_engine(new)
+    kit.clock.advance(11)
+    assert new in store.prune_engines(keep=10)
+    assert handed_to(store, new) == []

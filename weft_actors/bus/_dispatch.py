@@ -25,6 +25,7 @@ import zmq
 
 from ..errors import OutcomeUnknown, Overloaded, ServerUnavailable, WeftError
 from ._frames import decode_batch, drain, encode_batch, send_frames
+from ._moves import MOVED, Moves
 from ._protocol import decode_request, encode_error
 from ._routing import RoutingTable
 
@@ -38,6 +39,7 @@ START_OPS = frozenset({"start", "signal_with_start", "execute"})
 """The ops that make a workflow: bounded per shard here, refused by a full shard."""
 STOPPING = _STOPPING = frozenset({"engine_stopped", "engine_deposed"})
 """Error codes of a shard going away: a resendable request answered so goes to another."""
+_WAITS = frozenset({"result", "execute"})
 LATENCY_SAMPLE = 16
 LATENCY_WINDOW = 2048
 
@@ -114,6 +116,8 @@ class Dispatcher:
         """One start in ``LATENCY_SAMPLE`` (client, id) -> when it came in, until its answer."""
         self._start_latency: collections.deque[float] = collections.deque(maxlen=LATENCY_WINDOW)
         """Seconds from arrival to the reply, of the last accepted starts timed."""
+        self.moves = Moves()
+        """Waits resent to a workflow's new owner (``WorkflowMoved``)."""
 
     def latency(self) -> dict[str, float]:
         """The service's own latency of accepted starts (arrival here to the reply leaving),
@@ -176,6 +180,7 @@ class Dispatcher:
             deadline, client, frame, request_id, op, wid = entry
             if deadline <= now:
                 error = ServerUnavailable(f"no shard became ready within {self.ready_timeout:g}s", op=op)
+                self.moves.dropped(client, request_id)
                 self._reply(client, encode_error(request_id, error))
             elif ready:
                 self.deadlines[(client, request_id)] = deadline  # until the flush that follows
@@ -251,9 +256,17 @@ class Dispatcher:
                 if request is None and abandoned and (client, request_id) in abandoned:
                     abandoned.discard((client, request_id))  # answered or sent on already
                     continue
-                if request is not None and code in _STOPPING and resendable(request[1], request[0]):
-                    # The shard is going away (drain or deposition): another one answers.
-                    frame, op, wid = request
-                    self.forward(client, frame, request_id, op, wid, exclude={slot})
-                    continue
+                if request is not None and code is not None:
+                    if code == MOVED and request[1] in _WAITS:  # the wait goes on at the new owner
+                        resent = self.moves.resend(client, request_id, request[1], answer)
+                        if resent is not None:
+                            self.forward(client, resent[0], request_id, "result", resent[1], exclude={slot})
+                            continue
+                    if code in _STOPPING and resendable(request[1], request[0]):
+                        # The shard is going away (drain or deposition): another one answers.
+                        frame, op, wid = request
+                        self.forward(client, frame, request_id, op, wid, exclude={slot})
+                        continue
+                if request is not None and self.moves.handles:
+                    answer = self.moves.reply(client, request_id, answer, code)
                 reply(client, answer)

@@ -12,9 +12,11 @@ A handoff is the primitive a rolling restart and a resize build on, and does bet
    most ``HANDOFF_BATCH`` workflows (``store._handoff``): each checks that this engine still
    holds the workflow at the epoch it read and writes the successor at ``epoch + 1``, so a late
    write of this engine for it is fenced out;
-4. the successor is woken with the ids moved (``wake``), and drives them at once;
+4. the successor is woken with the ids moved (``wake``), and drives them at once (each move
+   also leaves a durable mark its next reclaim pass reads, should the wake be lost);
 5. what is left (the successor is gone, refuses, or a batch fails) is released as at a stop,
-   and the engine is marked stopped; calls still waiting here fail with ``EngineStopped``.
+   and the engine is marked stopped; calls still waiting here fail with ``EngineStopped``
+   (a shard server answers a waiting ``result``/``execute`` ``WorkflowMoved`` instead).
 """
 
 from __future__ import annotations
@@ -36,9 +38,10 @@ __all__ = ["hand_off_runtime", "Wake"]
 log = logging.getLogger("weft_actors.shard")
 
 Wake = Callable[[list[str]], None]
-"""Tells the successor which workflows it now holds (called once per batch moved). It must
-arrive (the supervisor's control pipes): a workflow held by a live engine is no reclaim
-candidate, so one whose wake is lost waits until its successor stops or dies."""
+"""Tells the successor which workflows it now holds (called once per batch moved): the fast
+path. A workflow held by a live engine is no reclaim candidate, so a lost wake would leave it
+undriven; the handoff's durable marks (``store._handed``) bring it to the successor's next
+reclaim pass all the same."""
 
 BATCH = HANDOFF_BATCH
 """Claims one handoff transaction moves (a test may lower it)."""

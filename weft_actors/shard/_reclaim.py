@@ -31,6 +31,7 @@ from ..errors import WeftError
 from ..store import CloseWorkflow, FireStart, expiry_time, offered_types
 from ..workflow import SYSTEM_TYPES
 from . import _events as events
+from ._handed import adopt_marked
 from ._takeover_source import takeover_sources
 
 if TYPE_CHECKING:
@@ -169,6 +170,7 @@ class Reclaimer:
         engine = self.engine
         live = self.live_engines()
         self._scan(live, engine.clock.lease_now())
+        adopt_marked(engine)  # handed here by a peer: driven below even if its wake was lost
         self._retry_orphans()  # before taking more: a drive that failed in this pass waits
         taken = 0
         driver = engine.driver

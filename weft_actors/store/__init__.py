@@ -33,6 +33,7 @@ from ._base import ReplayRows
 from ._open import open_store, is_store_url, describe_location
 from ._permits import HoldPermits, TakePermits
 from ._flow import Flow, flow_group
+from ._handed import clear_handed, handed_to
 from ._handoff import HANDOFF_BATCH, HandoffRefused, hand_off_claims, held_claims
 
 __all__ = [
@@ -95,5 +96,7 @@ __all__ = [
     "HANDOFF_BATCH",
     "HandoffRefused",
     "hand_off_claims",
+    "handed_to",
+    "clear_handed",
     "held_claims",
 ]

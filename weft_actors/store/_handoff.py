@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..codec import unpack_record
 from . import _engines
+from ._handed import handed_key
 from ._keys import by_engine_key, engine_key, holder_value, pack_u64, unpack_u64
 from ._offers import offered_types
 from ._reads import Prefetch, warm
@@ -119,6 +120,7 @@ def hand_off_claims(
             if holder is not None and bytes(holder[:16]) != me:  # only with the fence removed
                 txn.delete(by_engine_key(bytes(holder[:16]), wid), b"", store.dbs.by_engine)
             txn.put(by_engine_key(succ, wid), b"", True, True, False, store.dbs.by_engine)
+            txn.put(handed_key(succ, wid), b"", True, True, False, store.dbs.meta)  # the durable wake (``_handed``)
             moved[wid] = new_epoch
         return moved
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from ..codec import unpack_record
 from . import _engines
 from ._blame import remove_engine_notes, stall_note_key
+from ._handed import drop_handed
 from ._feed import prune_feed
 from ._reads import Prefetch
 from ._retention import PruneResult, prune_history
@@ -128,6 +129,7 @@ class UpkeepMixin:
             gone = _engines.prune_engines(txn, self.dbs, self.clock.lease_now(), keep)
             for engine_id in gone:  # none left for a taker: its workflows have all moved
                 txn.delete(stall_note_key(engine_key(engine_id)), db=self.dbs.meta)
+                drop_handed(txn, self.dbs, engine_key(engine_id))
             return gone
 
         gone = self._write(txn_fn)

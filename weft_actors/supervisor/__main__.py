@@ -111,7 +111,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--payload-limit", type=int, default=1 << 20, metavar="B", help="bytes per argument/signal/update payload (default 1 MiB)")
     parser.add_argument("--retention", type=float, default=7 * 86400.0, metavar="S", help="seconds a finished workflow keeps its history (default 7 days)")
-    parser.add_argument("--drain-timeout", type=float, default=10.0, metavar="S", help="seconds shards get to drain on SIGTERM before they are killed")
+    parser.add_argument("--drain-timeout", type=float, default=10.0, metavar="S", help="seconds shards get to drain on SIGTERM before they are killed, beyond the --handoff-grace of a shard handing off to another host")
+    parser.add_argument("--handoff-grace", type=float, default=30.0, metavar="S", help="seconds a shard handing off (SIGUSR1, or SIGTERM with a live peer host) lets its running activities finish")
     parser.add_argument("--ready-timeout", type=float, default=5.0, metavar="S", help="seconds a request waits for a shard to be ready (at start, or while every shard restarts) before it fails (default 5)")
     parser.add_argument("--restart-limit", type=int, default=5, metavar="N", help="restarts allowed per --restart-window; beyond them the supervisor exits 3")
     parser.add_argument("--restart-window", type=float, default=30.0, metavar="S", help="seconds over which --restart-limit counts restarts")
@@ -151,8 +152,8 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
             parser.error(str(exc))
     if args.shards < 1:
         parser.error("--shards must be at least 1")
-    if args.ready_timeout < 0:
-        parser.error("--ready-timeout must not be negative")
+    if args.ready_timeout < 0 or args.handoff_grace < 0:
+        parser.error("--ready-timeout and --handoff-grace must not be negative")
     try:
         validate_timing(args.heartbeat, args.ttl)
     except ValueError as exc:
@@ -205,6 +206,7 @@ def parse_args(argv: list[str] | None) -> SupervisorConfig:
         payload_limit=args.payload_limit,
         retention=args.retention,
         drain_timeout=args.drain_timeout,
+        handoff_grace=args.handoff_grace,
         ready_timeout=args.ready_timeout,
     )
 

@@ -48,6 +48,9 @@ class SupervisorConfig:
     restart_limit: int = 5
     restart_window: float = 30.0
     drain_timeout: float = 10.0
+    handoff_grace: float = 30.0
+    """Seconds a shard handing off (``SIGUSR1``, or ``SIGTERM`` to a live peer) lets its running
+    activity attempts finish."""
     ready_timeout: float = 5.0
     """Seconds a request that finds no shard ready (start-up, every shard restarting) waits
     for one before it fails with ``ServerUnavailable``."""

@@ -31,6 +31,7 @@ from ..errors import WeftError
 from ..shard import answer_reply, call_reply
 from ..store import TERMINAL
 from ._commit_replies import SHAPES, CommitReply, LaterReply, OnSent, Send
+from ._moved import moved
 from ._shard_ops import MAX_RESULT_WAIT
 from ._wait_deadlines import WaitDeadlines
 
@@ -208,7 +209,7 @@ class InlineRequests:
         call_reply.set(later)
         code = None
         try:
-            outcome = await self.ops.result({"wid": wid, "wait": wait})
+            outcome = await self.ops.result({"wid": wid, "wait": wait}, started)
             if later.sent:
                 return
             reply = encode_reply(request_id, outcome if started is None else {**started, **outcome})  # type: ignore[dict-item]
@@ -291,6 +292,7 @@ class _Waiting:
             return  # the ending commit's pass replied
         error = future.exception()
         if error is not None:
+            error = moved(self.requests.ops, error, self.wid, self.deadline - self.requests.loop.time(), later.started)
             later.failed(error if isinstance(error, WeftError) else _internal(error))  # type: ignore[arg-type]
             return
         outcome = future.result()

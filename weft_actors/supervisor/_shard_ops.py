@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Awaitable, Callable
 
 from ..codec import decode, decode_args, encode
-from ..errors import InvalidRequest
+from ..errors import EngineStopped, InvalidRequest
 from ..shard import Engine, call_reply
+from ._moved import moved
 
 __all__ = ["ShardOps"]
 
@@ -23,6 +25,9 @@ class ShardOps:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.moves_waits = True
+        """A wait on a run this engine hands off is answered ``WorkflowMoved`` (``_moved``);
+        False once the whole supervisor stops (no shard of its front door is left to ask)."""
         self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[Any]]] = {
             "start": self.start,
             "execute": self.execute,
@@ -67,7 +72,7 @@ class ShardOps:
         reply = call_reply.get()
         if reply is not None:
             reply.started = started  # type: ignore[attr-defined]  # a ``LaterReply``
-        outcome = await self.result({"wid": started["id"], "wait": request.get("wait")})
+        outcome = await self.result({"wid": started["id"], "wait": request.get("wait")}, started)
         return outcome if outcome is None else {**started, **outcome}
 
     async def signal_with_start(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -96,13 +101,18 @@ class ShardOps:
             return None  # the answering commit's pass replied already
         return encode(value, "update result")
 
-    async def result(self, request: dict[str, Any]) -> dict[str, Any] | None:
+    async def result(self, request: dict[str, Any], started: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """``started``: the handle of the run an ``execute`` started (its wait, if the engine
+        hands the run off meanwhile, goes on at the new owner: ``_moved``)."""
         wait = request.get("wait")
         wait = MAX_RESULT_WAIT if wait is None else max(0.0, min(float(wait), MAX_RESULT_WAIT))
+        began = time.monotonic()
         try:
             value = await self.engine.result(request["wid"], timeout=wait)
         except TimeoutError:
             return {"status": "running"}
+        except EngineStopped as error:
+            raise moved(self, error, request["wid"], wait - (time.monotonic() - began), started) from None
         reply = call_reply.get()
         if reply is not None and reply.sent:
             return None  # the ending commit's pass replied already

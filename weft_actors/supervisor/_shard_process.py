@@ -26,6 +26,7 @@ from ._commit_replies import commit_reply
 from ._config import ShardConfig, configure_logging
 from ._direct_socket import DirectPeer, DirectSocket
 from ._inline_requests import InlineRequests
+from ._leaving import successor_of
 from ._shard_ops import ShardOps
 from ._store_wait import open_when_reachable
 
@@ -338,13 +339,22 @@ class ShardServer:
         except (EOFError, OSError):
             message = ("drain",)  # the supervisor is gone: stop cleanly
         if message[0] == "drain" and not self._stopping:
-            asyncio.ensure_future(self._drain())
+            # ``("drain", siblings, grace)``: the supervisor stops; a live peer outside it takes over
+            asyncio.ensure_future(self._leave(*message[1:]) if len(message) == 3 else self._drain())
         elif message[0] == "hand-off" and not self._stopping:  # ``supervisor._handoffs``
             asyncio.ensure_future(self._drain(message[1], message[2]))
         elif message[0] == "adopt":
             self.engine.adopt(message[1])
 
-    async def _drain(self, successor: str | None = None, grace: float = 0.0) -> None:
+    async def _leave(self, siblings: list[str], grace: float) -> None:
+        """The supervisor stops: hand off to a live peer outside it if one runs this app's
+        types (``_leaving``), else release as at any stop. Calls waiting here end with
+        ``EngineStopped``: no shard of this front door is left to answer them."""
+        self.ops.moves_waits = False
+        successor = successor_of(self.engine, siblings) if self.engine.state == "running" else None
+        await self._drain(successor, grace, wake=None)
+
+    async def _drain(self, successor: str | None = None, grace: float = 0.0, wake: Any = "pipe") -> None:
         """Stop taking requests, let what runs finish or park, release the claims (or hand
         them to ``successor``: ``Engine.hand_off``), exit 0."""
         self._stopping = True
@@ -352,7 +362,9 @@ class ShardServer:
         if successor is None:
             await self.engine.close()
         else:
-            await self.engine.hand_off(successor, grace, wake=lambda wids: self.control.send(("handed", successor, wids)))
+            if wake == "pipe":  # a successor of this supervisor: woken through it
+                wake = lambda wids: self.control.send(("handed", successor, wids))  # noqa: E731
+            await self.engine.hand_off(successor, grace, wake=wake)
         deadline = asyncio.get_running_loop().time() + 2
         await self.inline.settled(2)  # a stopped engine answers each of them (EngineStopped)
         if self._tasks or self._following:  # some may have gone on in a task meanwhile

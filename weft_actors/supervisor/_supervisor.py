@@ -28,6 +28,7 @@ from ..store import LmdbStore, open_store
 from ._config import ShardConfig, SupervisorConfig
 from ._console import check_http_bind, start_console
 from ._curve import check_bind, server_keys, start_authenticator
+from ._drain_watch import DrainWatch
 from ._handoffs import Handoffs
 from ._app_types import TypeMismatchWatch
 from ._counts import flow_counts, workflow_counts
@@ -69,7 +70,8 @@ class Supervisor:
         self.type_watch = TypeMismatchWatch(config.app)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
-        self.handoffs = Handoffs(self._wake_w)
+        self.handoffs = Handoffs(self._wake_w, config.handoff_grace)
+        self.drain_watch = DrainWatch()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -254,15 +256,17 @@ class Supervisor:
         if now < self._next_hung_check:
             return
         self._next_hung_check = now + self.config.heartbeat / 4
-        watched = [slot for slot in self.slots if slot.process is not None and slot.ready and not slot.killed and slot.engine_id is not None]
+        clocks = self.drain_watch.clocks(self.handoffs.draining, self.store.clock.lease_now(), self.handoffs.grace)  # draining: watched too
+        watched = [slot for slot in self.slots if slot.process is not None and (slot.ready or slot.index in clocks) and not slot.killed and slot.engine_id is not None]
         # A store that refuses or loses every heartbeat silences every shard: that says
         # nothing of a hang, and a kill would only lose what the shards know and hold.
-        watch = [(slot.engine_id or "", slot.ready_at) for slot in watched]
+        watch = [(slot.engine_id or "", clocks.get(slot.index, slot.ready_at)) for slot in watched]
         judged, self._refused_at = judge_sparing_refusals(self.store, watch, self.config.ttl, self._refused_at)
         if judged is None:
             return
         self.type_watch.check(judged.records, live_ids(judged.records, judged.wall), (slot.engine_id for slot in self.slots))
-        for slot, reason in zip(watched, judged.reasons):
+        reasons = self.drain_watch.reasons(watched, judged.reasons, judged.records, judged.wall, clocks, self.config.ttl) if clocks else judged.reasons
+        for slot, reason in zip(watched, reasons):
             if reason is None:
                 continue
             log.error("shard %d (pid %s, engine %s) is hung: %s; killing it%s", slot.index, slot.pid, slot.engine_id, reason, lock_holders(watched, judged))
@@ -332,13 +336,15 @@ class Supervisor:
         return True
 
     def _drain(self) -> None:
+        # A shard may hand off to a live peer outside (``_leaving``): its grace is waited for too.
+        siblings = [slot.engine_id for slot in self.slots if slot.engine_id is not None]
         for slot in self.slots:
             if slot.control is not None:
                 try:
-                    slot.control.send(("drain",))
+                    slot.control.send(("drain", siblings, self.handoffs.grace))
                 except OSError:
                     pass
-        deadline = time.monotonic() + self.config.drain_timeout
+        deadline = time.monotonic() + self.config.drain_timeout + self.handoffs.grace
         for slot in self.slots:
             if slot.process is not None:
                 slot.process.join(max(0.0, deadline - time.monotonic()))
