@@ -38,6 +38,8 @@ from ..errors import InvalidRequest, OutcomeUnknown, ServerUnavailable, WeftErro
 from . import _calls
 from ._calls import Call
 from ._dispatch import STOPPING, resendable
+from ._moves import MOVED
+from ._protocol import encode_envelope
 from ._request_core import ConnectionWatch, Target, answer_pending, expire
 from ._wire import grouped
 
@@ -74,6 +76,19 @@ def reachable(endpoint: str, front_door: str) -> str:
         return endpoint
     front_host = front_door[len("tcp://") :].rpartition(":")[0]
     return f"tcp://{front_host}:{port}"
+
+
+def _moved_to(reply: dict[str, Any]) -> tuple[str, float, Any] | None:
+    """(workflow id, wait left, run id) of a ``workflow_moved`` answer (``_moves``), else None."""
+    error = reply["error"]
+    if not isinstance(error, dict) or error.get("code") != MOVED:
+        return None
+    context: Any = error.get("context")
+    try:
+        wid, wait = context["wid"], float(context["wait"])
+    except (TypeError, KeyError, ValueError):
+        return None
+    return (wid, wait, context.get("run_id")) if type(wid) is str else None
 
 
 def _stopping(reply: dict[str, Any]) -> bool:
@@ -167,11 +182,15 @@ class DirectRoutes:
             for shard in answer.get("shards") or []
             if isinstance(shard, list) and len(shard) == 3 and str(shard[2]).startswith("tcp://")
         }
+        # A draining shard takes no new request but still answers (or moves on) what it holds.
+        draining = {str(shard[1]) for shard in answer.get("draining") or [] if isinstance(shard, list) and len(shard) == 3}
         self.version = answer["version"]
         self._endpoints = endpoints
         self.engines = list(endpoints)
-        for engine_id in [engine_id for engine_id in self.shards if engine_id not in endpoints]:
-            self.orphan(self.shards[engine_id], "is no longer live (it died or stopped answering)")
+        for engine_id in [engine_id for engine_id in self.shards if engine_id not in endpoints and engine_id not in draining]:
+            shard = self.shards[engine_id]
+            self._drain(shard)  # replies that came before it went are answers
+            self.orphan(shard, "is no longer live (it died or stopped answering)")
         if self.enabled and not self._transport.closed:
             for engine_id in self.engines:  # connect now: a send finds the connection up
                 if engine_id not in self.shards:
@@ -235,11 +254,26 @@ class DirectRoutes:
             reply = await future
             if shard is not None and "error" in reply and _stopping(reply) and resendable(call.op, frame):
                 # The shard is going away (drain or deposition): the front door finds another.
+                # It is no longer the shard's to answer (or to lose: ``orphan``).
+                shard.sent.pop(request_id, None)
                 future = transport.pending[request_id] = loop.create_future()
                 timer.cancel()
                 timer = loop.call_later(budget, expire, future)
                 transport._queue(request_id, frame)
                 reply = await future
+            moved = _moved_to(reply) if shard is not None and "error" in reply else None
+            if shard is not None and moved is not None:
+                # Its workflow was handed to another shard: the wait goes on there, as a
+                # ``result`` through the front door (a read: nothing is applied twice).
+                wid, wait, run_id = moved
+                shard.sent.pop(request_id, None)  # the front door's now, not the shard's to lose
+                future = transport.pending[request_id] = loop.create_future()
+                timer.cancel()
+                timer = loop.call_later(budget, expire, future)
+                transport._queue(request_id, encode_envelope(request_id, "result", {"wid": wid, "wait": wait}))
+                reply = await future
+                if call.op == "execute" and isinstance(reply.get("ok"), dict):  # its handle, as an execute's reply has
+                    reply = {**reply, "ok": {"id": wid, "run_id": run_id, **reply["ok"]}}
         except asyncio.TimeoutError:
             raise ServerUnavailable(f"{call.op}: no reply within {budget:.3g}s ({target.endpoint})", endpoint=target.endpoint, op=call.op) from None
         finally:

@@ -33,6 +33,9 @@ class RoutingTable:
         self._engines: dict[str, int] = {}
         self._round_robin = itertools.count()
         self._endpoints: dict[int, str] = {}
+        self._draining: dict[int, tuple[str, str]] = {}
+        """slot -> (engine id, endpoint) of a shard handing its workflows off: no new work,
+        but alive, and what it holds is still answered (by it, or moved on)."""
         self.version = 0
         """Grows with every change of the live shards: a client's directory is current while
         its version is this one."""
@@ -50,6 +53,18 @@ class RoutingTable:
             slots = dict(self._slots)
             slots.pop(slot, None)
             self._endpoints.pop(slot, None)
+            self._draining.pop(slot, None)
+            self._publish(slots)
+
+    def set_draining(self, slot: int) -> None:
+        """No new work for ``slot`` (it hands its workflows off), though it lives: a direct
+        client stops sending to it but keeps waiting for what it sent (``set_dead`` ends it)."""
+        with self._lock:
+            slots = dict(self._slots)
+            engine_id = slots.pop(slot, None)
+            endpoint = self._endpoints.pop(slot, "")
+            if engine_id is not None:
+                self._draining[slot] = (engine_id, endpoint)
             self._publish(slots)
 
     def directory(self, direct: bool = True) -> dict[str, Any]:
@@ -58,8 +73,14 @@ class RoutingTable:
         places a workflow id on them (``_placement.preferred`` over their engine ids)."""
         with self._lock:
             shards = [[slot, engine_id, self._endpoints.get(slot, "")] for slot, engine_id in sorted(self._slots.items())]
+            draining = [[slot, engine_id, endpoint] for slot, (engine_id, endpoint) in sorted(self._draining.items())]
             version = self.version
-        return {"version": version, "placement": "rendezvous", "shards": [shard for shard in shards if direct and shard[2]]}
+        return {
+            "version": version,
+            "placement": "rendezvous",
+            "shards": [shard for shard in shards if direct and shard[2]],
+            "draining": [shard for shard in draining if direct and shard[2]],
+        }
 
     def _publish(self, slots: dict[int, str]) -> None:
         # Readers see either the old or the new mapping, never a half-updated one.

@@ -34,7 +34,7 @@ class _Slot(Protocol):
 
 
 class _Routing(Protocol):
-    def set_dead(self, slot: int) -> None: ...
+    def set_draining(self, slot: int) -> None: ...
 
 
 class Handoffs:
@@ -68,7 +68,7 @@ class Handoffs:
             draining, successor = ready[0], ready[1]
             self.requested -= 1
             self._next = (draining.index + 1) % len(slots)
-            routing.set_dead(draining.index)  # no new work for it: the others take new requests
+            routing.set_draining(draining.index)  # no new work for it: the others take new requests
             self.draining.add(draining.index)
             draining.ready = False
             log.info("shard %d hands off to shard %d (engine %s), grace %.1fs", draining.index, successor.index, successor.engine_id, self.grace)

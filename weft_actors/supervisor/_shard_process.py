@@ -43,6 +43,8 @@ later, without counting a crash."""
 DRAIN_REQUESTS = 2000
 """Requests taken from the front door per loop turn; the rest wait for the next turn, so a
 backlog never makes one turn long enough to miss a heartbeat."""
+REPLY_LINGER_MS = 1000
+"""How long a stopping shard's last replies may take to leave its sockets."""
 REPLY_BATCH_BYTES = 4 << 20
 """A batch of replies leaves once it holds this much, not only at the end of the turn: the
 front door then never holds one huge message of large results at once."""
@@ -402,4 +404,9 @@ class ShardServer:
             loop.remove_reader(self.control.fileno())
         except Exception:
             pass
+        # The last replies (a handoff's ``WorkflowMoved`` among them) may still sit in zmq's
+        # queues: they get a moment to leave; everything else is dropped at once.
+        for sock in (self.dealer, self.direct.socket if self.direct is not None else None):
+            if sock is not None and not sock.closed:
+                sock.close(linger=REPLY_LINGER_MS)
         self.context.destroy(linger=0)
