@@ -57,9 +57,12 @@ _REQUEST_PARTS = 3
 class FrontDoor:
     """Routes client requests to shards and shard replies back to clients.
 
-    ``stats()`` answers the ``stats`` op without bothering a shard. Start with ``start()``,
-    stop with ``stop()``; the sockets live and die in the front door's own thread.
+    ``stats()`` answers the ``stats`` op without bothering a shard, and ``admin`` (set by the
+    supervisor) the ``shards`` op. Start with ``start()``, stop with ``stop()``; the sockets
+    live and die in the front door's own thread.
     """
+
+    admin: Callable[[dict[str, Any]], Any] | None = None
 
     def __init__(
         self,
@@ -275,4 +278,18 @@ class FrontDoor:
         if op == "stats":
             self._reply(client, encode_reply(request["id"], self._stats()))
             return
+        if op == "shards":
+            self._admin_reply(client, request)
+            return
         self._forward(client, frame, request["id"], op, request.get("wid"), fresh=True)
+
+    def _admin_reply(self, client: bytes, request: dict[str, Any]) -> None:
+        """``shards`` (list, restart, set): the supervisor's to answer (``admin``), never a shard's."""
+        try:
+            if self.admin is None:
+                raise InvalidRequest("this server has no shards to administer")
+            reply = encode_reply(request["id"], self.admin(request))
+        except WeftError as error:
+            self.errors += 1
+            reply = encode_error(request["id"], error)
+        self._reply(client, reply)

@@ -74,6 +74,7 @@ _FIELDS: Final[dict[str, dict[str, tuple[type, ...]]]] = {
     "list": {},
     "stats": {},
     "ping": {},
+    "shards": {"action": (str,)},
 }
 _OPTIONAL: Final[dict[str, tuple[type, ...]]] = {
     "wid": (str, type(None)),
@@ -93,6 +94,7 @@ _OPTIONAL: Final[dict[str, tuple[type, ...]]] = {
     "limit": (int,),
     "cursor": (str, type(None)),
     "memo_filter": (dict, type(None)),
+    "count": (int, type(None)),
 }
 
 OPS: Final = frozenset(_FIELDS)

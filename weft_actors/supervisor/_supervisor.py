@@ -28,6 +28,7 @@ from ..store import LmdbStore, open_store
 from ._config import ShardConfig, SupervisorConfig
 from ._console import check_http_bind, start_console
 from ._curve import check_bind, server_keys, start_authenticator
+from ._admin import ShardsAdmin
 from ._handoffs import Handoffs
 from ._app_types import TypeMismatchWatch
 from ._counts import flow_counts, workflow_counts
@@ -36,6 +37,7 @@ from ._ipc import remove_stale_ipc_dirs as _remove_stale_ipc_dirs  # noqa: F401 
 from ._live import LiveEngines, live_ids
 from ._liveness import DeathRecorder, judge_sparing_refusals, lock_holders
 from ._metrics import MetricsServer, render
+from ._roll import Roll
 from ._shard_process import EXIT_UNWRITABLE, shard_main
 from ._slot import ShardSlot
 
@@ -69,6 +71,7 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self.handoffs = Handoffs(self._wake_w)
+        self.roll = Roll(self._wake_w, config.data_dir, config.app)  # ``shards restart``, SIGHUP
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -110,6 +113,7 @@ class Supervisor:
             max_shard_starts=config.max_queued_starts,
             intake_budget=config.max_intake_bytes,
         )
+        self.frontdoor.admin = ShardsAdmin(self.slots, self.handoffs.draining, self.roll)
         try:
             self.frontdoor.start()
         except zmq.ZMQError as exc:
@@ -153,8 +157,15 @@ class Supervisor:
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGUSR1, lambda signum, frame: self.handoffs.request())  # ``_handoffs``
         keys = self.keys
-        if keys is not None:  # revoking a key takes effect now (the front door also polls)
-            signal.signal(signal.SIGHUP, lambda signum, frame: keys.reload())
+
+        def hangup(signum: int, frame: Any) -> None:
+            """A rolling restart (``_roll``), and a reload of the CURVE keys, if any: a
+            revoked key takes effect now (the front door also polls); cheap, so every time."""
+            if keys is not None:
+                keys.reload()
+            self.roll.on_signal()
+
+        signal.signal(signal.SIGHUP, hangup)
 
     def _spawn(self, slot: ShardSlot) -> None:
         config = self.config
@@ -211,6 +222,7 @@ class Supervisor:
                     os.read(self._wake_r, 64)
             self._kill_hung()
             self.handoffs.dispatch(self.slots, self.routing)
+            self.roll.step(self.slots, self.handoffs, self.routing)
             for slot in self.slots:
                 if slot.process is not None:
                     self._read_control(slot)
@@ -353,6 +365,7 @@ class Supervisor:
                     self.deaths.record(slot.engine_id)
 
     def _close(self) -> None:
+        self.roll.stop()
         metrics = getattr(self, "metrics", None)
         if metrics is not None:
             metrics.stop()
