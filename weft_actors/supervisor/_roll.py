@@ -26,7 +26,7 @@ from typing import Any, Callable, Protocol, Sequence
 from ..errors import RollInProgress
 from ._deploy_check import DeployCheck
 
-__all__ = ["Roll", "REPLACE_TIMEOUT"]
+__all__ = ["Roll", "REPLACE_TIMEOUT", "hangup_handler"]
 
 log = logging.getLogger("weft_actors.supervisor")
 
@@ -223,3 +223,17 @@ class Roll:
             "pending": list(self.queue),
             "last": self.last,
         }
+
+
+def hangup_handler(keys: Any, roll: Roll) -> Callable[[int, Any], None]:
+    """The supervisor's ``SIGHUP``: a rolling restart, and a reload of the CURVE keys when
+    there are keys (a revoked key takes effect at once; the front door also polls). A reload
+    is cheap and harmless, so every SIGHUP does both: no signal means one thing on one host
+    and another elsewhere."""
+
+    def hangup(signum: int, frame: Any) -> None:
+        if keys is not None:
+            keys.reload()
+        roll.on_signal()
+
+    return hangup

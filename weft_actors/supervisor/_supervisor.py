@@ -37,7 +37,7 @@ from ._ipc import remove_stale_ipc_dirs as _remove_stale_ipc_dirs  # noqa: F401 
 from ._live import LiveEngines, live_ids
 from ._liveness import DeathRecorder, judge_sparing_refusals, lock_holders
 from ._metrics import MetricsServer, render
-from ._roll import Roll
+from ._roll import Roll, hangup_handler
 from ._shard_process import EXIT_UNWRITABLE, shard_main
 from ._slot import ShardSlot
 
@@ -156,16 +156,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGUSR1, lambda signum, frame: self.handoffs.request())  # ``_handoffs``
-        keys = self.keys
-
-        def hangup(signum: int, frame: Any) -> None:
-            """A rolling restart (``_roll``), and a reload of the CURVE keys, if any: a
-            revoked key takes effect now (the front door also polls); cheap, so every time."""
-            if keys is not None:
-                keys.reload()
-            self.roll.on_signal()
-
-        signal.signal(signal.SIGHUP, hangup)
+        signal.signal(signal.SIGHUP, hangup_handler(self.keys, self.roll))  # ``_roll``
 
     def _spawn(self, slot: ShardSlot) -> None:
         config = self.config
