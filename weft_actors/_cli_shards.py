@@ -1,9 +1,10 @@
-"""``python -m weft_actors shards list|restart``: the supervisor's shards, and a rolling restart.
+"""``python -m weft_actors shards list|restart|set N``: the supervisor's shards, a rolling
+restart, a live resize.
 
-``restart`` asks the supervisor for a rolling restart and, unless ``--no-wait``, follows it
-(``shards list`` every half second, a line per shard replaced) to its end: exit 0 once every
-shard was replaced, 1 (``roll_failed``, naming the workflow and the op that no longer replays
-for a refused deploy) when it stopped. ``shards`` is admin-only under CURVE.
+``restart`` (and ``set N``) asks the supervisor and, unless ``--no-wait``, follows it
+(``shards list`` every half second, a line per change of progress) to its end: exit 0 once
+done, 1 (``roll_failed``, naming the workflow and the op that no longer replays for a refused
+deploy) when it stopped. ``shards`` is admin-only under CURVE.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ POLL = 0.5
 def add_shards_command(command: Callable[[str, str], argparse.ArgumentParser]) -> None:
     """Declare ``shards ACTION`` with the CLI's ``command(name, help)`` (its common options)."""
     p = command("shards", "list the supervisor's shards, or replace them one at a time (restart)")
-    p.add_argument("action", choices=("list", "restart"), help="list: each shard's slot, pid, engine, workflows, state; restart: a rolling restart")
-    p.add_argument("--no-wait", action="store_true", help="restart: return once the roll is accepted, without following it")
+    p.add_argument("action", choices=("list", "restart", "set"), help="list: each shard's slot, pid, engine, workflows, state; restart: a rolling restart; set N: grow or shrink to N shards")
+    p.add_argument("count", nargs="?", type=int, metavar="N", help="set: the number of shards (at least 1)")
+    p.add_argument("--no-wait", action="store_true", help="restart, set: return once accepted, without following it")
 
 
 def shards_table(listing: dict[str, Any]) -> str:
@@ -34,10 +36,10 @@ def shards_table(listing: dict[str, Any]) -> str:
         in_flight = "-" if shard.get("in_flight") is None else shard["in_flight"]
         lines.append(f"{shard['slot']:<5} {shard['pid'] or '-'!s:<8} {shard['engine_id'] or '-':<34} {owned!s:>7} {in_flight!s:>10}  {shard['state']}")
     roll = listing["roll"]
-    lines.append(f"rolling restart: {roll['progress']}")
+    lines.append(f"rolling restart or resize: {roll['progress']}")
     if roll.get("last"):
         last = roll["last"]
-        lines.append(f"last rolling restart: {last['outcome']} after {last['duration_s']}s: {last['message']}")
+        lines.append(f"last ({last['source']}): {last['outcome']} after {last['duration_s']}s: {last['message']}")
     return "\n".join(lines)
 
 
@@ -46,14 +48,15 @@ def run_shards(args: argparse.Namespace, out: TextIO, client: Any) -> None:
         listing = client.shards("list")
         emit(args, out, listing, shards_table(listing))
         return
-    accepted = client.shards("restart")
+    accepted = client.shards(args.action, args.count if args.action == "set" else None)
+    what = "rolling restart" if args.action == "restart" else f"resize to {args.count} shards"
     if args.no_wait:
-        emit(args, out, accepted, f"rolling restart {accepted['roll']} accepted")
+        emit(args, out, accepted, f"{what} accepted")
         return
     last = _follow(args, out, client, accepted["roll"])
     if last["outcome"] != "completed":
-        raise RollFailed(f"rolling restart {last['outcome']}: {last['message']}", **{k: v for k, v in last.items() if k in ("workflow", "replaced")})
-    emit(args, out, last, f"rolling restart completed in {last['duration_s']}s: {last['message']}")
+        raise RollFailed(f"{what} {last['outcome']}: {last['message']}", **{k: v for k, v in last.items() if k in ("workflow", "replaced")})
+    emit(args, out, last, f"{what} completed in {last['duration_s']}s: {last['message']}")
 
 
 def _follow(args: argparse.Namespace, out: TextIO, client: Any, number: int) -> dict[str, Any]:
@@ -66,6 +69,6 @@ def _follow(args: argparse.Namespace, out: TextIO, client: Any, number: int) -> 
             return dict(last)
         if roll["progress"] != shown and not args.json:
             shown = roll["progress"]
-            out.write(f"rolling restart: {shown}\n")
+            out.write(f"shards: {shown}\n")
             out.flush()
         time.sleep(POLL)

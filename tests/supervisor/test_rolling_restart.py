@@ -8,14 +8,13 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from _processes import RunningSupervisor, wait_until
+from _steady_load import SteadyStarts
 from weft_actors import Client
 from weft_actors.errors import InvalidRequest, RollInProgress
 
@@ -35,41 +34,6 @@ def _pids(client: Client) -> list[int]:
     return [shard["pid"] for shard in client.shards("list")["shards"]]
 
 
-class _Load:
-    """Starts ``two_charges`` workflows at a steady rate from its own thread; every failure kept."""
-
-    def __init__(self, endpoint: str, rate: float) -> None:
-        self.endpoint, self.interval = endpoint, 1.0 / rate
-        self.started: list[str] = []
-        self.failures: list[BaseException] = []
-        self.latencies: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> _Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        with Client(self.endpoint, timeout=30) as client:
-            n = 0
-            while not self._stop.is_set():
-                tag = f"load{n}"
-                n += 1
-                began = time.monotonic()
-                try:
-                    client.start("two_charges", tag, 0.05, id=tag)
-                    self.started.append(tag)
-                except Exception as exc:  # noqa: BLE001 - every failure is the assertion's
-                    self.failures.append(exc)
-                self.latencies.append(time.monotonic() - began)
-                self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
-
-
 def test_shards_restart_replaces_every_shard_under_load_with_no_failed_request(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
@@ -80,7 +44,7 @@ def test_shards_restart_replaces_every_shard_under_load_with_no_failed_request(t
             for tag in held:
                 client.start("charge_then_wait", tag, CHARGE_SECONDS, id=tag)
             wait_until(lambda: len(list(runs.glob("held*.start.*"))) == HELD, 20, "every held charge running")
-            with _Load(sup.endpoint, rate=40) as load:
+            with SteadyStarts(sup.endpoint, rate=40) as load:
                 time.sleep(0.5)  # some load before the roll
                 done = _cli(sup, "shards", "restart")
                 time.sleep(0.5)  # and some after it
@@ -128,7 +92,7 @@ def test_sighup_rolls_and_a_second_restart_meanwhile_is_refused(tmp_path: Path) 
             assert last["outcome"] == "completed" and last["source"] == "SIGHUP", last
             assert not set(_pids(client)) & set(before)
             listed = _cli(sup, "shards", "list")
-            assert listed.returncode == 0 and "serving" in listed.stdout and "last rolling restart: completed" in listed.stdout, listed
+            assert listed.returncode == 0 and "serving" in listed.stdout and "last (SIGHUP): completed" in listed.stdout, listed
             client.get_handle("slow").signal("go", 1)
             assert client.get_handle("slow").result(timeout=30) == ["charged slow", 1]
     assert len(list(runs.glob("slow.start.*"))) == 1

@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from ..errors import RollInProgress
 from ._deploy_check import DeployCheck
+from ._resize import Resize
 
 __all__ = ["Roll", "REPLACE_TIMEOUT", "hangup_handler"]
 
@@ -74,21 +75,24 @@ class Roll:
         self.started_at = 0.0
         self.last: dict[str, Any] | None = None
         self._check: Any = None
+        self._count: int | None = None
+        self._resize: Resize | None = None
         self._old_pid: int | None = None
         self._deadline = 0.0
 
     # -- asking (any thread) --------------------------------------------------------------
 
-    def request(self, source: str) -> dict[str, Any]:
-        """Ask for a roll (from the front door's thread); ``RollInProgress`` while one runs."""
+    def request(self, source: str, count: int | None = None) -> dict[str, Any]:
+        """Ask for a roll, or with ``count`` a resize to that many shards (from the front
+        door's thread); ``RollInProgress`` while either runs."""
         with self._lock:
             if self._wanted is not None or self.phase != "idle":
-                raise RollInProgress(f"a rolling restart is running already ({self.progress()}); ask again once it ended")
-            self._wanted = source
+                raise RollInProgress(f"a rolling restart or resize is running already ({self.progress()}); ask again once it ended")
+            self._wanted, self._count = source, count
             self.number += 1
             number = self.number
         self._wake()
-        return {"restart": "accepted", "roll": number}
+        return {"accepted": "restart" if count is None else "set", "roll": number}
 
     def on_signal(self) -> None:
         """The SIGHUP handler's part: a flag and a byte on the wake pipe."""
@@ -107,7 +111,7 @@ class Roll:
     def running(self) -> bool:
         return self.phase != "idle"
 
-    def step(self, slots: Sequence[_Slot], handoffs: _Handoffs, routing: Any) -> None:
+    def step(self, slots: list[Any], handoffs: _Handoffs, routing: Any) -> None:
         """Move the roll on as far as it can go now; never waits."""
         if self.signalled:
             self.signalled = False
@@ -119,6 +123,11 @@ class Roll:
                     log.warning("SIGHUP: a rolling restart is running already (%s); not starting another", self.progress())
         if self.phase == "idle":
             self._begin(slots)
+        if self.phase == "resizing" and self._resize is not None:
+            ended = self._resize.step(slots, handoffs, routing)
+            if ended is not None:
+                self._resize = None
+                self._end(*ended)
         if self.phase == "checking":
             self._checked(slots)
         if self.phase == "handing":
@@ -126,14 +135,18 @@ class Roll:
         if self.phase == "starting":
             self._started(slots)
 
-    def _begin(self, slots: Sequence[_Slot]) -> None:
+    def _begin(self, slots: list[Any]) -> None:
         with self._lock:
-            source, self._wanted = self._wanted, None
+            source, self._wanted, count = self._wanted, None, self._count
             if source is None:
                 return
-            self.phase = "checking"
+            self.phase = "checking" if count is None else "resizing"
         self.source, self.queue, self.replaced, self.checked = source, [slot.index for slot in slots], [], 0
         self.started_at = time.monotonic()
+        if count is not None:
+            self.queue = []
+            self._resize = Resize(count, slots, REPLACE_TIMEOUT)
+            return
         if len(slots) < 2:
             self._end("refused", "a rolling restart needs at least 2 shards: one takes the workflows of the one replaced")
             return
@@ -212,6 +225,8 @@ class Roll:
     def progress(self) -> str:
         if self.phase == "idle":
             return "idle"
+        if self.phase == "resizing" and self._resize is not None:
+            return f"resizing to {self._resize.target} shards"
         return f"{self.phase} shard {self.queue[0] if self.queue else '-'}, {len(self.replaced)} of {len(self.replaced) + len(self.queue)} replaced"
 
     def report(self) -> dict[str, Any]:
