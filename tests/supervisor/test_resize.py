@@ -1,6 +1,7 @@
-"""``python -m weft_actors shards set N`` grows and shrinks a real supervisor under a steady
-load of starts (``supervisor._resize``): no request fails, every workflow completes exactly
-once, no activity attempt runs twice; new shards take new workflows; a bad N is refused."""
+"""``python -m weft_actors shards restart``, then ``shards set 1`` and ``shards set 3`` on a
+real supervisor under a steady load of starts (``supervisor._roll``, ``_resize``): no request
+fails, a start's latency stays bounded, every workflow completes exactly once, no activity
+attempt runs twice; new shards take new workflows; a bad N is refused."""
 
 from __future__ import annotations
 
@@ -36,18 +37,27 @@ def test_shards_set_shrinks_and_grows_under_load_with_no_failed_request(tmp_path
             client.start("charge_then_wait", "held", 1.5, id="held")
             wait_until(lambda: list(runs.glob("held.start.*")), 20, "the held charge running")
             with SteadyStarts(sup.endpoint, rate=40) as load:
-                time.sleep(0.5)
+                time.sleep(1.0)
+                before = len(load.latencies)
+                rolled = _cli(sup, "shards", "restart")
+                assert rolled.returncode == 0 and "3 shards replaced" in rolled.stdout, (rolled, sup.log_text()[-3000:])
                 shrunk = _cli(sup, "shards", "set", "1")
                 assert shrunk.returncode == 0 and "3 -> 1 shards (2 removed)" in shrunk.stdout, (shrunk, sup.log_text()[-3000:])
                 listing = client.shards("list")
                 assert [(shard["slot"], shard["state"]) for shard in listing["shards"]] == [(0, "serving")], listing
                 grown = _cli(sup, "shards", "set", "3")
                 assert grown.returncode == 0 and "1 -> 3 shards (2 added)" in grown.stdout, (grown, sup.log_text()[-3000:])
+                during = len(load.latencies)
                 time.sleep(1.5)  # new starts after the growth
             listing = client.shards("list")
             assert [(shard["slot"], shard["state"]) for shard in listing["shards"]] == [(0, "serving"), (1, "serving"), (2, "serving")]
             new_engines = {shard["engine_id"] for shard in listing["shards"][1:]}
             assert load.failures == [], load.failures[:5]
+            # A start's latency stays bounded through the restart, the shrink and the growth.
+            steady, changing = sorted(load.latencies[:before]), sorted(load.latencies[before:during])
+            p99 = changing[int(len(changing) * 0.99)]
+            print(f"start latency p50/p99 before {steady[len(steady) // 2]:.4f}/{steady[-1]:.4f}s, during {changing[len(changing) // 2]:.4f}/{p99:.4f}s (max {changing[-1]:.4f}s, {len(changing)} starts)")
+            assert p99 < 1.0, changing[-10:]
             client.get_handle("held").signal("go", 1)
             assert client.get_handle("held").result(timeout=30) == ["charged held", 1]
             for tag in load.started:
