@@ -32,13 +32,13 @@ async def deployable(ctx, tag: str) -> list:
 '''
 
 
-def test_shards_restart_refuses_a_deploy_that_does_not_replay(tmp_path: Path) -> None:
+def test_shards_restart_refuses_a_deploy_that_does_not_replay(tmp_path: Path, either_store: str) -> None:
     code = tmp_path / "code"
     code.mkdir()
     module = code / "deploy_app.py"
     module.write_text(APP.format(name="reserve"))
     env = {"PYTHONPATH": os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")])}
-    sup = RunningSupervisor(tmp_path / "data", shards=2, app="deploy_app")
+    sup = RunningSupervisor(either_store, shards=2, app="deploy_app")
     sup.env["PYTHONPATH"] = os.pathsep.join([str(code), sup.env["PYTHONPATH"]])
     with sup:
         with Client(sup.endpoint, timeout=30) as client:
@@ -57,6 +57,11 @@ def test_shards_restart_refuses_a_deploy_that_does_not_replay(tmp_path: Path) ->
             assert [shard["pid"] for shard in listing["shards"]] == before  # no shard replaced
             assert listing["roll"]["last"]["outcome"] == "refused" and listing["roll"]["last"]["replaced"] == []
             assert {shard["state"] for shard in listing["shards"]} == {"serving"}
+            module.write_text("def broken(:\n")  # a deploy that does not even import
+            number = client.shards("restart")["roll"]
+            last = wait_until(lambda: (client.shards("list")["roll"]["last"] or {}).get("roll") == number and client.shards("list")["roll"]["last"], 30, "refused")
+            assert last["outcome"] == "refused" and "SyntaxError" in last["message"] and last["replaced"] == [], last
+            assert [shard["pid"] for shard in client.shards("list")["shards"]] == before
             client.get_handle("wf-kept").signal("go", 7)  # the old shards still serve it
             assert client.get_handle("wf-kept").result(timeout=30) == ["did t1", 7]
         assert "does not replay on the new code" in sup.log_text()

@@ -24,10 +24,10 @@ def _cli(sup: RunningSupervisor, *args: str) -> subprocess.CompletedProcess[str]
     return subprocess.run([sys.executable, "-m", "weft_actors", "--endpoint", sup.endpoint, *args], capture_output=True, text=True, env=sup.env, timeout=90)
 
 
-def test_shards_set_shrinks_and_grows_under_load_with_no_failed_request(tmp_path: Path) -> None:
+def test_shards_set_shrinks_and_grows_under_load_with_no_failed_request(tmp_path: Path, either_store: str) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
-    with RunningSupervisor(tmp_path / "data", shards=3, app="roll_app", env={"WEFT_TEST_RUNS": str(runs)}) as sup:
+    with RunningSupervisor(either_store, shards=3, app="roll_app", env={"WEFT_TEST_RUNS": str(runs)}) as sup:
         with Client(sup.endpoint, timeout=30) as client:
             for bad in (0, -1, 100_000):
                 with pytest.raises(InvalidRequest, match="shards set needs a number of shards from 1 to 256"):
