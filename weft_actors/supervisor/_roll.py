@@ -207,7 +207,8 @@ class Roll:
     def _end(self, outcome: str, message: str, **extra: Any) -> None:
         elapsed = time.monotonic() - self.started_at
         self.last = {"roll": self.number, "outcome": outcome, "message": message, "source": self.source, "replaced": list(self.replaced), "duration_s": round(elapsed, 3), **extra}
-        (log.info if outcome == "completed" else log.error)("rolling restart %s after %.1fs: %s", outcome, elapsed, message)
+        level = {"completed": logging.INFO, "refused": logging.WARNING}.get(outcome, logging.ERROR)
+        log.log(level, "%s %s after %.1fs: %s", "resize" if self.source.startswith("shards set") else "rolling restart", outcome, elapsed, message)
         if self._check is not None:
             self._check.close()
             self._check = None
