@@ -30,6 +30,7 @@ import zmq
 
 from ..errors import InvalidRequest, WeftError
 from ._access import KeyRing, drain_with_users
+from ._calls import RESENDABLE_READS
 from ._dispatch import Dispatcher
 from ._intake import DEFAULT_INTAKE_BUDGET, IntakeGuard, part_cap
 from ._frames import bind_internal, drain
@@ -137,6 +138,14 @@ class FrontDoor:
     @property
     def replies_dropped(self) -> int:
         return self._replies.dropped
+
+    def held_writes(self, slot: int) -> int:
+        """Requests other than reads that the shard at ``slot`` holds unanswered (read from
+        another thread: a copy of a dict the front door thread writes, a moment stale at
+        worst). A shard about to hand off waits for 0: a start it never read would be lost
+        with it (``OutcomeUnknown``), while a read is sent on to another shard."""
+        held = self._dispatch._inflight.get(slot)
+        return 0 if not held else sum(1 for _, op, _ in list(held.values()) if op not in RESENDABLE_READS)
 
     def bounds(self) -> dict[str, float]:
         """What the bounds refused so far, and the replies held for slow clients now (read

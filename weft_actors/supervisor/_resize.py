@@ -2,8 +2,9 @@
 
 Growth appends new slots; the supervisor's loop starts their processes as it starts any slot
 with none, and once they are ready the routing places new workflows over every live engine
-(rendezvous, ``_placement``), so the new shards take their share of the new work. The
-workflows already parked on the old shards stay with their owners (they are not moved).
+(rendezvous, ``_placement``), so the new shards take their share of the new work; and each
+old shard hands the parked workflows that a new shard now prefers to it, in batches at a
+bounded rate (``shard._rebalance``, fenced as any handoff).
 Shrinking removes the highest slots one at a time: each hands its workflows off to a
 remaining ready shard (``_handoffs``, as a rolling restart does: its running activity attempts
 finish first) and, once its process has exited, the slot goes. ``_roll`` runs this in its
@@ -16,6 +17,7 @@ import logging
 import time
 from typing import Any
 
+from ._quiet import QuietWait
 from ._slot import ShardSlot
 
 __all__ = ["Resize", "MAX_SHARDS"]
@@ -24,6 +26,10 @@ log = logging.getLogger("weft_actors.supervisor")
 
 MAX_SHARDS = 256
 """The most shards ``shards set`` asks for (a typo of N must not fork thousands of processes)."""
+REBALANCE_BATCH = 200
+REBALANCE_INTERVAL = 0.1
+"""After a growth each old shard moves at most ``REBALANCE_BATCH`` parked workflows per
+``REBALANCE_INTERVAL`` seconds (2,000/s): the new shards' replays never swamp them."""
 
 
 class Resize:
@@ -35,6 +41,7 @@ class Resize:
         self._timeout = timeout
         self._deadline = time.monotonic() + timeout
         self._handing: int | None = None
+        self._quiet: QuietWait | None = None
         self._removed = 0
         for index in range(len(slots), target):
             slots.append(ShardSlot(index))  # started by the supervisor's loop, as any empty slot
@@ -43,10 +50,24 @@ class Resize:
         elif target < self.first:
             log.info("resize: %d -> %d shards, handing off shards %d..%d one at a time", self.first, target, target, self.first - 1)
 
-    def step(self, slots: list[Any], handoffs: Any, routing: Any) -> tuple[str, str] | None:
+    def _rebalance(self, slots: list[Any]) -> None:
+        """Tell each old shard the live engines: it hands its parked workflows that one of
+        the new shards now prefers to that shard (``shard._rebalance``), the ids relayed on as
+        after any handoff (``("handed", engine, ids)``)."""
+        engines = [slot.engine_id for slot in slots if slot.ready and slot.engine_id is not None]
+        for slot in slots[: self.first]:
+            if slot.control is not None and slot.ready:
+                try:
+                    slot.control.send(("rebalance", engines, REBALANCE_BATCH, REBALANCE_INTERVAL))
+                except OSError as exc:
+                    log.warning("could not ask shard %d to rebalance: %s", slot.index, exc)
+
+    def step(self, slots: list[Any], handoffs: Any, routing: Any, held: Any) -> tuple[str, str] | None:
         if self.target >= self.first:
             added = slots[self.first : self.target]
             if all(slot.ready for slot in added):
+                if added:
+                    self._rebalance(slots)
                 return "completed", f"{self.first} -> {self.target} shards" + (f" ({len(added)} added)" if added else "")
             if time.monotonic() > self._deadline:
                 return "failed", f"the added shards were not all ready within {self._timeout:.0f}s"
@@ -62,10 +83,19 @@ class Resize:
                 continue
             if self._handing is None:
                 successor = next((slot for slot in slots[: self.target] if slot.ready and slot.engine_id is not None and slot.control is not None), None)
-                if last.ready and successor is not None and handoffs.hand_over(last, successor, routing):
+                able = last.ready and successor is not None
+                if self._quiet is None and able:  # first out of the routing, its writes answered
+                    self._quiet = QuietWait(last, routing, held)
+                    return None
+                if self._quiet is not None and not self._quiet.quiet():
+                    return None
+                quiet, self._quiet = self._quiet, None
+                if able and handoffs.hand_over(last, successor, routing):
                     self._handing = last.index
                     self._deadline = time.monotonic() + handoffs.grace + self._timeout
                     return None
+                if quiet is not None:
+                    quiet.cancel()
             if time.monotonic() > self._deadline:
                 return "failed", f"shard {last.index} did not hand off and exit in time ({self._removed} removed)"
             return None

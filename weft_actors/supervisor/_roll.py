@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from ..errors import RollInProgress
 from ._deploy_check import DeployCheck
+from ._quiet import QuietWait
 from ._resize import Resize
 
 __all__ = ["Roll", "REPLACE_TIMEOUT", "hangup_handler"]
@@ -77,6 +78,7 @@ class Roll:
         self._check: Any = None
         self._count: int | None = None
         self._resize: Resize | None = None
+        self._quiet: QuietWait | None = None
         self._old_pid: int | None = None
         self._deadline = 0.0
 
@@ -111,7 +113,7 @@ class Roll:
     def running(self) -> bool:
         return self.phase != "idle"
 
-    def step(self, slots: list[Any], handoffs: _Handoffs, routing: Any) -> None:
+    def step(self, slots: list[Any], handoffs: _Handoffs, routing: Any, held: Callable[[int], int] = lambda slot: 0) -> None:
         """Move the roll on as far as it can go now; never waits."""
         if self.signalled:
             self.signalled = False
@@ -124,14 +126,14 @@ class Roll:
         if self.phase == "idle":
             self._begin(slots)
         if self.phase == "resizing" and self._resize is not None:
-            ended = self._resize.step(slots, handoffs, routing)
+            ended = self._resize.step(slots, handoffs, routing, held)
             if ended is not None:
                 self._resize = None
                 self._end(*ended)
         if self.phase == "checking":
             self._checked(slots)
         if self.phase == "handing":
-            self._hand(slots, handoffs, routing)
+            self._hand(slots, handoffs, routing, held)
         if self.phase == "starting":
             self._started(slots)
 
@@ -177,10 +179,20 @@ class Roll:
         self.phase = "handing"
         self._deadline = time.monotonic() + REPLACE_TIMEOUT
 
-    def _hand(self, slots: Sequence[_Slot], handoffs: _Handoffs, routing: Any) -> None:
+    def _hand(self, slots: Sequence[_Slot], handoffs: _Handoffs, routing: Any, held: Callable[[int], int]) -> None:
         slot = slots[self.queue[0]]
         successor = next((other for other in slots if other is not slot and other.ready and other.engine_id is not None and other.control is not None), None)
-        if not slot.ready or slot.control is None or successor is None:  # restarting, or no one to take over yet
+        able = slot.ready and slot.control is not None and successor is not None
+        if self._quiet is not None:  # out of the routing, its writes being answered (``_quiet``)
+            if not self._quiet.quiet():
+                return
+            if not able:
+                self._quiet.cancel()
+            self._quiet = None
+        elif able:
+            self._quiet = QuietWait(slot, routing, held)
+            return
+        if not able or successor is None:  # restarting, or no one to take over yet
             if time.monotonic() > self._deadline:
                 self._end("failed", f"shard {slot.index} or a successor for it was not ready within {REPLACE_TIMEOUT:.0f}s")
             return
@@ -212,6 +224,9 @@ class Roll:
         if self._check is not None:
             self._check.close()
             self._check = None
+        if self._quiet is not None:
+            self._quiet.cancel()
+            self._quiet = None
         with self._lock:
             self.phase, self.queue = "idle", []
 

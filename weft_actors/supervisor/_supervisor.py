@@ -213,7 +213,7 @@ class Supervisor:
                     os.read(self._wake_r, 64)
             self._kill_hung()
             self.handoffs.dispatch(self.slots, self.routing)
-            self.roll.step(self.slots, self.handoffs, self.routing)
+            self.roll.step(self.slots, self.handoffs, self.routing, self.frontdoor.held_writes)
             for slot in self.slots:
                 if slot.process is not None:
                     self._read_control(slot)
