@@ -126,3 +126,22 @@ async def queued_steps(ctx, x: int) -> int:
     a = await ctx.run(add_one, x)
     b = await ctx.run(add_one, a)
     return await ctx.run(add_one, b)
+
+
+# -- rolling restart (``rolling.py``) ------------------------------------------------------
+
+
+@activity
+async def half_second(step: int) -> int:
+    """Sleeps 0.5 s; logs each attempt it begins (``R`` and its activity key), so an attempt
+    run twice (a key logged twice) is counted."""
+    import asyncio
+
+    _log(f"R\t{activity.info().key}\t{os.getpid()}\n")
+    await asyncio.sleep(0.5)
+    return step
+
+
+@workflow
+async def two_halves(ctx) -> list:
+    return [await ctx.run(half_second, 1), await ctx.run(half_second, 2)]

@@ -28,6 +28,7 @@ from ._cli_start import started
 from ._endpoint_text import endpoint_problem
 from ._cli_memo import add_memo_filter, memo_filter
 from ._cli_stack import add_stack_command, format_stack
+from ._cli_shards import add_shards_command, run_shards
 from .bus import DEFAULT_ENDPOINT, Client
 from .bus._calls import endpoint_list
 from .errors import ServerUnavailable, WeftError
@@ -163,6 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     add_memo_filter(p)
     command("stats", "server statistics")
     command("ping", "check that the server answers")
+    add_shards_command(command)
     p = command("keygen", "write a CURVE key pair")
     p.add_argument("dir")
     p.add_argument("--name", default="client")
@@ -242,6 +244,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> None:
             _emit(args, out, *started(handle))
         elif command == "schedule":
             _run_schedule(args, out, client)
+        elif command == "shards":
+            run_shards(args, out, client)
         elif command in ("list", "stats", "ping"):
             if command == "list":
                 page = client.list(status=args.status, type=args.type, limit=args.limit, cursor=args.cursor, memo=memo_filter(args))

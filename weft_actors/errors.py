@@ -306,6 +306,21 @@ class PermissionDenied(WeftError):
     code = "permission_denied"
 
 
+class RollInProgress(WeftError):
+    """A rolling restart or a resize of the supervisor's shards is running already: one at a
+    time, so the request is refused (not queued); ask again once ``shards list`` shows it ended."""
+
+    code = "roll_in_progress"
+
+
+class RollFailed(WeftError):
+    """A rolling restart stopped before it replaced every shard (``message`` says why: the new
+    code does not replay a running workflow, or a shard did not come back); the shards not
+    replaced yet keep serving on the code they run."""
+
+    code = "roll_failed"
+
+
 def error_class(code: str) -> type[WeftError]:
     """The class registered for ``code``; unknown codes map to ``WeftError``."""
     return _REGISTRY.get(code, WeftError)

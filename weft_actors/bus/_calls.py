@@ -270,6 +270,12 @@ def stats_call() -> Call:
     return Call("stats", {})
 
 
+def shards_call(action: str, count: int | None = None) -> Call:
+    """``shards``: the supervisor's shards (``list``), a rolling restart (``restart``) or a
+    resize (``set``, ``count``); admin-only under CURVE."""
+    return Call("shards", _compact(action=action, count=count))
+
+
 def ping_call() -> Call:
     return Call("ping", {})
 

@@ -172,6 +172,11 @@ class Client(TargetShell):
     def stats(self) -> dict[str, Any]:
         return self._request(_calls.stats_call())
 
+    def shards(self, action: str = "list", count: int | None = None) -> Any:
+        """The supervisor's shards: ``list`` them, ``restart`` them one at a time (a rolling
+        restart), or ``set`` their number to ``count``."""
+        return self._request(_calls.shards_call(action, count))
+
     def ping(self) -> str:
         """``"pong"`` if the server answers; ``ServerUnavailable`` if not."""
         return self._request(_calls.ping_call())

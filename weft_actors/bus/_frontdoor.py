@@ -32,6 +32,7 @@ import zmq
 
 from ..errors import InvalidRequest, WeftError
 from ._access import KeyRing, drain_with_users
+from ._calls import RESENDABLE_READS
 from ._dispatch import Dispatcher
 from ._intake import DEFAULT_INTAKE_BUDGET, IntakeGuard, part_cap
 from ._frames import bind_internal, drain
@@ -60,9 +61,12 @@ _REQUEST_PARTS = 3
 class FrontDoor:
     """Routes client requests to shards and shard replies back to clients.
 
-    ``stats()`` answers the ``stats`` op without bothering a shard. Start with ``start()``,
-    stop with ``stop()``; the sockets live and die in the front door's own thread.
+    ``stats()`` answers the ``stats`` op without bothering a shard, and ``admin`` (set by the
+    supervisor) the ``shards`` op. Start with ``start()``, stop with ``stop()``; the sockets
+    live and die in the front door's own thread.
     """
+
+    admin: Callable[[dict[str, Any]], Any] | None = None
 
     def __init__(
         self,
@@ -145,6 +149,14 @@ class FrontDoor:
     @property
     def replies_dropped(self) -> int:
         return self._replies.dropped
+
+    def held_writes(self, slot: int) -> int:
+        """Requests other than reads that the shard at ``slot`` holds unanswered (read from
+        another thread: a copy of a dict the front door thread writes, a moment stale at
+        worst). A shard about to hand off waits for 0: a start it never read would be lost
+        with it (``OutcomeUnknown``), while a read is sent on to another shard."""
+        held = self._dispatch._inflight.get(slot)
+        return 0 if not held else sum(1 for _, op, _ in list(held.values()) if op not in RESENDABLE_READS)
 
     def bounds(self) -> dict[str, float]:
         """What the bounds refused so far, and the replies held for slow clients now (read
@@ -328,6 +340,15 @@ class FrontDoor:
         if op == "directory":
             self._reply(client, encode_reply(request_id, self.routing.directory(self._curve is None)))
             return
+        if op == "shards":  # rare: the body is opened here, and checked as a shard would
+            try:
+                request = decode_request(frame, self._max_frame)
+            except WeftError as error:
+                self.errors += 1
+                self._reply(client, encode_error(request_id, error))
+                return
+            self._admin_reply(client, request)
+            return
         self._forward(client, frame, request_id, op, wid, fresh=True)
 
     def _route(self, client: bytes, frame: bytes, user: str | None = None) -> None:
@@ -354,4 +375,18 @@ class FrontDoor:
         if op == "directory":
             self._reply(client, encode_reply(request["id"], self.routing.directory(self._curve is None)))
             return
+        if op == "shards":
+            self._admin_reply(client, request)
+            return
         self._forward(client, frame, request["id"], op, request.get("wid"), fresh=True)
+
+    def _admin_reply(self, client: bytes, request: dict[str, Any]) -> None:
+        """``shards`` (list, restart, set): the supervisor's to answer (``admin``), never a shard's."""
+        try:
+            if self.admin is None:
+                raise InvalidRequest("this server has no shards to administer")
+            reply = encode_reply(request["id"], self.admin(request))
+        except WeftError as error:
+            self.errors += 1
+            reply = encode_error(request["id"], error)
+        self._reply(client, reply)

@@ -81,6 +81,7 @@ _FIELDS: Final[dict[str, dict[str, tuple[type, ...]]]] = {
     "stats": {},
     "ping": {},
     "directory": {},
+    "shards": {"action": (str,)},
 }
 _OPTIONAL: Final[dict[str, tuple[type, ...]]] = {
     "wid": (str, type(None)),
@@ -100,6 +101,7 @@ _OPTIONAL: Final[dict[str, tuple[type, ...]]] = {
     "limit": (int,),
     "cursor": (str, type(None)),
     "memo_filter": (dict, type(None)),
+    "count": (int, type(None)),
 }
 
 OPS: Final = frozenset(_FIELDS)

@@ -97,3 +97,18 @@ class Handoffs:
                     log.warning("could not wake shard %d for %d handed workflows: %s", slot.index, len(wids), exc)
                 return
         log.warning("successor engine %s is gone; its %d handed workflows wait for a reclaim", successor, len(wids))
+
+    def hand_over(self, draining: _Slot, successor: _Slot, routing: _Routing) -> bool:
+        """One handoff of the named slot to the named successor (a rolling restart's step,
+        ``_roll``): as ``dispatch`` does for its pick. False if the shard could not be told."""
+        routing.set_dead(draining.index)
+        self.draining.add(draining.index)
+        draining.ready = False
+        log.info("shard %d hands off to shard %d (engine %s), grace %.1fs", draining.index, successor.index, successor.engine_id, self.grace)
+        try:
+            draining.control.send(("hand-off", successor.engine_id, self.grace))
+        except OSError as exc:
+            log.warning("could not ask shard %d to hand off: %s", draining.index, exc)
+            self.draining.discard(draining.index)
+            return False
+        return True

@@ -22,6 +22,7 @@ from ..bus._frames import decode_batch, encode_batch, readable, recv_frames, sen
 from ..errors import Overloaded, StorageError, StorageFull, WeftError
 from ..store import is_read_only, is_unreachable
 from ..shard import Engine
+from ..shard._rebalance import rebalance
 from ._commit_replies import commit_reply
 from ._config import ShardConfig, configure_logging
 from ._direct_socket import DirectPeer, DirectSocket
@@ -347,6 +348,8 @@ class ShardServer:
             asyncio.ensure_future(self._drain(message[1], message[2]))
         elif message[0] == "adopt":
             self.engine.adopt(message[1])
+        elif message[0] == "rebalance" and not self._stopping:  # ``supervisor._resize``: after a growth
+            asyncio.ensure_future(rebalance(self.engine, message[1], message[2], message[3], lambda to, wids: self.control.send(("handed", to, wids))))
 
     async def _leave(self, siblings: list[str], grace: float) -> None:
         """The supervisor stops: hand off to a live peer outside it if one runs this app's

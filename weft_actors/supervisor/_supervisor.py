@@ -28,6 +28,7 @@ from ..store import LmdbStore, open_store
 from ._config import ShardConfig, SupervisorConfig
 from ._console import check_http_bind, start_console
 from ._curve import check_bind, server_keys, start_authenticator
+from ._admin import ShardsAdmin
 from ._drain_watch import DrainWatch
 from ._handoffs import Handoffs
 from ._app_types import TypeMismatchWatch
@@ -38,6 +39,7 @@ from ._ipc import remove_stale_ipc_dirs as _remove_stale_ipc_dirs  # noqa: F401 
 from ._live import LiveEngines, live_ids
 from ._liveness import DeathRecorder, judge_sparing_refusals, lock_holders
 from ._metrics import MetricsServer, render
+from ._roll import Roll, hangup_handler
 from ._shard_process import EXIT_UNWRITABLE, shard_main
 from ._slot import ShardSlot
 
@@ -72,6 +74,7 @@ class Supervisor:
         os.set_blocking(self._wake_w, False)
         self.handoffs = Handoffs(self._wake_w, config.handoff_grace)
         self.drain_watch = DrainWatch()
+        self.roll = Roll(self._wake_w, config.data_dir, config.app)  # ``shards restart``, SIGHUP
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -113,6 +116,7 @@ class Supervisor:
             max_shard_starts=config.max_queued_starts,
             intake_budget=config.max_intake_bytes,
         )
+        self.frontdoor.admin = ShardsAdmin(self.slots, self.handoffs.draining, self.roll)
         try:
             self.frontdoor.start()
         except zmq.ZMQError as exc:
@@ -155,9 +159,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGUSR1, lambda signum, frame: self.handoffs.request())  # ``_handoffs``
-        keys = self.keys
-        if keys is not None:  # revoking a key takes effect now (the front door also polls)
-            signal.signal(signal.SIGHUP, lambda signum, frame: keys.reload())
+        signal.signal(signal.SIGHUP, hangup_handler(self.keys, self.roll))  # ``_roll``
 
     def _spawn(self, slot: ShardSlot) -> None:
         config = self.config
@@ -215,6 +217,7 @@ class Supervisor:
                     os.read(self._wake_r, 64)
             self._kill_hung()
             self.handoffs.dispatch(self.slots, self.routing)
+            self.roll.step(self.slots, self.handoffs, self.routing, self.frontdoor.held_writes)
             for slot in self.slots:
                 if slot.process is not None:
                     self._read_control(slot)
@@ -361,6 +364,7 @@ class Supervisor:
                     self.deaths.record(slot.engine_id)
 
     def _close(self) -> None:
+        self.roll.stop()
         metrics = getattr(self, "metrics", None)
         if metrics is not None:
             metrics.stop()
