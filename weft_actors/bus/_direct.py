@@ -140,6 +140,8 @@ class DirectRoutes:
         """The directory's version; -1 while there is none."""
         self.engines: list[str] = []
         self._endpoints: dict[str, str] = {}
+        self._draining: set[str] = set()
+        """Engines the last directory said hand their workflows off: they end by exiting."""
         self.shards: dict[str, _Shard] = {}
         """engine id -> its open socket."""
         self.enabled = True
@@ -184,11 +186,21 @@ class DirectRoutes:
         }
         # A draining shard takes no new request but still answers (or moves on) what it holds.
         draining = {str(shard[1]) for shard in answer.get("draining") or [] if isinstance(shard, list) and len(shard) == 3}
+        # One that was draining and is now gone exited after its last replies: its connection's
+        # end (``_watch``) comes after them, so it is left to that, not judged here first.
+        graceful, self._draining = self._draining, draining
         self.version = answer["version"]
         self._endpoints = endpoints
         self.engines = list(endpoints)
         for engine_id in [engine_id for engine_id in self.shards if engine_id not in endpoints and engine_id not in draining]:
             shard = self.shards[engine_id]
+            if engine_id in graceful:
+                try:
+                    shard.watch.read()
+                except zmq.ZMQError:
+                    pass
+                if shard.watch.down is None:
+                    continue  # still connected: its end comes through ``_watch``
             self._drain(shard)  # replies that came before it went are answers
             self.orphan(shard, "is no longer live (it died or stopped answering)")
         if self.enabled and not self._transport.closed:

@@ -101,7 +101,7 @@ class Handoffs:
     def hand_over(self, draining: _Slot, successor: _Slot, routing: _Routing) -> bool:
         """One handoff of the named slot to the named successor (a rolling restart's step,
         ``_roll``): as ``dispatch`` does for its pick. False if the shard could not be told."""
-        routing.set_dead(draining.index)
+        routing.set_draining(draining.index)
         self.draining.add(draining.index)
         draining.ready = False
         log.info("shard %d hands off to shard %d (engine %s), grace %.1fs", draining.index, successor.index, successor.engine_id, self.grace)

@@ -19,8 +19,10 @@ __all__ = ["QuietWait", "QUIET_MIN", "QUIET_MAX"]
 
 log = logging.getLogger("weft_actors.supervisor")
 
-QUIET_MIN = 0.15
-"""Seconds at least: a few front door turns (20-50 ms each) after the routing changed."""
+QUIET_MIN = 1.0
+"""Seconds at least: a few front door turns (20-50 ms each) after the routing changed, and two
+directory polls of a direct client (``bus._direct.REFRESH``, 0.5 s) that has requests out:
+it stops sending to the shard before the shard stops reading."""
 QUIET_MAX = 3.0
 """Seconds at most: a shard that keeps writes unanswered this long hands off all the same."""
 
@@ -31,7 +33,7 @@ class QuietWait:
         self._routing = routing
         self._held = held
         self._since = time.monotonic()
-        routing.set_dead(slot.index)  # no new request for it; the others take them
+        routing.set_draining(slot.index)  # no new request for it; the others take them
 
     def quiet(self) -> bool:
         """Whether the shard may be told to hand off now."""
