@@ -21,6 +21,7 @@ import psycopg
 from ...errors import StorageError
 from .._disk import READ_ONLY
 from .._reads import Prefetch
+from ._arrays import encode, register
 from ._batch_sql import BATCH_PLANS, OWN_PLANS, WRITES_DONE, write_settings
 from ._lockwait import LockWait
 from ._outcome import Outcomes, resolve_commit
@@ -52,7 +53,7 @@ def send_prefetch(conn: psycopg.Connection[Any], prefetch: Prefetch) -> list[Any
     takes their rows. One statement per keyspace and kind of read, whatever the row count."""
     cursors = []
     for db, keys in prefetch.keys.items():
-        cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k = ANY(%b)", (keys,), binary=True))
+        cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k = ANY(%b)", (encode(keys),), binary=True))
     for db, low, high in prefetch.ranges:
         cursors.append(conn.execute(f"SELECT k, v FROM {db} WHERE k >= %b AND k < %b", (low, high), binary=True))
     for db, (bounds, limit) in prefetch.tails.items():
@@ -136,6 +137,7 @@ class PgEnvironment:
         if time.monotonic() - began > STALLED:  # held up as a round trip can be (``_connect``)
             self._stalled()
         conn.prepare_threshold = 0  # every statement repeats: prepare on first use
+        register(conn)  # a batch's arrays, encoded in one pass (``_arrays``)
         try:
             # A generic plan made while a keyspace was empty (a new database) scans it whole for
             # ever after: ``k = ANY(...)`` of a batch then costs O(table). Plan each execution.

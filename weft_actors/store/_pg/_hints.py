@@ -8,6 +8,10 @@ a ``NOTIFY`` to it, naming those workflows: the server delivers it, in commit or
 the transaction commits. ``NOTIFY`` takes a lock of its own at commit; here every writer holds
 the store's lock already, so it serialises nothing more, and it is sent at most once per
 transaction. A hint only makes things sooner: without any, the poll still finds everything.
+
+A batch's lines go in as many notifications as the server's payload limit needs, all sent
+by one statement: a single "look at everything" (``*``) for a large batch would have every
+other engine run a maintenance pass (a feed poll on its loop) for workflows it does not hold.
 """
 
 from __future__ import annotations
@@ -23,21 +27,23 @@ import psycopg
 from .._keys import STATUS_NAMES, TERMINAL, split_visibility_key
 from ._txn import DELETED, PgTxn
 
-__all__ = ["CHANNEL", "hinted", "notify_payload", "Listener"]
+__all__ = ["CHANNEL", "hinted", "notify_payloads", "Listener"]
 
 log = logging.getLogger("weft_actors.store")
 
 CHANNEL: Final = "weft_actors_hints"
 PAYLOAD_LIMIT: Final = 7000
-"""``NOTIFY`` payloads stop at 8000 bytes: past this, the hint says only "look" (``*``)."""
+"""Bytes of lines per notification: the server refuses a payload of 8000 bytes or more."""
 EVERYTHING: Final = "*"
+"""A payload that says only "look at everything" (sent by earlier versions for a large batch)."""
 
 _TERMINAL_CODES: Final = frozenset(code for code, name in STATUS_NAMES.items() if name in TERMINAL)
 
 
-def notify_payload(txn: PgTxn, feed_db: str, visibility_db: str) -> str | None:
+def notify_payloads(txn: PgTxn, feed_db: str, visibility_db: str) -> list[str]:
     """What a transaction's buffered writes give to hint: ``m <wid>`` for each workflow whose
-    inbox got a message (its feed entries), ``d <wid>`` for each that ended; None if nothing."""
+    inbox got a message (its feed entries), ``d <wid>`` for each that ended, in payloads of at
+    most ``PAYLOAD_LIMIT`` bytes; none if nothing."""
     lines: list[str] = []
     feed = txn.overlay_values(feed_db)
     for value in feed:
@@ -46,10 +52,24 @@ def notify_payload(txn: PgTxn, feed_db: str, visibility_db: str) -> str | None:
     for key, value in txn.overlay_items(visibility_db):
         if value is not DELETED and key and key[0] in _TERMINAL_CODES:
             lines.append("d " + split_visibility_key(key)[2])
-    if not lines:
-        return None
-    payload = "\n".join(lines)
-    return payload if len(payload) <= PAYLOAD_LIMIT else EVERYTHING
+    return _chunked(lines)
+
+
+def _chunked(lines: list[str]) -> list[str]:
+    """``lines`` joined into payloads of at most ``PAYLOAD_LIMIT`` bytes each, in order."""
+    payloads: list[str] = []
+    chunk: list[str] = []
+    size = 0
+    for line in lines:
+        length = len(line.encode()) + 1
+        if chunk and size + length > PAYLOAD_LIMIT:
+            payloads.append("\n".join(chunk))
+            chunk, size = [], 0
+        chunk.append(line)
+        size += length
+    if chunk:
+        payloads.append("\n".join(chunk))
+    return payloads
 
 
 def hinted(payload: str) -> list[tuple[str | None, str]]:

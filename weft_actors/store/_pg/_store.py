@@ -34,7 +34,7 @@ from ._connect import HOLD_OFF_MAX, classify
 from ._env import PgEnvironment
 from ._writer import BatchWriter
 from ._batch_reads import batch_reads
-from ._hints import CHANNEL, Listener, notify_payload
+from ._hints import CHANNEL, Listener, notify_payloads
 from ._liveness import relock_engine
 from ._waits import waiting_since
 from ._txn import MAX_KEY
@@ -384,9 +384,9 @@ class PgStore(KeyspaceStore):
                     except Exception as exc:
                         raise ApplierCrashed(len(results), intent, exc) from exc
                 state.flush()
-                payload = notify_payload(pg_txn, self.dbs.feed, self.dbs.visibility)
-                if payload is not None:
-                    pg_txn.notify = (CHANNEL, payload)
+                payloads = notify_payloads(pg_txn, self.dbs.feed, self.dbs.visibility)
+                if payloads:
+                    pg_txn.notify = (CHANNEL, payloads)
                 if self.before_commit is not None:
                     self.before_commit()
         except StorageError as exc:

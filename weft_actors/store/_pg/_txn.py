@@ -13,10 +13,12 @@ byte, as LMDB's keys do, so range scans come back in the same order.
 
 from __future__ import annotations
 
+from bisect import insort
 from typing import Any
 
 import psycopg
 
+from ._arrays import encode
 from ._batch_sql import write_query
 from ._cursor import PgCursor
 from ._overlay import DELETED, MAX_KEY, Overlay, Spans, between, between_keys, checked_key, ranges_params, ranges_query, tails_query
@@ -40,8 +42,8 @@ class PgTxn:
         """Rows read from the server in this transaction (``None``: absent). Nobody else
         writes while a write transaction holds the store's lock, and a read transaction is
         one snapshot, so a row read once stays what it was."""
-        self.notify: tuple[str, str] | None = None
-        """``(channel, payload)`` to ``NOTIFY`` in this transaction (``_hints``)."""
+        self.notify: tuple[str, list[str]] | None = None
+        """``(channel, payloads)`` to ``NOTIFY`` in this transaction, in order (``_hints``)."""
         self._complete: dict[str, list[tuple[bytes, bytes]]] = {}
         """Key ranges ``[low, high)`` whose every stored row is in ``_cache``: a key there
         that the cache lacks is absent, with no statement to ask."""
@@ -51,7 +53,10 @@ class PgTxn:
     # -- point operations ----------------------------------------------------------------
 
     def get(self, key: bytes, default: Any = None, db: str = "") -> bytes | None:
-        key = checked_key(key)
+        if type(key) is not bytes:
+            key = bytes(key)
+        if not key or len(key) > MAX_KEY:
+            checked_key(key)  # raises
         overlay = self._overlays.get(db)
         if overlay is not None:
             value = overlay.values.get(key)
@@ -118,12 +123,35 @@ class PgTxn:
 
     def put(self, key: bytes, value: bytes, dupdata: bool = True, overwrite: bool = True, append: bool = False, db: str = "") -> bool:
         """LMDB's ``put`` and its positions (the hot appliers pass ``db`` positionally); its
-        flags are the defaults every caller uses (a key's new value replaces the old)."""
-        self._overlay(db).set(checked_key(key), bytes(value))
+        flags are the defaults every caller uses (a key's new value replaces the old).
+
+        Every row a batch writes passes here: the checks of ``checked_key`` and
+        ``Overlay.set`` are inlined, without a call of their own."""
+        overlay = self._overlays.get(db)
+        if overlay is None:
+            overlay = self._overlay(db)
+        if type(key) is not bytes:
+            key = bytes(key)
+        if not key or len(key) > MAX_KEY:
+            checked_key(key)  # raises
+        values = overlay.values
+        if overlay._sorted is not None and key not in values:
+            insort(overlay._sorted, key)
+        values[key] = value if type(value) is bytes else bytes(value)
         return True
 
     def delete(self, key: bytes, value: bytes = b"", db: str = "") -> bool:
-        self._overlay(db).set(checked_key(key), DELETED)
+        overlay = self._overlays.get(db)
+        if overlay is None:
+            overlay = self._overlay(db)
+        if type(key) is not bytes:
+            key = bytes(key)
+        if not key or len(key) > MAX_KEY:
+            checked_key(key)  # raises
+        values = overlay.values
+        if overlay._sorted is not None and key not in values:
+            insort(overlay._sorted, key)
+        values[key] = DELETED
         return True
 
     def overlay_values(self, db: str) -> list[Any]:
@@ -238,13 +266,13 @@ class PgTxn:
 
     def flush(self) -> int:
         """Send every buffered write: one statement per keyspace (``_batch_sql.write_query``),
-        and the transaction's ``notify`` payload if it has one. Returns the rows.
+        and the transaction's ``notify`` payloads if it has any (one statement). Returns the rows.
 
         A key this transaction read and found absent is inserted without ``ON CONFLICT``: the
         write lock keeps anyone else from adding it since, and a duplicate would still fail."""
         written = 0
         if self.notify is not None:
-            self.conn.execute("SELECT pg_notify(%s, %s)", (self.notify[0], self.notify[1]))
+            self.conn.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", self.notify)
         for db, overlay in self._overlays.items():
             cache = self._cache.get(db, _NOTHING_READ)
             deletes: list[bytes] = []
@@ -263,13 +291,13 @@ class PgTxn:
                     puts_v.append(value)
             if not (deletes or new_k or puts_k):
                 continue
-            params: list[list[bytes]] = []
+            params: list[Any] = []  # arrays encoded here, in one pass each (``_arrays``)
             if deletes:
-                params.append(deletes)
+                params.append(encode(deletes))
             if new_k:
-                params += (new_k, new_v)
+                params += (encode(new_k), encode(new_v))
             if puts_k:
-                params += (puts_k, puts_v)
+                params += (encode(puts_k), encode(puts_v))
             self.conn.execute(write_query(db, bool(deletes), bool(new_k), bool(puts_k)), params, binary=True)
             written += len(deletes) + len(new_k) + len(puts_k)
         self._overlays.clear()
