@@ -68,14 +68,7 @@ class Handoffs:
             draining, successor = ready[0], ready[1]
             self.requested -= 1
             self._next = (draining.index + 1) % len(slots)
-            routing.set_draining(draining.index)  # no new work for it: the others take new requests
-            self.draining.add(draining.index)
-            draining.ready = False
-            log.info("shard %d hands off to shard %d (engine %s), grace %.1fs", draining.index, successor.index, successor.engine_id, self.grace)
-            try:
-                draining.control.send(("hand-off", successor.engine_id, self.grace))
-            except OSError as exc:
-                log.warning("could not ask shard %d to hand off: %s", draining.index, exc)
+            self.hand_over(draining, successor, routing)
 
     def ended(self, index: int, exitcode: int | None) -> bool:
         """Whether slot ``index``'s process ended as its handoff meant it to (exit 0): it is
@@ -100,8 +93,8 @@ class Handoffs:
 
     def hand_over(self, draining: _Slot, successor: _Slot, routing: _Routing) -> bool:
         """One handoff of the named slot to the named successor (a rolling restart's step,
-        ``_roll``): as ``dispatch`` does for its pick. False if the shard could not be told."""
-        routing.set_draining(draining.index)
+        ``_roll``, and ``dispatch``'s pick). False if the shard could not be told."""
+        routing.set_draining(draining.index)  # no new work for it: the others take new requests
         self.draining.add(draining.index)
         draining.ready = False
         log.info("shard %d hands off to shard %d (engine %s), grace %.1fs", draining.index, successor.index, successor.engine_id, self.grace)
