@@ -191,6 +191,14 @@ class DirectRoutes:
         while loop.time() < deadline and not all(_writable(shard.socket) for shard in self.shards.values()):
             await asyncio.sleep(0.002)
 
+    async def ready(self) -> None:
+        """Before a batch's first send: the first directory, or a new try at one if none came."""
+        if self.version < 0:
+            if self._first is None or not self._first.done():
+                await self._first_directory()
+            elif asyncio.get_running_loop().time() >= self._next_refresh:
+                asyncio.ensure_future(self.refresh())
+
     def _tick(self) -> None:
         """Poll the directory while requests are out on a shard: how a stall is learnt."""
         self._ticking = False
@@ -357,7 +365,12 @@ class DirectRoutes:
                 transport._queue(request_id, frame)
             else:
                 del pending[request_id]
-                future.set_exception(OutcomeUnknown(f"the shard serving this {op} {why}; it may or may not have been applied", op=op))
+                error = OutcomeUnknown(f"the shard serving this {op} {why}; it may or may not have been applied", op=op)
+                fail_one = getattr(future, "fail_one", None)  # a batch (``_direct_many``): that item only
+                if fail_one is not None:
+                    fail_one(request_id, error)
+                else:
+                    future.set_exception(error)
         self._close(shard)
 
     def _close(self, shard: _Shard) -> None:
