@@ -4,8 +4,8 @@ The front door answers ``directory``: its version, the live shards (slot, engine
 endpoint of the shard's own socket) and how a workflow id is placed on them (rendezvous over
 their engine ids, ``_placement.preferred``, as the front door routes). A client with
 ``direct=True`` sends each workflow op (``DIRECT_OPS``) to its placed shard's socket, a start
-without an id to the shards in turn, and everything else (``list``, ``stats``, ``start_many``
-batches) to the front door as before. Placement is an optimisation: any shard serves any
+without an id to the shards in turn (a ``start_many`` batch's items too: ``_direct_many``),
+and everything else (``list``, ``stats``) to the front door as before. Placement is an optimisation: any shard serves any
 request, so a stale directory costs nothing but a hop inside the store.
 
 A request goes to the front door instead when there is no directory (an older server, CURVE,
