@@ -10,8 +10,8 @@ in total: each worker calls ``execute`` (start and wait for the result, one requ
 ``--call start-result`` ``start`` and then ``result`` on the handle, again and again, or with
 ``--call execute-many`` one ``execute_many`` batch per client (``--concurrency`` its window).
 The client sends each workflow op straight to the shard it is placed on when the server offers
-a directory (``AsyncClient(direct=True)``; ``--front-door``: through the front door, as before;
-``execute_many`` batches always go through the front door). A
+a directory (``AsyncClient(direct=True)``, ``execute_many`` batches too; ``--front-door``:
+through the front door, as before). A
 latency is the time from the request that starts a workflow to the reply with its result,
 measured in the client. A warm-up batch (not counted) runs first; before it all, the same
 workflows run on one in-process engine (``engine_throughput.py``, a child process; not with

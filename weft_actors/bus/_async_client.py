@@ -21,6 +21,7 @@ from . import _calls
 from ._async_many import LoopBatch, concurrently, pipeline
 from ._async_transport import LoopTransport
 from ._direct import DirectRoutes
+from ._direct_many import DirectBatch, direct_pipeline
 from ._many import DEFAULT_WINDOW, Landed, check_window
 from ._request_core import DEFAULT_ENDPOINT, Target, TargetShell
 
@@ -143,6 +144,9 @@ class AsyncClient(TargetShell):
             single = functools.partial(self.execute, timeout=None if timeout is None else check_seconds(timeout, "timeout")) if execute else self.start
             return concurrently(starts, single, window)
         handle = functools.partial(AsyncClientHandle._make, self)
+        if self._direct is not None:  # each item to its shard
+            batch = DirectBatch(self._direct, starts, execute, timeout, window, self._target.timeout, self._target.endpoint, handle)
+            return direct_pipeline(self._direct, batch, self._target.endpoint)
         return pipeline(self._transport, LoopBatch(starts, execute, timeout, window, self._target.timeout, self._target.endpoint, handle), self._target.endpoint)
 
     async def signal_with_start(

@@ -4,8 +4,8 @@ The front door answers ``directory``: its version, the live shards (slot, engine
 endpoint of the shard's own socket) and how a workflow id is placed on them (rendezvous over
 their engine ids, ``_placement.preferred``, as the front door routes). A client with
 ``direct=True`` sends each workflow op (``DIRECT_OPS``) to its placed shard's socket, a start
-without an id to the shards in turn, and everything else (``list``, ``stats``, ``start_many``
-batches) to the front door as before. Placement is an optimisation: any shard serves any
+without an id to the shards in turn (a ``start_many`` batch's items too: ``_direct_many``),
+and everything else (``list``, ``stats``) to the front door as before. Placement is an optimisation: any shard serves any
 request, so a stale directory costs nothing but a hop inside the store.
 
 A request goes to the front door instead when there is no directory (an older server, CURVE,
@@ -222,6 +222,14 @@ class DirectRoutes:
         while loop.time() < deadline and not all(_writable(shard.socket) for shard in self.shards.values()):
             await asyncio.sleep(0.002)
 
+    async def ready(self) -> None:
+        """Before a batch's first send: the first directory, or a new try at one if none came."""
+        if self.version < 0:
+            if self._first is None or not self._first.done():
+                await self._first_directory()
+            elif asyncio.get_running_loop().time() >= self._next_refresh:
+                asyncio.ensure_future(self.refresh())
+
     def _tick(self) -> None:
         """Poll the directory while requests are out on a shard: how a stall is learnt."""
         self._ticking = False
@@ -403,7 +411,12 @@ class DirectRoutes:
                 transport._queue(request_id, frame)
             else:
                 del pending[request_id]
-                future.set_exception(OutcomeUnknown(f"the shard serving this {op} {why}; it may or may not have been applied", op=op))
+                error = OutcomeUnknown(f"the shard serving this {op} {why}; it may or may not have been applied", op=op)
+                fail_one = getattr(future, "fail_one", None)  # a batch (``_direct_many``): that item only
+                if fail_one is not None:
+                    fail_one(request_id, error)
+                else:
+                    future.set_exception(error)
         self._close(shard)
 
     def _close(self, shard: _Shard) -> None:
