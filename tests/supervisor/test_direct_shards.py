@@ -19,7 +19,8 @@ import zmq.auth
 from _processes import RunningSupervisor, wait_until
 from weft_actors import AsyncClient, Client
 from weft_actors.bus._calls import Call
-from weft_actors.bus._direct import REFRESH, reachable
+from weft_actors.bus._direct import REFRESH
+from weft_actors.bus._direct_answers import reachable
 from weft_actors.supervisor._direct_socket import direct_bind, is_batch
 from weft_actors.errors import OutcomeUnknown, Overloaded
 

@@ -37,8 +37,8 @@ from .._placement import preferred
 from ..errors import InvalidRequest, OutcomeUnknown, ServerUnavailable, WeftError
 from . import _calls
 from ._calls import Call
-from ._dispatch import STOPPING, resendable
-from ._moves import MOVED
+from ._dispatch import resendable
+from ._direct_answers import moved_to, reachable, stopping
 from ._protocol import encode_envelope
 from ._request_core import ConnectionWatch, Target, answer_pending, expire
 from ._wire import grouped
@@ -65,35 +65,6 @@ def _writable(socket: zmq.Socket) -> bool:
     """With ``IMMEDIATE``: whether a connection is up."""
     return bool(socket.getsockopt(_EVENTS) & _POLLOUT)  # type: ignore[operator]
 _send = getattr(zmq.backend.Socket, "send", zmq.Socket.send)
-
-
-def reachable(endpoint: str, front_door: str) -> str:
-    """A shard's endpoint as this client reaches it: a shard bound to every interface
-    (``0.0.0.0``, ``*``, ``::``) is reached at the host the front door was reached at."""
-    rest = endpoint[len("tcp://") :]
-    host, _, port = rest.rpartition(":")
-    if host.strip("[]") not in ("0.0.0.0", "*", "::"):
-        return endpoint
-    front_host = front_door[len("tcp://") :].rpartition(":")[0]
-    return f"tcp://{front_host}:{port}"
-
-
-def _moved_to(reply: dict[str, Any]) -> tuple[str, float, Any] | None:
-    """(workflow id, wait left, run id) of a ``workflow_moved`` answer (``_moves``), else None."""
-    error = reply["error"]
-    if not isinstance(error, dict) or error.get("code") != MOVED:
-        return None
-    context: Any = error.get("context")
-    try:
-        wid, wait = context["wid"], float(context["wait"])
-    except (TypeError, KeyError, ValueError):
-        return None
-    return (wid, wait, context.get("run_id")) if type(wid) is str else None
-
-
-def _stopping(reply: dict[str, Any]) -> bool:
-    error = reply["error"]
-    return isinstance(error, dict) and error.get("code") in STOPPING
 
 
 class Transport(Protocol):
@@ -272,7 +243,7 @@ class DirectRoutes:
             else:
                 self._queue(shard, request_id, frame, call.op)
             reply = await future
-            if shard is not None and "error" in reply and _stopping(reply) and resendable(call.op, frame):
+            if shard is not None and "error" in reply and stopping(reply) and resendable(call.op, frame):
                 # The shard is going away (drain or deposition): the front door finds another.
                 # It is no longer the shard's to answer (or to lose: ``orphan``).
                 shard.sent.pop(request_id, None)
@@ -281,7 +252,7 @@ class DirectRoutes:
                 timer = loop.call_later(budget, expire, future)
                 transport._queue(request_id, frame)
                 reply = await future
-            moved = _moved_to(reply) if shard is not None and "error" in reply else None
+            moved = moved_to(reply) if shard is not None and "error" in reply else None
             if shard is not None and moved is not None:
                 # Its workflow was handed to another shard: the wait goes on there, as a
                 # ``result`` through the front door (a read: nothing is applied twice).

@@ -21,9 +21,11 @@ from typing import Any, AsyncIterator
 
 from ..errors import ServerUnavailable
 from ._async_many import LoopBatch, _forget, _wake
-from ._direct import DirectRoutes, _Shard, _stopping
+from ._direct import DirectRoutes, _Shard
+from ._direct_answers import moved_to, stopping
 from ._dispatch import resendable
 from ._many import Landed
+from ._protocol import encode_envelope
 
 __all__ = ["DirectBatch", "direct_pipeline"]
 
@@ -36,17 +38,34 @@ class DirectBatch(LoopBatch):
         super().__init__(*args)
         self.routes = routes
         self.where: dict[str, _Shard] = {}
+        self.moved: dict[str, dict[str, Any]] = {}
+        """request id -> the run handle of an execute whose wait moved on (``WorkflowMoved``),
+        merged into the reply of the ``result`` it goes on as."""
 
     def set_result(self, reply: dict[str, Any], /) -> None:
         request_id = reply.get("id")
         shard = self.where.pop(request_id, None) if isinstance(request_id, str) else None
         entry = None if shard is None else shard.sent.pop(request_id, None)  # type: ignore[arg-type]
-        if entry is not None and "error" in reply and _stopping(reply) and resendable(entry[1], entry[0]):
-            # The shard is going away (drain or deposition): the front door finds another.
+        if entry is not None and "error" in reply:
             transport = self.routes._transport
-            transport.pending[request_id] = self  # type: ignore[index, assignment]
-            transport._queue(request_id, entry[0])  # type: ignore[arg-type]
-            return
+            if stopping(reply) and resendable(entry[1], entry[0]):
+                # The shard is going away (drain or deposition): the front door finds another.
+                transport.pending[request_id] = self  # type: ignore[index, assignment]
+                transport._queue(request_id, entry[0])  # type: ignore[arg-type]
+                return
+            moved = moved_to(reply)
+            if moved is not None:
+                # Its workflow was handed to another shard: the wait goes on there, as a
+                # ``result`` through the front door (a read: nothing is applied twice).
+                wid, wait, run_id = moved
+                if entry[1] == "execute":
+                    self.moved[request_id] = {"id": wid, "run_id": run_id}  # type: ignore[index]
+                transport.pending[request_id] = self  # type: ignore[index, assignment]
+                transport._queue(request_id, encode_envelope(request_id, "result", {"wid": wid, "wait": wait}))  # type: ignore[arg-type]
+                return
+        handle = self.moved.pop(request_id, None) if self.moved and isinstance(request_id, str) else None
+        if handle is not None and isinstance(reply.get("ok"), dict):
+            reply = {**reply, "ok": {**handle, **reply["ok"]}}
         super().set_result(reply)
 
     def fail_one(self, request_id: str, error: BaseException) -> None:
