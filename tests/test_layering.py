@@ -26,10 +26,10 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"_schedule_spec"}),
     frozenset({"_schedule_checks"}),
     frozenset({"workflow", "_schedule_handle"}),  # workflow: the deterministic core, no I/O
-    frozenset({"store", "bus"}),  # durable state; ZeroMQ clients and the front door: strangers
+    frozenset({"store", "bus", "_replay"}),  # durable state; ZeroMQ clients and the front door: strangers
     frozenset({"shard", "console"}),  # the engine on the store; the web console over a client
     frozenset({"supervisor"}),  # shard processes, the front door, the console
-    frozenset({TOP, "admin", "check", "_cli_schedule"}),  # the package's door (its __init__); operator tools
+    frozenset({TOP, "admin", "check", "_cli_schedule", "_cli_shards"}),  # the package's door (its __init__); operator tools
     frozenset({"cli", "testing", "examples"}),
     frozenset({"__main__", "pytest_plugin"}),
 )

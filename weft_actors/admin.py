@@ -24,11 +24,10 @@ import time
 from typing import Any, Sequence, cast
 
 from . import history
-from .codec import decode, decode_args
-from .errors import UnknownWorkflowType, WeftError
+from .errors import WeftError
 from .store import LmdbStore, is_store_url, open_store
 from .store._admin import PG_BACKUP_HINT, backup, purge, purge_candidates
-from .workflow import WorkflowRun, collect_workflows, with_system_workflows
+from ._replay import replay_history, replay_report
 
 __all__ = ["COMMANDS", "main", "parse_duration", "replay_history", "replay_report"]
 
@@ -50,38 +49,6 @@ def _duration_arg(text: str) -> float:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def replay_report(definition: Any, workflow_id: str, record: dict[str, Any], ops: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """Replay a recorded history against ``definition`` without executing or writing anything.
-
-    ``ok`` is False at the first divergence (``NonDeterminismError``'s message says where).
-    """
-    run = WorkflowRun(definition, workflow_id, record["run_id"], decode_args(record["args"]), dict(ops))
-    try:
-        commands = run.start()
-    finally:
-        run.close()
-    recorded = sum(1 for op in ops.values() if "t" in op)
-    report: dict[str, Any] = {"id": workflow_id, "type": record["type"], "status": record["status"], "recorded_outcomes": recorded}
-    command = commands[0] if commands else None
-    if command is None:
-        report.update(ok=True, next=None)
-    elif command.kind == "stuck":
-        report.update(ok=False, divergence=command.error["message"])  # type: ignore[index]
-    elif command.kind == "op":
-        report.update(ok=True, next={"seq": command.seq, "kind": command.op.kind, "name": command.op.name})  # type: ignore[union-attr]
-    elif command.kind == "complete":
-        same = record["status"] != "completed" or decode(command.payload) == decode(record["result"])  # type: ignore[arg-type]
-        report.update(ok=same, next="complete")
-        if not same:
-            report["divergence"] = "replay completed with a different result than the recorded one"
-    else:
-        expected = record["status"] in ("failed", "running", "stuck")  # stuck: its run has not ended
-        report.update(ok=expected, next="fail", error=command.error.get("message") if command.error else None)
-        if not expected:
-            report["divergence"] = f"replay fails but the recorded run ended {record['status']}"
-    return report
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -168,17 +135,6 @@ def _run(args: argparse.Namespace, out: Any) -> int:
     report = replay_history(recorded, importlib.import_module(args.app), app_name=args.app)
     out.write(json.dumps(report, default=str) + "\n")
     return 0 if report["ok"] else 1
-
-
-def replay_history(recorded: history.History, app: Any, app_name: str | None = None) -> dict[str, Any]:
-    """``replay_report`` of ``recorded`` against the workflow of its type in ``app`` (a
-    module, or a list of ``@workflow`` functions); ``UnknownWorkflowType`` if it has none."""
-    definitions = with_system_workflows(collect_workflows(app))
-    wf_type = recorded.record["type"]
-    definition = definitions.get(wf_type)
-    if definition is None:
-        raise UnknownWorkflowType(f"{app_name or 'the app'} has no workflow {wf_type!r}", workflow_type=wf_type)
-    return replay_report(definition, recorded.workflow_id, recorded.record, recorded.ops)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,6 @@ answered by the successor; no start is applied twice and no activity runs twice.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 
 from _processes import RunningSupervisor, wait_until
-from weft_actors import AsyncClient, Client
+from weft_actors import Client
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,8 +23,7 @@ CHARGE_SECONDS = 1.5
 NAP_SECONDS = 2.0
 
 
-@pytest.mark.parametrize("path", ["front-door", "direct"])
-def test_executes_waiting_on_a_draining_shard_are_answered_by_the_successor(tmp_path: Path, path: str) -> None:
+def test_executes_waiting_on_a_draining_shard_are_answered_by_the_successor(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     runs.mkdir()
     tags = [f"x{i}" for i in range(EXECUTES)]
@@ -34,17 +32,10 @@ def test_executes_waiting_on_a_draining_shard_are_answered_by_the_successor(tmp_
     def execute(tag: str, fixed_id: bool) -> None:
         options: dict[str, Any] = {"id": tag} if fixed_id else {}
         try:
-            if path != "front-door":  # sent straight to the shard: the client itself follows the move
-                results[tag] = asyncio.run(execute_direct(tag, options))
-                return
             with Client(sup.endpoint, timeout=60) as client:
                 results[tag] = client.execute("charge_then_nap", tag, CHARGE_SECONDS, NAP_SECONDS, timeout=50, **options)
         except Exception as exc:  # noqa: BLE001 - the assertion below names it
             results[tag] = exc
-
-    async def execute_direct(tag: str, options: dict[str, Any]) -> Any:
-        async with AsyncClient(sup.endpoint, timeout=60, direct=True) as client:
-            return await client.execute("charge_then_nap", tag, CHARGE_SECONDS, NAP_SECONDS, timeout=50, **options)
 
     def wait_result(tag: str) -> None:
         with Client(sup.endpoint, timeout=60) as client:

@@ -33,7 +33,7 @@ _PAGE = 500
 def _check(data_dir: str, app_name: str) -> dict[str, Any]:
     """The check itself, in the spawned process: ``{"ok": True, "checked": n}``, or the
     first divergence ``{"ok": False, "id", "type", "divergence"}``."""
-    from ..admin import replay_history
+    from .._replay import replay_history
     from ..errors import WeftError
     from ..history import export_history
     from ..store import open_store
