@@ -1,0 +1,58 @@
+"""A supervisor that joins a PostgreSQL store takes its share of the parked workflows
+(``shard._membership``): host A's engines notice the new live engines at their maintenance
+pass and hand over, fenced, the parked workflows whose preferred engine is now one of host
+B's. Each workflow then completes exactly once, with its activity run once, whichever front
+door its signal and its result request go through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from _processes import RunningSupervisor, wait_until
+from _two_hosts import TIMING, new_schema
+from weft_actors import Client
+
+pytestmark = pytest.mark.timeout(120)
+
+WORKFLOWS = 40
+
+
+def owned(sup: RunningSupervisor) -> int:
+    """Workflows the shards of ``sup`` own now (their ``claims_active``)."""
+    with Client(sup.endpoint, timeout=10) as client:
+        shards: list[dict[str, Any]] = client.stats()["shards"]
+    return sum(int(shard.get("claims_active") or 0) for shard in shards)
+
+
+def test_a_joining_host_takes_its_share_of_parked_workflows(postgres_url: str, tmp_path: Path) -> None:
+    url = new_schema(postgres_url)
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    env = {"WEFT_TEST_RUNS": str(runs)}
+    tags = [f"p{i}" for i in range(WORKFLOWS)]
+    with RunningSupervisor(url, shards=2, app="handoff_app", args=TIMING, env=env) as host_a:
+        with Client(host_a.endpoint, timeout=30) as client:
+            for tag in tags:
+                client.start("charge_then_wait", tag, 0.01, id=tag)
+        wait_until(lambda: len(list(runs.glob("*.end.*"))) == WORKFLOWS, 20, "every charge done: all parked on a signal")
+        wait_until(lambda: owned(host_a) == WORKFLOWS, 20, "host A's stats owning every workflow")
+        with RunningSupervisor(url, shards=2, app="handoff_app", args=TIMING, env=env) as host_b:
+            # B runs as many shards as A: its share is about half (rendezvous over 4 engines)
+            wait_until(lambda: owned(host_b) >= WORKFLOWS // 4, 20, "host B owning its share")
+            wait_until(lambda: owned(host_a) + owned(host_b) == WORKFLOWS, 20, "every workflow owned once")
+            share_b = owned(host_b)
+            assert WORKFLOWS // 4 <= share_b <= 3 * WORKFLOWS // 4, share_b
+            assert "handed" in host_a.log_text() and "parked workflows to the engines that now prefer them" in host_a.log_text()
+            doors = (host_a.endpoint, host_b.endpoint)
+            for i, tag in enumerate(tags):  # a signal through one door, the result through the other
+                with Client(doors[i % 2], timeout=30) as client:
+                    client.get_handle(tag).signal("go", tag)
+            for i, tag in enumerate(tags):
+                with Client(doors[(i + 1) % 2], timeout=30) as client:
+                    assert client.get_handle(tag).result(timeout=30) == [f"charged {tag}", tag]
+            wait_until(lambda: owned(host_a) + owned(host_b) == 0, 20, "every workflow ended")
+    for tag in tags:  # moved parked: no attempt ran again
+        assert len(list(runs.glob(f"{tag}.start.*"))) == 1, tag
