@@ -6,6 +6,8 @@ door its signal and its result request go through."""
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from weft_actors import Client
 pytestmark = pytest.mark.timeout(120)
 
 WORKFLOWS = 40
+MOVED = r"handed (\d+) parked workflows to the engines that now prefer them"
 
 
 def owned(sup: RunningSupervisor) -> int:
@@ -33,19 +36,32 @@ def test_a_joining_host_takes_its_share_of_parked_workflows(postgres_url: str, t
     runs.mkdir()
     env = {"WEFT_TEST_RUNS": str(runs)}
     tags = [f"p{i}" for i in range(WORKFLOWS)]
+    busy = [f"r{i}" for i in range(4)]
     with RunningSupervisor(url, shards=2, app="handoff_app", args=TIMING, env=env) as host_a:
         with Client(host_a.endpoint, timeout=30) as client:
             for tag in tags:
                 client.start("charge_then_wait", tag, 0.01, id=tag)
         wait_until(lambda: len(list(runs.glob("*.end.*"))) == WORKFLOWS, 20, "every charge done: all parked on a signal")
         wait_until(lambda: owned(host_a) == WORKFLOWS, 20, "host A's stats owning every workflow")
+        with Client(host_a.endpoint, timeout=30) as client:  # running through the join: never moved
+            for tag in busy:
+                client.start("charge_then_nap", tag, 3.0, 0.01, id=tag)
+        wait_until(lambda: len(list(runs.glob("r*.start.*"))) == len(busy), 20, "the long charges running")
         with RunningSupervisor(url, shards=2, app="handoff_app", args=TIMING, env=env) as host_b:
             # B runs as many shards as A: its share is about half (rendezvous over 4 engines)
             wait_until(lambda: owned(host_b) >= WORKFLOWS // 4, 20, "host B owning its share")
+            for tag in busy:
+                with Client(host_b.endpoint, timeout=30) as client:
+                    assert client.get_handle(tag).result(timeout=30) == f"charged {tag}"
             wait_until(lambda: owned(host_a) + owned(host_b) == WORKFLOWS, 20, "every workflow owned once")
             share_b = owned(host_b)
             assert WORKFLOWS // 4 <= share_b <= 3 * WORKFLOWS // 4, share_b
-            assert "handed" in host_a.log_text() and "parked workflows to the engines that now prefer them" in host_a.log_text()
+            moved = [int(n) for n in re.findall(MOVED, host_a.log_text())]
+            assert sum(moved) >= share_b, (moved, share_b)  # B got them by A's rebalancing
+            time.sleep(2.5)  # five more passes of the same membership: nothing moves again
+            assert owned(host_b) == share_b
+            assert [int(n) for n in re.findall(MOVED, host_a.log_text())] == moved
+            assert re.findall(MOVED, host_b.log_text()) == []  # no workflow came back: no thrash
             doors = (host_a.endpoint, host_b.endpoint)
             for i, tag in enumerate(tags):  # a signal through one door, the result through the other
                 with Client(doors[i % 2], timeout=30) as client:
@@ -54,5 +70,5 @@ def test_a_joining_host_takes_its_share_of_parked_workflows(postgres_url: str, t
                 with Client(doors[(i + 1) % 2], timeout=30) as client:
                     assert client.get_handle(tag).result(timeout=30) == [f"charged {tag}", tag]
             wait_until(lambda: owned(host_a) + owned(host_b) == 0, 20, "every workflow ended")
-    for tag in tags:  # moved parked: no attempt ran again
+    for tag in tags + busy:  # moved parked, running ones stayed: no attempt ran again
         assert len(list(runs.glob(f"{tag}.start.*"))) == 1, tag
