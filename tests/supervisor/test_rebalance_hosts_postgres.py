@@ -16,6 +16,7 @@ import pytest
 from _processes import RunningSupervisor, wait_until
 from _two_hosts import TIMING, new_schema
 from weft_actors import Client
+from weft_actors._placement import preferred
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,6 +29,17 @@ def owned(sup: RunningSupervisor) -> int:
     with Client(sup.endpoint, timeout=10) as client:
         shards: list[dict[str, Any]] = client.stats()["shards"]
     return sum(int(shard.get("claims_active") or 0) for shard in shards)
+
+
+def shard_list(sup: RunningSupervisor) -> list[dict[str, Any]]:
+    with Client(sup.endpoint, timeout=10) as client:
+        shards: list[dict[str, Any]] = client.shards("list")["shards"]
+    return shards
+
+
+def owner(client: Client, wid: str) -> Any:
+    found = client.get_handle(wid).describe().get("owner")
+    return found.get("engine_id") if isinstance(found, dict) else found
 
 
 def test_a_joining_host_takes_its_share_of_parked_workflows(postgres_url: str, tmp_path: Path) -> None:
@@ -54,6 +66,9 @@ def test_a_joining_host_takes_its_share_of_parked_workflows(postgres_url: str, t
                 with Client(host_b.endpoint, timeout=30) as client:
                     assert client.get_handle(tag).result(timeout=30) == f"charged {tag}"
             wait_until(lambda: owned(host_a) + owned(host_b) == WORKFLOWS, 20, "every workflow owned once")
+            engines = [shard["engine_id"] for sup in (host_a, host_b) for shard in shard_list(sup)]
+            with Client(host_b.endpoint, timeout=30) as client:  # each on its preferred engine over both hosts
+                wait_until(lambda: all(owner(client, tag) == preferred(tag, engines) for tag in tags), 20, "every parked workflow on its preferred engine")
             share_b = owned(host_b)
             assert WORKFLOWS // 4 <= share_b <= 3 * WORKFLOWS // 4, share_b
             moved = [int(n) for n in re.findall(MOVED, host_a.log_text())]
