@@ -89,10 +89,10 @@ class Membership:
         while True:
             moved = hand_parked(host, host.engine_id, engines, MOVE_BATCH, _no_wake)
             total += moved
+            self.moved += moved
             if not moved:
                 break
             await asyncio.sleep(MOVE_INTERVAL)
-        self.moved += total
         if total:
             log.info("engine %s handed %d parked workflows to the engines that now prefer them (%d live engines)", host.engine_id, total, len(engines))
         return total
