@@ -2,6 +2,7 @@
 
     python bench/rolling.py --rate 2000 --shards 4          # the run
     python bench/rolling.py --rate 200 --shards 4 --before 3  # a small machine
+    python bench/rolling.py --postgres --supervisors 2 --rate 200 --shards 2  # two hosts
 
 Starts ``two_halves`` workflows (two 0.5 s activities, ``bench_app``) at ``--rate`` per second
 from an ``AsyncClient``, on a schedule that does not wait for answers (a start's latency runs
@@ -40,7 +41,7 @@ def _change(endpoint: str, action: str, count: int | None = None) -> dict[str, A
             time.sleep(0.2)
 
 
-async def _load(endpoint: str, rate: float, stop: threading.Event, out: dict[str, Any]) -> None:
+async def _load(endpoint: str | list[str], rate: float, stop: threading.Event, out: dict[str, Any], prefix: str = "roll", **start: Any) -> None:
     acked: list[str] = []
     failures: list[str] = []
     latencies: list[tuple[float, float]] = []  # (due, latency)
@@ -49,8 +50,8 @@ async def _load(endpoint: str, rate: float, stop: threading.Event, out: dict[str
 
         async def one(n: int, due: float) -> None:
             try:
-                await client.start("two_halves", id=f"roll-{n}")
-                acked.append(f"roll-{n}")
+                await client.start("two_halves", id=f"{prefix}-{n}", **start)
+                acked.append(f"{prefix}-{n}")
             except Exception as exc:  # noqa: BLE001 - every failure is counted and named
                 failures.append(f"{type(exc).__name__}: {exc}")
             latencies.append((due, time.monotonic() - due))
@@ -76,7 +77,14 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--shrink-to", type=int, default=2)
     parser.add_argument("--before", type=float, default=5.0, help="seconds of load before the roll")
+    parser.add_argument("--postgres", action="store_true", help="two supervisors on a fresh PostgreSQL server: one SIGTERMed and started again (``_rolling_pg``)")
+    parser.add_argument("--parked", type=int, default=200, help="with --postgres: workflows parked in a timer through the leave and the rejoin")
+    parser.add_argument("--supervisors", type=int, default=2, choices=(2,), help="with --postgres: supervisors (2)")
     args = parser.parse_args()
+    if args.postgres:
+        from _rolling_pg import run_two
+
+        return run_two(args, _load)
     if args.rate <= 0 or args.shards < 2 or not 1 <= args.shrink_to <= args.shards:
         parser.error("--rate > 0, --shards >= 2 and 1 <= --shrink-to <= --shards")
     with scratch_dir(prefix="weft-rolling-log-") as log_dir, Supervisor(shards=args.shards, env={"WEFT_BENCH_LOG": log_dir}) as sup:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Mapping, Protocol
 from .. import _tracing
 from .._ratelimit import RateLimitedLog
 from ..errors import EngineDeposed, StorageError, StorageFull, WeftError
+from ._membership import Membership
 from ._reclaim import ReclaimHost, Reclaimer
 
 if TYPE_CHECKING:
@@ -105,6 +106,8 @@ class Maintenance:
         self._wake = asyncio.Event()
         self._beater: concurrent.futures.ThreadPoolExecutor | None = None
         """The heartbeat's own thread, on a store that commits off the loop (None: on the loop)."""
+        self.membership = Membership(engine, enabled=getattr(engine.store, "apply_async", None) is not None)
+        """Rebalancing across hosts, on a store that several supervisors share (PostgreSQL)."""
         if getattr(engine.store, "apply_async", None) is not None:
             self._beater = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-heartbeat")
 
@@ -139,6 +142,7 @@ class Maintenance:
         self._stop_beater()
 
     def _stop_beater(self) -> None:
+        self.membership.cancel()
         beater, self._beater = self._beater, None
         if beater is not None:
             beater.shutdown(wait=False)  # a beat under way ends with its bounded wait
@@ -203,6 +207,7 @@ class Maintenance:
             return
         if engine.state != "running":
             return
+        self.membership.check(self.reclaimer.offers)
         self.poll_feed()
         engine.eviction.run()
         self._maybe_prune(heartbeat)

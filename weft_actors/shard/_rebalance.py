@@ -80,6 +80,8 @@ async def rebalance(engine: Any, engines: list[str], batch: int, interval: float
     """``hand_parked`` batch after batch, ``interval`` seconds apart (a bounded rate), until
     a batch moves nothing; how many moved in all."""
     host = engine._host  # package-internal: the actor table, eviction and store of the engine
+    if host.maintenance.membership.enabled:
+        return 0  # a shared store: every engine rebalances over all hosts' engines (``_membership``)
     total = 0
     while True:
         moved = hand_parked(host, engine.engine_id, engines, batch, wake)

@@ -150,6 +150,11 @@ class Reclaimer:
         self._takers = {}
         return live
 
+    @property
+    def offers(self) -> Mapping[str, frozenset[str] | None]:
+        """Live engine (this one included) -> the types it runs, as of the last pass."""
+        return self._offers
+
     def takers(self, wf_type: str, live: list[str]) -> list[str]:
         """The engines of ``live`` that run ``wf_type`` (a peer that did not say counts as
         one): among them the rendezvous hash picks the one to take a workflow of that type
