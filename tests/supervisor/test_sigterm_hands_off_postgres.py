@@ -33,6 +33,7 @@ def test_sigterm_hands_one_hosts_workflows_to_the_other_without_rerunning_an_act
     tags = [f"t{i}" for i in range(WORKFLOWS)]
     failures: list[BaseException] = []
     served = [0]
+    started: list[str] = []
     stop = threading.Event()
     with (
         RunningSupervisor(url, shards=2, app="handoff_app", args=TIMING, env=env) as host_a,
@@ -49,13 +50,26 @@ def test_sigterm_hands_one_hosts_workflows_to_the_other_without_rerunning_an_act
                         failures.append(exc)
                     time.sleep(0.01)
 
+        def leavers_client() -> None:
+            # Plain starts (no id: not safe to send twice) to the leaving host first, the other
+            # as its failover: none may fail, and none may be applied twice (counted below).
+            with Client([host_a.endpoint, host_b.endpoint], timeout=30) as client:
+                while not stop.is_set():
+                    try:
+                        started.append(client.start("quick", 1000 + len(started)).id)
+                    except BaseException as exc:  # noqa: BLE001 - counted, named below
+                        failures.append(exc)
+                    time.sleep(0.005)
+
         with Client(host_a.endpoint, timeout=30) as client:
             for tag in tags:
                 client.start("charge_then_nap", tag, CHARGE_SECONDS, NAP_SECONDS, id=tag)
         wait_until(lambda: len(list(runs.glob("*.start.*"))) == WORKFLOWS, 20, "every charge running on host A")
         load = threading.Thread(target=survivors_client, daemon=True)
         load.start()
-        wait_until(lambda: served[0] >= 5, 20, "host B serving")
+        leaving = threading.Thread(target=leavers_client, daemon=True)
+        leaving.start()
+        wait_until(lambda: served[0] >= 5 and len(started) >= 5, 20, "both hosts serving")
         assert host_a.terminate(60) == 0, host_a.log_text()[-3000:]
         log_a = host_a.log_text()
         handed = [(int(n), int(r)) for n, r in re.findall(r"handed (\d+) workflows to \w+ \((\d+) released\)", log_a)]
@@ -67,6 +81,11 @@ def test_sigterm_hands_one_hosts_workflows_to_the_other_without_rerunning_an_act
         wait_until(lambda: served[0] >= before + 5, 20, "host B still serving")
         stop.set()
         load.join(30)
+        leaving.join(30)
+        with Client(host_b.endpoint, timeout=30) as client:
+            listed = client.list(type="quick", limit=10_000)["items"]
     assert failures == [], failures[:5]
+    assert len(started) > 5 and len(set(started)) == len(started)
+    assert len(listed) == served[0] + len(started)  # each start applied once, none lost
     for tag in tags:  # each charge ran once: host A let its attempts finish, then handed off
         assert len(list(runs.glob(f"{tag}.start.*"))) == 1, tag

@@ -150,6 +150,12 @@ class FrontDoor:
     def replies_dropped(self) -> int:
         return self._replies.dropped
 
+    def leaving(self) -> None:
+        """Thread-safe: this supervisor stops. A request that finds no shard is answered
+        ``server_unavailable`` at once, not parked for a shard that will not come: a client
+        with more endpoints sends it to the next supervisor."""
+        self._dispatch.ready_timeout = 0.0
+
     def held_writes(self, slot: int) -> int:
         """Requests other than reads that the shard at ``slot`` holds unanswered (read from
         another thread: a copy of a dict the front door thread writes, a moment stale at

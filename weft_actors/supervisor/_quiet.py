@@ -51,3 +51,27 @@ class QuietWait:
         """Not handed off after all: back in the routing, if it still serves."""
         if self.slot.ready and self.slot.engine_id is not None:
             self._routing.set_live(self.slot.index, self.slot.engine_id)
+
+
+STOP_QUIET_MIN = 0.05
+"""Seconds at least before a stopping supervisor's shards drain: a front door turn or two."""
+
+
+def quiet_before_stop(slots: list[Any], routing: Any, frontdoor: Any) -> None:
+    """A supervisor told to stop, before its shards drain: its front door takes no new request
+    (each is answered ``server_unavailable`` at once, which a client with other supervisors'
+    endpoints sends on to the next: nothing was applied), and the shards answer the writes
+    they were sent before they stop reading (a start never read would be lost with them,
+    ``OutcomeUnknown``). Bounded by ``QUIET_MAX``; blocks the supervisor's thread, which
+    only joins its shards after this."""
+    for slot in slots:
+        routing.set_draining(slot.index)
+    frontdoor.leaving()
+    started = time.monotonic()
+    time.sleep(STOP_QUIET_MIN)
+    while time.monotonic() - started < QUIET_MAX:
+        held = sum(frontdoor.held_writes(slot.index) for slot in slots)
+        if not held:
+            return
+        time.sleep(0.02)
+    log.warning("the shards still hold %d writes after %.1fs; stopping all the same", held, QUIET_MAX)

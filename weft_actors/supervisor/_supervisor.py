@@ -41,6 +41,7 @@ from ._liveness import DeathRecorder, judge_sparing_refusals, lock_holders
 from ._metrics import MetricsServer, render
 from ._roll import Roll, hangup_handler
 from ._shard_process import EXIT_UNWRITABLE, shard_main
+from ._quiet import quiet_before_stop
 from ._slot import ShardSlot
 
 __all__ = ["Supervisor", "EXIT_OK", "EXIT_STARTUP", "EXIT_RESTART_INTENSITY"]
@@ -339,6 +340,7 @@ class Supervisor:
         return True
 
     def _drain(self) -> None:
+        quiet_before_stop(self.slots, self.routing, self.frontdoor)
         # A shard may hand off to a live peer outside (``_leaving``): its grace is waited for too.
         siblings = [slot.engine_id for slot in self.slots if slot.engine_id is not None]
         for slot in self.slots:
