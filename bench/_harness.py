@@ -114,6 +114,29 @@ def supervisor_bench_args(doc: str, workflows: int) -> Any:
     return args
 
 
+def settled_and_present(client: Any, acked: list[str], kinds: tuple[str, ...], wait: float = 120.0) -> tuple[int, int]:
+    """(lost, present): how many of the ``acked`` workflow ids gave no result within ``wait``
+    seconds in all, and how many workflows of the ``kinds`` types the store lists (more than
+    were acknowledged: a duplicate)."""
+    lost = 0
+    deadline = time.monotonic() + wait
+    for wid in acked:
+        try:
+            client.get_handle(wid).result(timeout=max(1.0, deadline - time.monotonic()))
+        except Exception:  # noqa: BLE001 - counted
+            lost += 1
+    present = 0
+    for kind in kinds:
+        cursor = None
+        while True:
+            page = client.list(type=kind, limit=1000, cursor=cursor)
+            present += len(page["items"])
+            cursor = page.get("cursor")
+            if not cursor:
+                break
+    return lost, present
+
+
 def table(result: dict[str, Any], title: str | None = None) -> None:
     """The readable table of a result, on stderr."""
     if title:

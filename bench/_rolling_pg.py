@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Awaitable, Callable
 
-from _harness import percentile, report, scratch_dir
+from _harness import percentile, report, scratch_dir, settled_and_present
 from weft_actors import Client
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
@@ -96,22 +96,7 @@ def run_two(args: argparse.Namespace, load: Load) -> int:
             failures = [f for part in loaded for f in part.get("failures", [])]
             latencies = [lat for part in loaded for lat in part.get("latencies", [])]
             with Client([doors[1], doors[0]], timeout=30) as client:
-                lost = 0
-                deadline = time.monotonic() + 120
-                for wid in acked:
-                    try:
-                        client.get_handle(wid).result(timeout=max(1.0, deadline - time.monotonic()))
-                    except Exception:  # noqa: BLE001 - counted
-                        lost += 1
-                present = 0
-                cursor = None
-                for kind in ("two_halves", "held"):
-                    while True:
-                        page = client.list(type=kind, limit=1000, cursor=cursor)
-                        present += len(page["items"])
-                        cursor = page.get("cursor")
-                        if not cursor:
-                            break
+                lost, present = settled_and_present(client, acked, ("two_halves", "held"))
             handed_back = sum(int(n) for n in _handed(hosts[1].log_text()))
         finally:
             for host in hosts:

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from _harness import Supervisor, percentile, report, scratch_dir
+from _harness import Supervisor, percentile, report, scratch_dir, settled_and_present
 from weft_actors import AsyncClient, Client
 
 
@@ -107,21 +107,7 @@ def main() -> int:
         acked = loaded.get("acked", [])
         with Client(sup.endpoint, timeout=30) as client:
             sup.note_pids(client.stats())
-            lost = 0
-            deadline = time.monotonic() + 120
-            for wid in acked:
-                try:
-                    client.get_handle(wid).result(timeout=max(1.0, deadline - time.monotonic()))
-                except Exception:  # noqa: BLE001 - counted
-                    lost += 1
-            present = 0
-            cursor = None
-            while True:
-                page = client.list(type="two_halves", limit=1000, cursor=cursor)
-                present += len(page["items"])
-                cursor = page.get("cursor")
-                if not cursor:
-                    break
+            lost, present = settled_and_present(client, acked, ("two_halves",))
         runs: collections.Counter[str] = collections.Counter()
         for name in os.listdir(log_dir):
             with open(os.path.join(log_dir, name)) as f:

@@ -69,7 +69,6 @@ class Sender(Protocol):
 
 async def pipeline(transport: Sender, batch: LoopBatch, endpoint: str) -> AsyncIterator[Landed]:
     """Send ``batch`` on ``transport``'s socket and yield each item as it lands."""
-    loop = asyncio.get_running_loop()
     pending = transport.pending
     next_id = transport.next_id
 
@@ -93,18 +92,24 @@ async def pipeline(transport: Sender, batch: LoopBatch, endpoint: str) -> AsyncI
                 return
             deadline = batch.next_deadline()
             wait = _SEND_RETRY if full else None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not batch.landed:
-                batch.wake = wake = loop.create_future()
-                timer = None if wait is None else loop.call_later(wait, _wake, wake)
-                try:
-                    await wake
-                finally:
-                    batch.wake = None
-                    if timer is not None:
-                        timer.cancel()
+            await landing(batch, wait)
             _forget(pending, batch, batch.expire())
     finally:
         _forget(pending, batch, list(batch.out))
+
+
+async def landing(batch: LoopBatch, wait: float | None) -> None:
+    """Until an item of ``batch`` lands, or ``wait`` seconds pass (None: however long)."""
+    if batch.landed:
+        return
+    batch.wake = wake = asyncio.get_running_loop().create_future()
+    timer = None if wait is None else wake.get_loop().call_later(wait, _wake, wake)
+    try:
+        await wake
+    finally:
+        batch.wake = None
+        if timer is not None:
+            timer.cancel()
 
 
 def _forget(pending: dict[str, Any], batch: LoopBatch, request_ids: list[str]) -> None:

@@ -15,12 +15,11 @@ shard that answers it is going away has a safe request sent again through the fr
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any, AsyncIterator
 
 from ..errors import ServerUnavailable
-from ._async_many import LoopBatch, _forget, _wake
+from ._async_many import LoopBatch, _forget, _wake, landing
 from ._direct import DirectRoutes, _Shard
 from ._direct_answers import moved_to, stopping
 from ._dispatch import resendable
@@ -103,7 +102,6 @@ def _send(routes: DirectRoutes, batch: DirectBatch) -> None:
 async def direct_pipeline(routes: DirectRoutes, batch: DirectBatch, endpoint: str) -> AsyncIterator[Landed]:
     """``_async_many.pipeline`` for a direct client: send ``batch`` to the shards and yield
     each item as it lands."""
-    loop = asyncio.get_running_loop()
     transport = routes._transport
     pending: dict[str, Any] = transport.pending
     try:
@@ -125,15 +123,7 @@ async def direct_pipeline(routes: DirectRoutes, batch: DirectBatch, endpoint: st
                 return
             deadline = batch.next_deadline()
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not batch.landed:
-                batch.wake = wake = loop.create_future()
-                timer = None if wait is None else loop.call_later(wait, _wake, wake)
-                try:
-                    await wake
-                finally:
-                    batch.wake = None
-                    if timer is not None:
-                        timer.cancel()
+            await landing(batch, wait)
             expired = batch.expire()
             batch.release(expired)
             _forget(pending, batch, expired)
