@@ -15,7 +15,10 @@ through the front door, as before). A
 latency is the time from the request that starts a workflow to the reply with its result,
 measured in the client. A warm-up batch (not counted) runs first; before it all, the same
 workflows run on one in-process engine (``engine_throughput.py``, a child process; not with
-``--no-in-process``).
+``--no-in-process``). The timed window (and the client's CPU) runs from the first timed request
+to the last answer: each client connects first (one uncounted ``execute``, which fetches the
+directory and opens the shard connections), as the in-process engine is open before its clock
+starts, and closes after.
 
 Prints one JSON line per shard count on stdout: workflows, shards, steps, seconds,
 workflows_per_s, steps_per_s, p50_ms, p99_ms, cpu_s (CPU of the supervisor and its shards
@@ -52,10 +55,36 @@ def _workflow(steps: int) -> tuple[str, tuple[Any, ...]]:
     return ("three_steps", ()) if steps == 3 else ("n_steps", (steps,))
 
 
-async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str = "execute", done: Any = None, progress: Progress | None = None, direct: bool = True) -> list[float]:
+class Window:
+    """The timed part of one client's run: wall clock and the client's CPU, from ``open`` (the
+    client connected) to ``close`` (its last answer)."""
+
+    def __init__(self) -> None:
+        self.started = self.ended = self.cpu = 0.0
+
+    def open(self) -> None:
+        self.cpu = -time.process_time()
+        self.started = time.perf_counter()
+
+    def close(self) -> None:
+        self.ended = time.perf_counter()
+        self.cpu += time.process_time()
+
+    @property
+    def seconds(self) -> float:
+        return self.ended - self.started
+
+
+WARM_INDEX = 20_000_000
+"""Where the workflows a client runs to connect before its window are numbered (uncounted)."""
+
+
+async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str = "execute", done: Any = None, progress: Progress | None = None, direct: bool = True, window: Window | None = None, go: Any = None) -> list[float]:
     """Run workflows ``first .. first+count-1``; return their latencies in seconds. ``call``:
     ``execute`` (one request each), ``start-result`` (``start``, then ``result`` on the
-    handle) or ``execute-many`` (one ``execute_many`` batch, ``concurrency`` its window)."""
+    handle) or ``execute-many`` (one ``execute_many`` batch, ``concurrency`` its window).
+    With ``window``: one uncounted ``execute`` connects the client first (the directory, the
+    shard connections), then (after ``go``, an event, if given) ``window`` times the run."""
     from weft_actors import AsyncClient
 
     name, extra = _workflow(steps)
@@ -65,8 +94,6 @@ async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: 
     clock = time.perf_counter
 
     async with AsyncClient(endpoint, timeout=120, direct=direct) as client:
-        if call == "execute-many":
-            return await _drive_many(client, name, extra, first, count, concurrency, steps, done, progress)
 
         async def worker() -> None:
             nonlocal next_index
@@ -88,8 +115,19 @@ async def drive(endpoint: str, first: int, count: int, concurrency: int, steps: 
                     with done.get_lock():
                         done.value += 1
 
-        await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, count)))))
-    return latencies
+        if window is not None:
+            await client.execute(name, WARM_INDEX + first, *extra, timeout=300)
+            if go is not None:
+                await asyncio.get_running_loop().run_in_executor(None, go.wait)
+            window.open()
+        try:
+            if call == "execute-many":
+                return await _drive_many(client, name, extra, first, count, concurrency, steps, done, progress)
+            await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, count)))))
+            return latencies
+        finally:
+            if window is not None:
+                window.close()
 
 
 async def _drive_many(client: Any, name: str, extra: tuple[Any, ...], first: int, count: int, window: int, steps: int, done: Any, progress: Progress | None) -> list[float]:
@@ -116,25 +154,41 @@ async def _drive_many(client: Any, name: str, extra: tuple[Any, ...], first: int
     return latencies
 
 
-def _client_main(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str, go: Any, done: Any, conn: Any, direct: bool = True) -> None:
-    """A client process: wait for the start signal, drive its slice, send back latencies."""
+class _Gate:
+    """A client process's start line: it says it is connected (``ready``), then waits for ``go``."""
+
+    def __init__(self, ready: Any, go: Any) -> None:
+        self.ready = ready
+        self.go = go
+
+    def wait(self) -> None:
+        with self.ready.get_lock():
+            self.ready.value += 1
+        self.go.wait()
+
+
+def _client_main(endpoint: str, first: int, count: int, concurrency: int, steps: int, call: str, go: Any, ready: Any, done: Any, conn: Any, direct: bool = True) -> None:
+    """A client process: connect, wait for the start signal, drive its slice, send back its
+    latencies and its window (wall clock and CPU)."""
     import uvloop
 
     try:
-        go.wait()
-        cpu0 = time.process_time()
-        latencies = uvloop.run(drive(endpoint, first, count, concurrency, steps, call, done=done, direct=direct))
-        conn.send(("ok", latencies, time.process_time() - cpu0))
+        window = Window()
+        latencies = uvloop.run(drive(endpoint, first, count, concurrency, steps, call, done=done, direct=direct, window=window, go=_Gate(ready, go)))
+        conn.send(("ok", latencies, window.cpu, window.started, window.ended))
     except BaseException as exc:  # reported to the parent, which fails the run
-        conn.send(("error", repr(exc), 0.0))
+        conn.send(("error", repr(exc), 0.0, 0.0, 0.0))
     finally:
         conn.close()
 
 
 def run_in_processes(endpoint: str, first: int, workflows: int, concurrency: int, steps: int, call: str, clients: int, label: str, direct: bool = True) -> tuple[list[float], float, float]:
-    """Drive ``workflows`` from ``clients`` processes; (latencies, wall seconds, client cpu)."""
+    """Drive ``workflows`` from ``clients`` processes; (latencies, wall seconds, client cpu):
+    the window runs from the first client's first timed request to the last one's last answer
+    (``perf_counter`` is the system's monotonic clock, one for every process)."""
     ctx = multiprocessing.get_context("spawn")
     go = ctx.Event()
+    ready = ctx.Value("q", 0)
     done = ctx.Value("q", 0)
     children = []
     per = [workflows // clients + (1 if k < workflows % clients else 0) for k in range(clients)]
@@ -144,29 +198,37 @@ def run_in_processes(endpoint: str, first: int, workflows: int, concurrency: int
             parent, child = ctx.Pipe(duplex=False)
             process = ctx.Process(
                 target=_client_main,
-                args=(endpoint, start, per[k], max(1, concurrency // clients), steps, call, go, done, child, direct),
+                args=(endpoint, start, per[k], max(1, concurrency // clients), steps, call, go, ready, done, child, direct),
                 name=f"bench-client-{k}",
             )
             process.start()
             child.close()
             children.append((process, parent))
             start += per[k]
-        time.sleep(0.5)  # let the children import before the clock starts
+        deadline = time.monotonic() + 60
+        while ready.value < clients:  # every client connected before the clock starts
+            for process, conn in children:
+                if not process.is_alive() or conn.poll():
+                    raise RuntimeError(f"client {process.name} ended before it was ready: {conn.recv() if conn.poll() else process.exitcode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {ready.value} of {clients} clients connected within 60 s")
+            time.sleep(0.01)
         progress = Progress(workflows, label)
-        started = time.perf_counter()
         go.set()
         latencies: list[float] = []
         cpu = 0.0
+        windows: list[tuple[float, float]] = []
         pending = list(children)
         seen = 0
         while pending:
             for process, conn in list(pending):
                 if conn.poll(0.05):
-                    status, payload, used = conn.recv()
+                    status, payload, used, began, ended = conn.recv()
                     if status != "ok":
                         raise RuntimeError(f"client {process.name} failed: {payload}")
                     latencies.extend(payload)
                     cpu += used
+                    windows.append((began, ended))
                     pending.remove((process, conn))
                 elif not process.is_alive() and not conn.poll():
                     raise RuntimeError(f"client {process.name} died (exit {process.exitcode})")
@@ -174,7 +236,7 @@ def run_in_processes(endpoint: str, first: int, workflows: int, concurrency: int
             if now_done > seen:
                 progress.advance(now_done - seen)
                 seen = now_done
-        seconds = time.perf_counter() - started
+        seconds = max(ended for _, ended in windows) - min(began for began, _ in windows)
         if seen < workflows:
             progress.advance(workflows - seen)
         return latencies, seconds, cpu
@@ -211,11 +273,9 @@ def run_once(workflows: int, shards: int, steps: int, concurrency: int, clients:
         sectors_before = supervisor.disk_sectors()
         if clients == 1:
             progress = Progress(workflows, f"{shards} shard(s)")
-            cpu0 = time.process_time()
-            started = time.perf_counter()
-            latencies = uvloop.run(drive(endpoint, 0, workflows, concurrency, steps, call, progress=progress, direct=direct))
-            seconds = time.perf_counter() - started
-            client_cpu = time.process_time() - cpu0
+            window = Window()
+            latencies = uvloop.run(drive(endpoint, 0, workflows, concurrency, steps, call, progress=progress, direct=direct, window=window))
+            seconds, client_cpu = window.seconds, window.cpu
         else:
             latencies, seconds, client_cpu = run_in_processes(endpoint, 0, workflows, concurrency, steps, call, clients, f"{shards} shard(s)", direct)
         cpu_after = supervisor.cpu()

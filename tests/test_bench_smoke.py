@@ -72,3 +72,44 @@ def test_throughput_prints_cpu_per_role_next_to_the_in_process_engine(call):
     ratios = result["vs_in_process"]
     assert ratios["server_cpu"] == pytest.approx(roles["server"] / inside["cpu_us_per_workflow"], abs=0.01)
     assert ratios["workflows_per_s"] == pytest.approx(result["workflows_per_s"] / inside["workflows_per_s"], abs=0.01)
+
+
+@pytest.mark.timeout(120)
+def test_throughput_times_a_client_from_connected_to_its_last_answer():
+    """The one-off setup of a client (the directory, the shard connections) is no part of the
+    timed window, as the in-process engine's open is not: the client connects with one
+    uncounted workflow first, and the window closes at the last answer, before the close."""
+    import time
+
+    sys.path.insert(0, BENCH)
+    try:
+        import uvloop
+        from _harness import Supervisor
+        from throughput import Window, drive
+    finally:
+        sys.path.remove(BENCH)
+    from weft_actors import Client
+
+    class Gate:  # the start line: by now the directory was asked for, the shards reached
+        def __init__(self, endpoint: str) -> None:
+            self.endpoint = endpoint
+            self.before = self.front_door_requests()
+            self.directory_asked = False
+            self.at = 0.0
+
+        def front_door_requests(self) -> int:
+            with Client(self.endpoint, timeout=10) as client:
+                return int(client.stats()["supervisor"]["frontdoor_requests"])
+
+        def wait(self) -> None:  # the directory and this stats call, at least
+            self.directory_asked = self.front_door_requests() >= self.before + 2
+            self.at = time.perf_counter()
+
+    with Supervisor(shards=2) as supervisor:
+        window, gate = Window(), Gate(supervisor.endpoint)
+        began = time.perf_counter()
+        latencies = uvloop.run(drive(supervisor.endpoint, 0, 200, 50, 3, window=window, go=gate))
+        after_close = time.perf_counter()
+    assert len(latencies) == 200 and gate.directory_asked
+    assert began < gate.at <= window.started < window.ended <= after_close
+    assert window.seconds >= max(latencies) and window.cpu > 0

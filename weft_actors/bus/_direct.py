@@ -4,9 +4,8 @@ The front door answers ``directory``: its version, the live shards (slot, engine
 endpoint of the shard's own socket) and how a workflow id is placed on them (rendezvous over
 their engine ids, ``_placement.preferred``, as the front door routes). A client with
 ``direct=True`` sends each workflow op (``DIRECT_OPS``) to its placed shard's socket, a start
-without an id to the shards in turn (a ``start_many`` batch's items too: ``_direct_many``),
-and everything else (``list``, ``stats``) to the front door as before. Placement is an optimisation: any shard serves any
-request, so a stale directory costs nothing but a hop inside the store.
+without an id to the shard holding fewest requests (``_spread``; a ``start_many`` batch's too), and
+everything else (``list``, ``stats``) to the front door as before. Placement is an optimisation: any shard serves any request, so a stale directory costs nothing but a hop inside the store.
 
 A request goes to the front door instead when there is no directory (an older server, CURVE,
 a front door not on TCP), or when its shard's socket has no connection up (``IMMEDIATE``: zmq
@@ -41,6 +40,7 @@ from ._dispatch import resendable
 from ._direct_answers import moved_to, reachable, stopping
 from ._protocol import encode_envelope
 from ._request_core import ConnectionWatch, Target, answer_pending, expire
+from ._spread import least_held
 from ._wire import grouped
 
 __all__ = ["DIRECT_OPS", "DirectRoutes", "reachable"]
@@ -276,11 +276,11 @@ class DirectRoutes:
         return _calls.unwrap(call, reply)
 
     def pick(self, wid: Any) -> _Shard | None:
-        """The shard ``wid`` is placed on (a start without an id: the next in turn)."""
+        """The shard ``wid`` is placed on (a start without an id: the one holding fewest)."""
         engines = self.engines
         if not engines:
             return None
-        engine_id = preferred(wid, engines) if isinstance(wid, str) else engines[next(self._turn) % len(engines)]
+        engine_id = preferred(wid, engines) if isinstance(wid, str) else least_held(engines, self.shards, next(self._turn))
         if engine_id is None:
             return None
         shard = self.shards.get(engine_id)

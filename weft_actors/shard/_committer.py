@@ -81,7 +81,7 @@ class GroupCommitter:
     __slots__ = (
         "_store", "_engine_id", "loop", "_intents", "_callbacks", "_scheduled", "_closed", "on_deposed", "on_promoted",
         "batches", "intents", "failpoint", "_apply_async", "_in_flight", "_drained", "_submitted", "_answered",
-        "_replies", "_wakes", "after_answers", "on_unknown",
+        "_replies", "_wakes", "after_answers", "on_unknown", "before_flush",
     )
 
     def __init__(
@@ -118,6 +118,11 @@ class GroupCommitter:
         self.after_answers: Callable[[], None] | None = None
         """Sends the replies a batch's answers queued (the shard's reply flush); None (an
         embedded engine): no reply to send, so every callback runs in order."""
+        self.before_flush: Callable[[], None] | None = None
+        """Takes the requests queued for the engine (the shard's drain) just before a batch is
+        made, so those that came during the last pass ride in this commit instead of waiting a
+        whole commit more; None (an embedded engine, whose callers share its loop): nothing to
+        take."""
         self.failpoint = failpoint_from_env()
         if self.failpoint is not None:
             store.before_commit = lambda: self.failpoint.hit("after-apply")  # type: ignore[union-attr]
@@ -186,9 +191,15 @@ class GroupCommitter:
             wakes.append((function, args))
 
     def flush(self) -> None:
-        self._scheduled = False
         if self._in_flight:
+            self._scheduled = False
             return  # its end flushes what came meanwhile
+        if self.before_flush is not None:
+            try:  # still ``_scheduled``: what it submits joins this batch, no second flush
+                self.before_flush()
+            except Exception:
+                log.exception("taking the requests before a commit failed")
+        self._scheduled = False
         intents, callbacks = self._intents, self._callbacks
         if not intents:
             return

@@ -132,9 +132,9 @@ class ShardServer:
         if not await open_when_reachable(self.engine, self.control, config.slot):
             self.context.destroy(linger=0)
             return 0  # drained while it waited for its store
-        # A commit that answers a call with its reply (``_commit_replies``) sends it before
-        # that commit's pass runs any user code.
-        self.engine.committer.after_answers = self._flush_replies
+        # A commit's pass sends its replies before any user code (``_commit_replies``); the
+        # requests queued meanwhile are taken just before the next commit, to ride in it.
+        self.engine.committer.after_answers, self.engine.committer.before_flush = self._flush_replies, self._drain_requests
         self.ops = ShardOps(self.engine)
         self.inline = InlineRequests(self.engine, self.ops, self._send, self._spawn, self._answered_early)
         self.dealer = self.context.socket(zmq.DEALER)
