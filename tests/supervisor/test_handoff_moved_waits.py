@@ -125,3 +125,50 @@ async def _hold_the_loop_over_a_handoff(sup: RunningSupervisor, runs: Path) -> t
             except Exception as exc:  # noqa: BLE001 - the assertion names it
                 results[tag] = exc
         return results, held
+
+
+def test_new_requests_reaching_a_draining_shard_directly_go_through_the_front_door(tmp_path: Path) -> None:
+    """A direct client idle while a shard began to drain still has the directory from before
+    (it polls only while requests are out), so it sends new starts, single and batched, to
+    the draining shard. That shard takes none of them; it turns each away at once and the
+    client sends it through the front door: each lands once, none ``OutcomeUnknown``."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    with RunningSupervisor(tmp_path / "data", shards=2, app="handoff_app", env={"WEFT_TEST_RUNS": str(runs)}) as sup:
+        results = asyncio.run(_start_on_a_draining_shard(sup, runs))
+        assert results == {wid: wid for wid in results} and len(results) == 5, results
+        with Client(sup.endpoint, timeout=30) as client:
+            listed = client.list(type="quick", limit=100)["items"]
+            values = sorted(client.get_handle(str(wid)).result(timeout=30) for wid in results)
+    assert len(listed) == 5 and values == sorted(int(wid[1:]) for wid in results)  # each started once
+
+
+async def _start_on_a_draining_shard(sup: RunningSupervisor, runs: Path) -> dict[str, object]:
+    async with AsyncClient(sup.endpoint, timeout=30, direct=True) as client:
+        routes = client._direct
+        assert routes is not None
+        await routes.ready()
+        engines = list(routes.engines)
+        for engine_id in engines:  # a long charge on each shard: the draining one's grace lasts
+            tag = next(tag for tag in (f"c{i}" for i in range(200)) if preferred(tag, engines) == engine_id)
+            await client.start("charge_then_nap", tag, 4.0, 0.01, id=tag)
+        await eventually(lambda: len(list(runs.glob("*.start.*"))) == 2, 20)
+        os.kill(sup.process.pid, signal.SIGUSR1)
+        line = await eventually(lambda: next((line for line in sup.stderr_lines if " draining to engine " in line), None), 20)
+        draining = next(engine_id for engine_id in engines if engine_id not in line)
+        assert routes.engines == engines and draining in routes.shards  # the directory from before
+        wids = [wid for wid in (f"q{i}" for i in range(400)) if preferred(wid, engines) == draining][:5]
+        results: dict[str, object] = {}
+
+        async def single(wid: str) -> None:  # a fixed id, default if_exists: not resendable as it is
+            try:
+                results[wid] = (await client.start("quick", int(wid[1:]), id=wid)).id
+            except Exception as exc:  # noqa: BLE001 - the assertion names it
+                results[wid] = exc
+
+        async def batch() -> None:
+            async for landed in client.start_many([("quick", (int(wid[1:]),), {"id": wid}) for wid in wids[2:]]):
+                results[wids[2 + landed.position]] = landed.value.id if landed.error is None else landed.error
+
+        await asyncio.gather(single(wids[0]), single(wids[1]), batch())  # all sent in one loop turn
+        return results

@@ -40,7 +40,7 @@ from ..errors import InvalidRequest, OutcomeUnknown, ServerUnavailable, WeftErro
 from . import _calls
 from ._calls import Call
 from ._dispatch import resendable
-from ._direct_answers import moved_to, reachable, stopping
+from ._direct_answers import moved_to, reachable, stopping, turned_away
 from ._protocol import encode_envelope
 from ._request_core import ConnectionWatch, Target, answer_pending, expire
 from ._wire import grouped
@@ -238,8 +238,8 @@ class DirectRoutes:
             else:
                 self._queue(shard, request_id, frame, call.op)
             reply = await future
-            if shard is not None and "error" in reply and stopping(reply) and resendable(call.op, frame):
-                # The shard is going away (drain or deposition): the front door finds another.
+            if shard is not None and "error" in reply and (turned_away(reply) or stopping(reply) and resendable(call.op, frame)):
+                # The shard is going away (drain or deposition; a draining one took no new request): the front door finds another.
                 # It is no longer the shard's to answer (or to lose: ``orphan``).
                 shard.sent.pop(request_id, None)
                 future = transport.pending[request_id] = loop.create_future()
