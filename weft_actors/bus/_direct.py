@@ -291,8 +291,8 @@ class DirectRoutes:
         # Not ``IMMEDIATE``: with it zmq drops the replies not read yet when the connection ends (a
         # draining shard's last ``workflow_moved``); ``_flush`` sends only while one is up instead.
         endpoint = self._endpoints[engine_id]
-        socket.connect(endpoint)
         shard = self.shards[engine_id] = _Shard(engine_id, endpoint, socket)
+        socket.connect(endpoint)  # after its monitor is made: the handshake's event is never missed
         loop = asyncio.get_running_loop()
         loop.add_reader(socket.fileno(), self._drain, shard)
         loop.add_reader(shard.watch.monitor.fileno(), self._watch, shard)
