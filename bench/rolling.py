@@ -3,6 +3,7 @@
     python bench/rolling.py --rate 2000 --shards 4          # the run
     python bench/rolling.py --rate 200 --shards 4 --before 3  # a small machine
     python bench/rolling.py --postgres --supervisors 2 --rate 200 --shards 2  # two hosts
+    python bench/rolling.py --rate 200 --shards 4 --before 3 --direct  # starts straight to the shards
 
 Starts ``two_halves`` workflows (two 0.5 s activities, ``bench_app``) at ``--rate`` per second
 from an ``AsyncClient``, on a schedule that does not wait for answers (a start's latency runs
@@ -41,11 +42,11 @@ def _change(endpoint: str, action: str, count: int | None = None) -> dict[str, A
             time.sleep(0.2)
 
 
-async def _load(endpoint: str | list[str], rate: float, stop: threading.Event, out: dict[str, Any], prefix: str = "roll", **start: Any) -> None:
+async def _load(endpoint: str | list[str], rate: float, stop: threading.Event, out: dict[str, Any], prefix: str = "roll", direct: bool = False, **start: Any) -> None:
     acked: list[str] = []
     failures: list[str] = []
     latencies: list[tuple[float, float]] = []  # (due, latency)
-    async with AsyncClient(endpoint, timeout=30) as client:
+    async with AsyncClient(endpoint, timeout=30, direct=direct) as client:
         pending: set[asyncio.Task[None]] = set()
 
         async def one(n: int, due: float) -> None:
@@ -77,6 +78,7 @@ def main() -> int:
     parser.add_argument("--shards", type=int, default=4)
     parser.add_argument("--shrink-to", type=int, default=2)
     parser.add_argument("--before", type=float, default=5.0, help="seconds of load before the roll")
+    parser.add_argument("--direct", action="store_true", help="the load's client sends its starts straight to the shards (AsyncClient(direct=True))")
     parser.add_argument("--postgres", action="store_true", help="two supervisors on a fresh PostgreSQL server: one SIGTERMed and started again (``_rolling_pg``)")
     parser.add_argument("--parked", type=int, default=200, help="with --postgres: workflows parked in a timer through the leave and the rejoin")
     parser.add_argument("--supervisors", type=int, default=2, choices=(2,), help="with --postgres: supervisors (2)")
@@ -90,7 +92,7 @@ def main() -> int:
     with scratch_dir(prefix="weft-rolling-log-") as log_dir, Supervisor(shards=args.shards, env={"WEFT_BENCH_LOG": log_dir}) as sup:
         stop = threading.Event()
         loaded: dict[str, Any] = {}
-        loader = threading.Thread(target=lambda: asyncio.run(_load(sup.endpoint, args.rate, stop, loaded)), daemon=True)
+        loader = threading.Thread(target=lambda: asyncio.run(_load(sup.endpoint, args.rate, stop, loaded, direct=args.direct)), daemon=True)
         loader.start()
         time.sleep(args.before)
         roll_began = time.monotonic()
@@ -119,6 +121,7 @@ def main() -> int:
             "bench": "rolling",
             "rate": args.rate,
             "shards": args.shards,
+            "direct": args.direct,
             "sent": loaded.get("sent", 0),
             "acknowledged": len(acked),
             "failed_requests": len(loaded.get("failures", [])),

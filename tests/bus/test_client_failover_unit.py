@@ -23,11 +23,13 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_client_fakes import NO_REPLY, FakeServer, canned  # noqa: E402
 
-from _processes import free_port  # noqa: E402
+from _processes import free_port, wait_until  # noqa: E402
 from weft_actors.bus import _calls  # noqa: E402
 from weft_actors.bus._async_client import AsyncClient  # noqa: E402
 from weft_actors.bus._client import Client  # noqa: E402
-from weft_actors.bus._protocol import encode_envelope  # noqa: E402
+from weft_actors.bus._frames import readable  # noqa: E402
+from weft_actors.bus._protocol import decode_request, encode_envelope, encode_reply  # noqa: E402
+from weft_actors.bus._sync_transport import ThreadTransport  # noqa: E402
 from weft_actors.cli import _check_listening, _endpoint, main  # noqa: E402
 from weft_actors.errors import OutcomeUnknown, ServerUnavailable, WorkflowNotFound  # noqa: E402
 
@@ -179,6 +181,48 @@ def test_a_connection_lost_under_a_request_fails_over_before_the_timeout() -> No
             assert second.ops() == ["result"]
     finally:
         first.close()
+
+
+def test_a_reply_read_only_after_its_connection_ended_is_still_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A supervisor answers a start and exits before the client's thread reads the answer (the
+    thread is held until its socket's monitor has the connection's end queued): the answer
+    was received all the same, so it is the start's, not ``OutcomeUnknown``."""
+    context = zmq.Context()
+    server = context.socket(zmq.ROUTER)
+    server.rcvtimeo = 10_000
+    endpoint = f"tcp://127.0.0.1:{server.bind_to_random_port('tcp://127.0.0.1')}"
+    answered = threading.Event()
+
+    def serve() -> None:
+        try:
+            for _ in range(2):  # a ping, then the start
+                identity, frame = server.recv_multipart()
+                request = decode_request(frame)
+                server.send_multipart([identity, encode_reply(request["id"], canned(request))])
+        finally:
+            server.close(linger=5000)  # its last answer leaves, then the connection ends
+            answered.set()
+
+    original = ThreadTransport._await_reply
+    held: list[bool] = []
+
+    def hold_the_start(self: ThreadTransport, socket: zmq.Socket, watch: Any, *args: Any) -> Any:
+        if held == [False]:  # the start's wait (the ping's was the first)
+            assert answered.wait(10)
+            wait_until(lambda: readable(watch.monitor), 10, "the connection's end seen")
+        held.append(False)
+        return original(self, socket, watch, *args)
+
+    monkeypatch.setattr(ThreadTransport, "_await_reply", hold_the_start)
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        with Client([endpoint, refused()], timeout=5) as client:
+            assert client.ping() == "pong"
+            assert client.start("order", 1, id="w-1").id == "w-1"
+    finally:
+        thread.join(15)
+        context.term()
 
 
 def test_an_error_answer_is_the_answer() -> None:

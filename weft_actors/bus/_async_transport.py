@@ -11,9 +11,8 @@ reply whose id is no longer registered (its request timed out or was cancelled) 
 Given several endpoints the client fails over between them as ``Client`` does (``_calls``
 holds the policy): each connection is a ``_Link``, one socket and the monitor that watches
 it, and requests go on the current one. A link given up on (a request on it got no answer)
-stays open for the requests still in flight on it, and closes once they are answered or time
-out; a lost connection fails those at once. With one endpoint there are no links: the one
-socket and its requests are what they always were.
+stays open for the requests in flight on it, and closes once they are answered or time out;
+a lost connection fails those at once. With one endpoint there are no links.
 """
 
 from __future__ import annotations
@@ -269,15 +268,14 @@ class LoopTransport:
         return link
 
     def _open_link(self, index: int) -> _Link:
-        """Connect to endpoint ``index``; ``IMMEDIATE``: no connection up, no send."""
+        """Connect to endpoint ``index``, its monitor made first (``_send_when_connected``)."""
         if self._context is None:
             self._context = zmq.Context()
         endpoint = self._target.endpoints[index]
         socket = self._context.socket(zmq.DEALER)
         socket.linger = 0
-        socket.immediate = 1
-        connect_client(socket, endpoint, self._target.curve)
         link = _Link(index, socket)
+        connect_client(socket, endpoint, self._target.curve)  # after its monitor is made: no handshake missed
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(socket.fileno(), self._drain_link, link)
         self._loop.add_reader(link.watch.monitor.fileno(), self._watch_link, link)
@@ -337,8 +335,9 @@ class LoopTransport:
             self._settled(link, request_id)
 
     async def _send_when_connected(self, link: _Link, frame: bytes, deadline: float) -> None:
-        """Send ``frame`` once ``link``'s connection is up; ``Unanswered``, not delivered, if
-        it is refused or down, or none is up by the deadline."""
+        """Send ``frame`` once ``link``'s monitor saw the handshake (not ``IMMEDIATE``: zmq drops
+        the unread replies of a connection that ended with it); ``Unanswered``, not delivered,
+        if it is refused or down, or none is up by the deadline."""
         loop = asyncio.get_running_loop()
         watch = link.watch
         while True:
@@ -348,14 +347,15 @@ class LoopTransport:
             if link.retired:  # another request failed over meanwhile: this one goes on there
                 raise _calls.Unanswered("the client failed over from it", delivered=False)
             self._watch_link(link)
-            try:
-                link.socket.send(frame, _NOBLOCK)
-                self._schedule_link_drain(link)
-                return
-            except zmq.Again:
-                pass
-            except zmq.ZMQError as exc:
-                raise _calls.Unanswered(f"socket error: {exc}", delivered=False) from None
+            if watch.up:
+                try:
+                    link.socket.send(frame, _NOBLOCK)
+                    self._schedule_link_drain(link)
+                    return
+                except zmq.Again:  # its queue is full: rare
+                    pass
+                except zmq.ZMQError as exc:
+                    raise _calls.Unanswered(f"socket error: {exc}", delivered=False) from None
             if watch.down is not None:
                 raise _calls.Unanswered(watch.down, delivered=False)
             if loop.time() >= deadline:
@@ -379,7 +379,7 @@ class LoopTransport:
 
     def _watch_link(self, link: _Link) -> None:
         """Take in the monitor's news (its reader, and before each send): a lost connection
-        fails what was sent on it, at once."""
+        fails what was sent on it and not answered before it went, at once."""
         if link.socket.closed:
             return
         lost = link.watch.lost
@@ -388,6 +388,7 @@ class LoopTransport:
         except zmq.ZMQError:
             return
         if link.watch.lost != lost:
+            self._drain_link(link)
             self._lose(link, "the connection was lost before the reply")
 
     def _lose(self, link: _Link, why: str) -> None:

@@ -8,18 +8,20 @@ without an id to the shard holding fewest requests (``_spread``; a ``start_many`
 everything else (``list``, ``stats``) to the front door as before. Placement is an optimisation: any shard serves any request, so a stale directory costs nothing but a hop inside the store.
 
 A request goes to the front door instead when there is no directory (an older server, CURVE,
-a front door not on TCP), or when its shard's socket has no connection up (``IMMEDIATE``: zmq
-refuses the send, so it was not delivered).
+a front door not on TCP), or when its shard's socket has no connection up (its monitor has
+seen no handshake since the last loss: nothing was delivered).
 
 Death and stall, as through the front door (``_dispatch``): when a shard's connection drops
 (its monitor says so at once) or a newer directory no longer lists it (polled every
 ``REFRESH`` seconds while requests are out on a shard, which is how a stall, judged by the
-supervisor, is learnt), every request sent to it and not answered is sent again through the
-front door if that is safe (``resendable``: reads, an update or signal with a request id, a
-start with a fixed id and ``if_exists="return"``), else answered ``OutcomeUnknown``: nothing
-is applied twice. Its socket is closed, so a late reply of a stalled shard is never taken. A
-shard restarted in the same slot is a new engine at a new endpoint: the next directory has
-it. Requests queued here and not sent yet simply go to the front door.
+supervisor, is learnt), every request sent to it and not answered (the replies that came
+before it went are read first: a graceful exit's ``workflow_moved`` is an answer) is sent
+again through the front door if that is safe (``resendable``: reads, an update or signal
+with a request id, a start with a fixed id and ``if_exists="return"``), else answered
+``OutcomeUnknown``: nothing is applied twice. Its socket is closed, so a late reply of a
+stalled shard is never taken. A shard restarted in the same slot is a new engine at a new
+endpoint: the next directory has it. Requests queued here and not sent yet simply go to the
+front door.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from ..errors import InvalidRequest, OutcomeUnknown, ServerUnavailable, WeftErro
 from . import _calls
 from ._calls import Call
 from ._dispatch import resendable
-from ._direct_answers import moved_to, reachable, stopping
+from ._direct_answers import moved_to, reachable, stopping, turned_away
 from ._protocol import encode_envelope
 from ._request_core import ConnectionWatch, Target, answer_pending, expire
 from ._spread import least_held
@@ -57,13 +59,6 @@ with no directory asks again."""
 CONNECT_WAIT: Final = 0.5
 """Seconds a client's first workflow op waits for the shards' connections to come up."""
 _NOBLOCK = int(zmq.NOBLOCK)
-_EVENTS = int(zmq.EVENTS)
-_POLLOUT = int(zmq.POLLOUT)
-
-
-def _writable(socket: zmq.Socket) -> bool:
-    """With ``IMMEDIATE``: whether a connection is up."""
-    return bool(socket.getsockopt(_EVENTS) & _POLLOUT)  # type: ignore[operator]
 _send = getattr(zmq.backend.Socket, "send", zmq.Socket.send)
 
 
@@ -190,7 +185,7 @@ class DirectRoutes:
         await self.refresh()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CONNECT_WAIT
-        while loop.time() < deadline and not all(_writable(shard.socket) for shard in self.shards.values()):
+        while loop.time() < deadline and not all([self._watch(shard) for shard in list(self.shards.values())]):
             await asyncio.sleep(0.002)
 
     async def ready(self) -> None:
@@ -243,8 +238,8 @@ class DirectRoutes:
             else:
                 self._queue(shard, request_id, frame, call.op)
             reply = await future
-            if shard is not None and "error" in reply and stopping(reply) and resendable(call.op, frame):
-                # The shard is going away (drain or deposition): the front door finds another.
+            if shard is not None and "error" in reply and (turned_away(reply) or stopping(reply) and resendable(call.op, frame)):
+                # The shard is going away (drain or deposition; a draining one took no new request): the front door finds another.
                 # It is no longer the shard's to answer (or to lose: ``orphan``).
                 shard.sent.pop(request_id, None)
                 future = transport.pending[request_id] = loop.create_future()
@@ -293,10 +288,11 @@ class DirectRoutes:
             self._context = zmq.Context()
         socket = self._context.socket(zmq.DEALER)
         socket.linger = 0
-        socket.immediate = 1  # no connection up: the send fails, and the front door takes it
+        # Not ``IMMEDIATE``: with it zmq drops the replies not read yet when the connection ends (a
+        # draining shard's last ``workflow_moved``); ``_flush`` sends only while one is up instead.
         endpoint = self._endpoints[engine_id]
-        socket.connect(endpoint)
         shard = self.shards[engine_id] = _Shard(engine_id, endpoint, socket)
+        socket.connect(endpoint)  # after its monitor is made: the handshake's event is never missed
         loop = asyncio.get_running_loop()
         loop.add_reader(socket.fileno(), self._drain, shard)
         loop.add_reader(shard.watch.monitor.fileno(), self._watch, shard)
@@ -315,16 +311,17 @@ class DirectRoutes:
         transport = self._transport
         pending = transport.pending
         for shard in list(self.shards.values()):
+            up = bool(shard.outbox) and self._watch(shard)  # the monitor's news first: a lost connection takes none
             outbox, shard.outbox = shard.outbox, []
             if not outbox:
                 continue
             outbox = [entry for entry in outbox if entry[0] in pending]  # gave up meanwhile
             sent = 0
-            for message, count in grouped([frame for _, frame, _ in outbox]):
+            for message, count in grouped([frame for _, frame, _ in outbox]) if up else ():
                 try:
                     _send(shard.socket, message, _NOBLOCK)
                 except zmq.ZMQError:
-                    break  # not delivered: the front door takes these
+                    break  # its queue is full: the front door takes these
                 for request_id, frame, op in outbox[sent : sent + count]:
                     shard.sent[request_id] = (frame, op)
                 sent += count
@@ -348,19 +345,21 @@ class DirectRoutes:
         except zmq.ZMQError as exc:
             self.orphan(shard, f"could not be read ({exc})")
 
-    def _watch(self, shard: _Shard) -> None:
-        """The shard's monitor: a lost connection loses what was sent on it, at once."""
+    def _watch(self, shard: _Shard) -> bool:
+        """The shard's monitor (its reader, and read before a send): a lost connection loses
+        what was sent on it, at once. Whether a connection is up."""
         if shard.socket.closed:
-            return
+            return False
         lost = shard.watch.lost
         try:
             shard.watch.read()
         except zmq.ZMQError:
-            return
+            return False
         if shard.watch.lost != lost:
             self._drain(shard)  # replies that came before the loss are answers
             self.orphan(shard, "lost its connection")
             asyncio.ensure_future(self.refresh())
+        return shard.watch.up and not shard.socket.closed
 
     def orphan(self, shard: _Shard, why: str) -> None:
         """``shard`` is gone or stalled: each request it holds goes to the front door when that

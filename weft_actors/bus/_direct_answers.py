@@ -1,15 +1,17 @@
 """What a direct client reads in a shard's directory entry and in its error answers: where a
-shard is reached from here, a wait moved to another owner (``_moves``), a shard going away.
+shard is reached from here, a wait moved to another owner (``_moves``), a shard going away,
+a request a draining shard did not take.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..errors import ServerUnavailable
 from ._dispatch import STOPPING
 from ._moves import MOVED
 
-__all__ = ["moved_to", "reachable", "stopping"]
+__all__ = ["moved_to", "reachable", "stopping", "turned_away"]
 
 
 def reachable(endpoint: str, front_door: str) -> str:
@@ -40,3 +42,11 @@ def stopping(reply: dict[str, Any]) -> bool:
     """Whether an error answer says its shard is going away (stopped, or deposed)."""
     error = reply["error"]
     return isinstance(error, dict) and error.get("code") in STOPPING
+
+
+def turned_away(reply: dict[str, Any]) -> bool:
+    """Whether an error answer is a draining shard's refusal of a request it did not take
+    (``server_unavailable``; a shard answers it for nothing else): nothing was applied, so
+    the front door may take any request so answered, a write too."""
+    error = reply["error"]
+    return isinstance(error, dict) and error.get("code") == ServerUnavailable.code

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator
 from ..errors import ServerUnavailable
 from ._async_many import LoopBatch, _forget, _wake, landing
 from ._direct import DirectRoutes, _Shard
-from ._direct_answers import moved_to, stopping
+from ._direct_answers import moved_to, stopping, turned_away
 from ._dispatch import resendable
 from ._many import Landed
 from ._protocol import encode_envelope
@@ -47,8 +47,8 @@ class DirectBatch(LoopBatch):
         entry = None if shard is None else shard.sent.pop(request_id, None)  # type: ignore[arg-type]
         if entry is not None and "error" in reply:
             transport = self.routes._transport
-            if stopping(reply) and resendable(entry[1], entry[0]):
-                # The shard is going away (drain or deposition): the front door finds another.
+            if turned_away(reply) or stopping(reply) and resendable(entry[1], entry[0]):
+                # The shard is going away (drain or deposition; a draining one took no new request): the front door finds another.
                 transport.pending[request_id] = self  # type: ignore[index, assignment]
                 transport._queue(request_id, entry[0])  # type: ignore[arg-type]
                 return

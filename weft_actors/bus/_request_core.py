@@ -116,7 +116,7 @@ class ConnectionWatch:
     succeeds again, None while it is up or still connecting; ``lost`` counts connections
     lost, so a request knows whether the one it went out on broke."""
 
-    __slots__ = ("socket", "monitor", "down", "lost")
+    __slots__ = ("socket", "monitor", "down", "lost", "up")
 
     def __init__(self, socket: zmq.Socket) -> None:
         self.socket = socket
@@ -124,13 +124,17 @@ class ConnectionWatch:
         self.monitor.linger = 0
         self.down: str | None = None
         self.lost = 0
+        self.up = False
+        """Whether a handshake succeeded since the connection last went down: for a socket
+        without ``IMMEDIATE``, whose sends queue while no connection is up."""
 
     def read(self) -> None:
         """Take in every event the monitor has queued, without blocking."""
         monitor = self.monitor
         while readable(monitor):
             event = struct.unpack_from("=H", monitor.recv_multipart(_NOBLOCK)[0])[0]
-            if event & _UP_EVENTS:
+            self.up = bool(event & _UP_EVENTS)
+            if self.up:
                 self.down = None
             else:
                 self.down = _DOWN_REASONS.get(event, "the handshake failed")

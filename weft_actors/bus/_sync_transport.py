@@ -5,11 +5,13 @@ ZeroMQ sockets must not be shared between threads, so each thread gets its own s
 away (linger 0) and a fresh one is made, so a late reply can never be taken for the answer to
 the next request.
 
-With several endpoints the sockets are made with ``IMMEDIATE`` (a request waits for a live
-connection instead of queueing for a dead peer) and watched by a ``ConnectionWatch``, so a
-refused connection or one lost under a request is noticed at once rather than at the
-timeout; ``_calls`` says which requests may then go on to the next endpoint. With one
-endpoint none of this exists: its requests and sockets are what they always were.
+With several endpoints the sockets are watched by a ``ConnectionWatch``: a request is sent
+only once its monitor saw the handshake (not queued for a dead peer; not ``IMMEDIATE``,
+with which zmq drops the replies not read yet when a connection ends: a stopping
+supervisor's last answers), and a refused connection or one lost under a request is noticed
+at once rather than at the timeout (a reply that came before the loss still counts);
+``_calls`` says which requests may then go on to the next endpoint. With one endpoint none
+of this exists: its requests and sockets are what they always were.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from ._request_core import ConnectionWatch, Target, matching_reply, unavailable
 __all__ = ["ThreadTransport"]
 
 _NOBLOCK = int(zmq.NOBLOCK)
+_SEND_RETRY = 0.01
+"""Seconds between send attempts while the one connection is up but its queue is full."""
 
 
 class _Channel:
@@ -79,17 +83,19 @@ class ThreadTransport:
     def _new_socket(self, endpoint: str) -> zmq.Socket:
         socket = self._context.socket(zmq.DEALER)
         socket.linger = 0
-        if self._target.failover:
-            socket.immediate = 1  # no connection up: the send fails, so the request surely never left
-        else:
+        if not self._target.failover:
             socket.sndtimeo = int(self._target.timeout * 1000)
-        connect_client(socket, endpoint, self._target.curve)
+            connect_client(socket, endpoint, self._target.curve)
         return socket
 
     def _new_channel(self) -> _Channel:
         index = self._target.index
-        socket = self._new_socket(self._target.endpoints[index])
-        watch = ConnectionWatch(socket) if self._target.failover else None
+        endpoint = self._target.endpoints[index]
+        socket = self._new_socket(endpoint)
+        if not self._target.failover:
+            return _Channel(socket, threading.current_thread(), index)
+        watch = ConnectionWatch(socket)
+        connect_client(socket, endpoint, self._target.curve)  # after its monitor is made: no handshake missed
         return _Channel(socket, threading.current_thread(), index, watch)
 
     def _acquire(self, op: str) -> _Channel:
@@ -238,28 +244,24 @@ class ThreadTransport:
             raise _calls.Unanswered(f"socket error: {exc}", delivered=True) from None
 
     def _send_when_connected(self, socket: zmq.Socket, watch: ConnectionWatch, frame: bytes, deadline: float) -> int:
-        """Send ``frame`` once a connection is up (``IMMEDIATE``: until then a send fails);
-        ``Unanswered``, not delivered, if the connection is refused or none is up by the
-        deadline. Returns the watch's ``lost`` count just before the send."""
-        poller: zmq.Poller | None = None
+        """Send ``frame`` once a connection is up (the monitor saw its handshake); ``Unanswered``,
+        not delivered, if the connection is refused or none is up by the deadline. Returns the
+        watch's ``lost`` count just before the send."""
         while True:
             watch.read()
             lost = watch.lost
-            try:
-                socket.send(frame, _NOBLOCK)
-                return lost
-            except zmq.Again:
-                pass
+            if watch.up:
+                try:
+                    socket.send(frame, _NOBLOCK)
+                    return lost
+                except zmq.Again:  # its queue is full: rare
+                    pass
             if watch.down is not None:
                 raise _calls.Unanswered(watch.down, delivered=False)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _calls.Unanswered(f"no connection within {self._target.timeout:.3g}s", delivered=False)
-            if poller is None:
-                poller = zmq.Poller()
-                poller.register(socket, zmq.POLLOUT)
-                poller.register(watch.monitor, zmq.POLLIN)
-            poller.poll(max(1, int(remaining * 1000)))
+            watch.monitor.poll(max(1, int(min(remaining, _SEND_RETRY) * 1000)), zmq.POLLIN)
 
     def _await_reply(
         self, socket: zmq.Socket, watch: ConnectionWatch, lost: int, request_id: str, budget: float, started: float
@@ -282,4 +284,7 @@ class ThreadTransport:
             if watch.monitor in events:
                 watch.read()
                 if watch.lost != lost:
+                    reply = matching_reply(socket, request_id, self._target.endpoint)  # it came before the loss
+                    if reply is not None:
+                        return reply
                     raise _calls.Unanswered("the connection was lost before the reply", delivered=True)

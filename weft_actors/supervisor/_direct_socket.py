@@ -14,10 +14,18 @@ reply path tells it from a front door client by its type alone.
 No CURVE here: a deployment with CURVE keeps its clients on the front door (the directory it
 answers then lists no shard). A client that stops being connected loses its replies (it has
 given the requests up: ``bus/_direct``).
+
+A draining shard (a handoff, a stop) takes no new request, but its direct clients may not
+know yet: a client polls the directory only while it has requests out, so one that was idle
+sends on the directory it had. Left unread, such a request would wait until the shard exits,
+and its client could then only answer ``OutcomeUnknown`` for a start never applied. So from
+the drain on each one is read and answered ``server_unavailable`` at once (``turn_away``):
+nothing was applied, and the client sends it through the front door.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Iterator
 
@@ -25,11 +33,11 @@ import zmq
 
 from ..bus._frames import readable
 from ..bus._intake import part_cap
-from ..bus._protocol import encode_error
+from ..bus._protocol import decode_request, encode_error
 from ..bus._wire import open_message, reply_batch
-from ..errors import InvalidRequest, WeftError
+from ..errors import InvalidRequest, ServerUnavailable, WeftError
 
-__all__ = ["DirectPeer", "DirectSocket", "direct_bind"]
+__all__ = ["DirectPeer", "DirectSocket", "direct_bind", "turn_away_new"]
 
 log = logging.getLogger("weft_actors.supervisor")
 
@@ -124,3 +132,27 @@ class DirectSocket:
                 socket.send_multipart([peer, replies[0] if len(replies) == 1 else reply_batch(replies)], zmq.NOBLOCK)
             except zmq.ZMQError as exc:  # gone, or its queue full: it gave these up
                 log.debug("dropped %d replies to a direct client: %s", len(replies), exc)
+
+    def turn_away(self) -> None:
+        """Answer each request queued here ``server_unavailable``, unapplied (a draining
+        shard's reader): its client sends it through the front door instead."""
+        socket = self.socket
+        while not socket.closed and readable(socket):  # a send can swallow the input's edge: look again
+            for peer, frame in self.take():
+                try:
+                    request_id = decode_request(frame, self._max_frame)["id"]
+                except WeftError as error:
+                    self.queue(peer, encode_error(getattr(error, "request_id", None), error))
+                    continue
+                self.queue(peer, encode_error(request_id, ServerUnavailable("this shard is draining and took no new request: ask the front door")))
+            self.flush()
+        self.flush()  # replies ``take`` queued for a malformed message
+
+
+def turn_away_new(direct: DirectSocket | None, loop: asyncio.AbstractEventLoop) -> None:
+    """From now on, ``direct``'s new requests are turned away (``DirectSocket.turn_away``)."""
+    if direct is None or direct.socket.closed:
+        return
+    loop.remove_reader(direct.socket.fileno())
+    loop.add_reader(direct.socket.fileno(), direct.turn_away)
+    direct.turn_away()

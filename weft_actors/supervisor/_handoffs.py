@@ -2,7 +2,9 @@
 
 ``SIGUSR1`` asks for one handoff: the next shard in turn (slot 0 first, then 1, ...) is taken
 out of the routing for new work (the front door sends new requests to the other shards,
-which serve any workflow through the store), and is told ``("hand-off", successor engine,
+which serve any workflow through the store) and, once the front door holds no write of it
+unanswered (``_quiet``, as a roll waits: a start it was sent and had not read when it
+stopped reading would be lost, ``OutcomeUnknown``), is told ``("hand-off", successor engine,
 grace)`` on its control pipe, the successor being the next ready shard. The draining shard
 lets its running activity attempts finish, hands its claims to the successor in fenced
 batches, and tells the supervisor which workflows moved (``("handed", successor, ids)``); the
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
+
+from ._quiet import QuietWait
 
 __all__ = ["Handoffs", "DEFAULT_GRACE"]
 
@@ -36,6 +40,8 @@ class _Slot(Protocol):
 class _Routing(Protocol):
     def set_draining(self, slot: int) -> None: ...
 
+    def set_live(self, slot: int, engine_id: str) -> None: ...
+
 
 class Handoffs:
     """Handoff requests (from a signal handler) and the relay of their wakes."""
@@ -48,6 +54,8 @@ class Handoffs:
         self.draining: set[int] = set()
         """Slots told to hand off whose process has not ended yet."""
         self._next = 0
+        self._quiet: QuietWait | None = None
+        """The shard picked for the next handoff while its writes are answered."""
 
     def request(self) -> None:
         """Ask for one handoff (async-signal-safe: a counter and a byte on the wake pipe)."""
@@ -57,18 +65,35 @@ class Handoffs:
         except OSError:
             pass
 
-    def dispatch(self, slots: Sequence[_Slot], routing: _Routing) -> None:
-        """Send the handoffs asked for: each to the next ready slot, naming the next ready
-        slot after it as its successor. None while fewer than two shards are ready (kept)."""
+    def dispatch(self, slots: Sequence[_Slot], routing: _Routing, held: Callable[[int], int]) -> None:
+        """Send the handoffs asked for (called every supervisor turn): each to the next ready
+        slot once it is quiet (``held``: the front door's unanswered writes to a slot), naming
+        the next ready slot after it as its successor. None while fewer than two shards are
+        ready (kept)."""
         while self.requested:
-            ready = [slot for slot in slots if slot.ready and slot.engine_id is not None and slot.control is not None]
-            if len(ready) < 2:
+            if self._quiet is None:
+                ready = self._ready(slots, self._next)
+                if len(ready) < 2:
+                    return
+                log.info("shard %d hands off once the front door's writes to it are answered", ready[0].index)
+                self._quiet = QuietWait(ready[0], routing, held)
+            if not self._quiet.quiet():
                 return
-            ready.sort(key=lambda slot: (slot.index - self._next) % len(slots))
+            quiet, self._quiet = self._quiet, None
+            ready = self._ready(slots, quiet.slot.index)
+            if len(ready) < 2 or ready[0] is not quiet.slot:  # it or every successor went meanwhile: pick again
+                quiet.cancel()
+                continue
             draining, successor = ready[0], ready[1]
             self.requested -= 1
             self._next = (draining.index + 1) % len(slots)
             self.hand_over(draining, successor, routing)
+
+    @staticmethod
+    def _ready(slots: Sequence[_Slot], first: int) -> list[_Slot]:
+        """The ready slots in turn from slot ``first``."""
+        ready = [slot for slot in slots if slot.ready and slot.engine_id is not None and slot.control is not None]
+        return sorted(ready, key=lambda slot: (slot.index - first) % len(slots))
 
     def ended(self, index: int, exitcode: int | None) -> bool:
         """Whether slot ``index``'s process ended as its handoff meant it to (exit 0): it is

@@ -3,10 +3,11 @@
 A shard that hands off stops reading requests at once, so a request the front door had
 already sent it and it had not read yet would be lost with it: a read is sent on to another
 shard, but a start (or a cancel, a terminate) cannot be, and its client would get
-``OutcomeUnknown`` for a request the shard never applied. So the roll and the resize first
-take the shard out of the routing (no new request reaches it) and wait until the front door
-says it holds no write unanswered (``FrontDoor.held_writes``, at least ``QUIET_MIN``: a
-request being routed at that moment reaches it), at most ``QUIET_MAX``; then hand off.
+``OutcomeUnknown`` for a request the shard never applied. So a handoff (``SIGUSR1``, the
+roll, the resize) first takes the shard out of the routing (no new request reaches it) and
+waits until the front door says it holds no write unanswered (``FrontDoor.held_writes``, at
+least ``QUIET_MIN``: a request being routed at that moment reaches it), at most
+``QUIET_MAX``; then hands off.
 """
 
 from __future__ import annotations

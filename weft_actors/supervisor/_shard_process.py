@@ -25,7 +25,7 @@ from ..shard import Engine
 from ..shard._rebalance import rebalance
 from ._commit_replies import commit_reply
 from ._config import ShardConfig, configure_logging
-from ._direct_socket import DirectPeer, DirectSocket
+from ._direct_socket import DirectPeer, DirectSocket, turn_away_new
 from ._inline_requests import InlineRequests
 from ._leaving import successor_of
 from ._shard_ops import ShardOps
@@ -360,9 +360,10 @@ class ShardServer:
         await self._drain(successor, grace, wake=None)
 
     async def _drain(self, successor: str | None = None, grace: float = 0.0, wake: Any = "pipe") -> None:
-        """Stop taking requests, let what runs finish or park, release the claims (or hand
-        them to ``successor``: ``Engine.hand_off``), exit 0."""
+        """Stop taking requests (a direct client's are turned away), let what runs finish or
+        park, release the claims (or hand them to ``successor``: ``Engine.hand_off``), exit 0."""
         self._stopping = True
+        turn_away_new(self.direct, asyncio.get_running_loop())
         log.info("shard %d draining%s", self.config.slot, "" if successor is None else f" to engine {successor}")
         if successor is None:
             await self.engine.close()

@@ -217,7 +217,7 @@ class Supervisor:
                 if ready == self._wake_r:
                     os.read(self._wake_r, 64)
             self._kill_hung()
-            self.handoffs.dispatch(self.slots, self.routing)
+            self.handoffs.dispatch(self.slots, self.routing, self.frontdoor.held_writes)
             self.roll.step(self.slots, self.handoffs, self.routing, self.frontdoor.held_writes)
             for slot in self.slots:
                 if slot.process is not None:
