@@ -32,7 +32,7 @@ class PgTxn:
     """One transaction on ``conn`` (already begun by the caller). ``db`` arguments are table
     names. Not thread-safe, like the connection under it."""
 
-    __slots__ = ("conn", "write", "_overlays", "_cache", "_complete", "_spans", "notify")
+    __slots__ = ("conn", "write", "_overlays", "_cache", "_complete", "_spans", "notify", "presumed")
 
     def __init__(self, conn: psycopg.Connection[Any], write: bool) -> None:
         self.conn = conn
@@ -49,6 +49,8 @@ class PgTxn:
         that the cache lacks is absent, with no statement to ask."""
         self._spans: dict[str, Spans] = {}
         """Stored rows of key ranges, read whole or by their tail, for the range reads."""
+        self.presumed: frozenset[str] = frozenset()
+        """Tables whose keys this transaction did not read are inserted as new (``_presume``)."""
 
     # -- point operations ----------------------------------------------------------------
 
@@ -269,12 +271,14 @@ class PgTxn:
         and the transaction's ``notify`` payloads if it has any (one statement). Returns the rows.
 
         A key this transaction read and found absent is inserted without ``ON CONFLICT``: the
-        write lock keeps anyone else from adding it since, and a duplicate would still fail."""
+        write lock keeps anyone else from adding it since, and a duplicate would still fail.
+        So is a key it did not read of a ``presumed`` table (``_presume``)."""
         written = 0
         if self.notify is not None:
             self.conn.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", self.notify)
         for db, overlay in self._overlays.items():
             cache = self._cache.get(db, _NOTHING_READ)
+            presumed = db in self.presumed
             deletes: list[bytes] = []
             new_k: list[bytes] = []
             new_v: list[bytes] = []
@@ -283,7 +287,9 @@ class PgTxn:
             for key, value in overlay.values.items():
                 if value is DELETED:
                     deletes.append(key)
-                elif key in cache and cache[key] is None:
+                    continue
+                found = cache.get(key, DELETED)  # DELETED: not read
+                if found is None or (presumed and found is DELETED):
                     new_k.append(key)
                     new_v.append(value)
                 else:
