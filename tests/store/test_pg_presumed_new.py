@@ -142,3 +142,37 @@ def test_a_key_presumed_new_but_stored_is_applied_again_with_upserts(schema_url:
         assert store._presumption.refutations == 1
     finally:
         store.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_op_written_again_and_the_ops_of_a_workflow_created_elsewhere_are_upserted(schema_url: str) -> None:
+    store, other = _store(schema_url), _store(schema_url)
+    try:
+        engine, elsewhere = uuid.uuid4().hex, uuid.uuid4().hex
+        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
+        other.register_engine(elsewhere, heartbeat=0.5, ttl=3.0)
+        _, intents, created = _created(store, engine)
+        started = encode({"kind": "timer", "fire_at": 5.0})
+        steps = [StepCommit(intent.wid, result.epoch, intent.run_id, ops=((0, started),)) for intent, result in zip(intents, created)]
+        texts, results = recorded(store, lambda: store.apply(engine, steps))
+        assert results == [None] * len(steps)
+        assert ["ON CONFLICT" in text for text in writes_by_table(texts)["weft_ops"]] == [False]  # the first write of op 0
+
+        # The timer fires: op 0 is written again with its outcome. A plain insert would be
+        # refused (and the batch applied again): the ledger knows op 0 was written.
+        texts, results = recorded(store, lambda: store.apply(engine, _finishing(intents, created, 0)))
+        assert results == [None] * len(intents)
+        assert ["ON CONFLICT" in text for text in writes_by_table(texts)["weft_ops"]] == [True]
+        assert all(store.load_ops(intent.wid, intent.run_id)[0]["outcome"] == {"ok": 0} for intent in intents)
+
+        # A workflow another store created: this one never saw its ops, so it presumes none.
+        _, theirs, theirs_created = _created(other, elsewhere, "theirs")
+        texts, results = recorded(other, lambda: other.apply(elsewhere, [StepCommit(i.wid, r.epoch, i.run_id, ops=((0, started),)) for i, r in zip(theirs, theirs_created)]))
+        assert results == [None] * len(theirs)
+        ledger = store._presumption.ledger
+        assert not any(key.endswith(intent.wid.encode()) for intent in theirs for key in ledger.highest)
+        assert store._presumption.refutations == 0 and other._presumption.refutations == 0
+        assert ledger.highest == {}, "finished workflows stay in the ledger"
+    finally:
+        store.close()
+        other.close()
