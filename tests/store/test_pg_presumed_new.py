@@ -176,3 +176,19 @@ def test_an_op_written_again_and_the_ops_of_a_workflow_created_elsewhere_are_ups
     finally:
         store.close()
         other.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_key_deleted_and_put_again_in_one_batch_is_upserted(schema_url: str) -> None:
+    store = _store(schema_url)
+    try:
+        table, key = store.dbs.visibility, b"\x01\x00\x05Order" + uuid.uuid4().hex.encode()
+        with store.env.begin(write=True) as txn:
+            txn.put(key, b"before", db=table)
+        with store.env.begin(write=True, presumption=store._presumption) as txn:  # as a group commit
+            txn.delete(key, db=table)  # a status left and entered again in one batch (the flow queue does)
+            txn.put(key, b"after", db=table)
+        with store.env.begin() as txn:
+            assert txn.get(key, db=table) == b"after"
+    finally:
+        store.close()
