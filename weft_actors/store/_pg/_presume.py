@@ -81,9 +81,10 @@ class OpLedger:
                 highest.setdefault(prefix, prefix)
         values, cache, deleted = txn.pending(self._ops)
         new: list[bytes] = []
-        for key, value in values.items():
-            prefix = key[: 2 + int.from_bytes(key[:2], "big")]
-            top = highest.get(prefix)
+        known = highest.get
+        for key, value in values.items():  # a few per workflow, on the writer thread: kept lean
+            prefix = key[: 2 + (key[0] << 8 | key[1])]
+            top = known(prefix)
             if top is None or key <= top:
                 continue
             highest[prefix] = key
