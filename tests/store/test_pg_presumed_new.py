@@ -11,6 +11,7 @@ the server and its unique indexes are real.
 
 from __future__ import annotations
 
+import gc
 import re
 import uuid
 from typing import Any
@@ -25,6 +26,13 @@ from weft_actors.testing import FakeClock
 
 BATCH = 40
 PRESUMED = ("weft_ops", "weft_visibility", "weft_recent", "weft_expiring", "weft_by_engine")
+
+
+@pytest.fixture(autouse=True)
+def _collected() -> Any:
+    """The stores' connections are collected here, not in a later test that counts Python calls."""
+    yield
+    gc.collect()
 
 
 class RecordingCursor(psycopg.Cursor):  # type: ignore[type-arg]

@@ -10,8 +10,9 @@ the transaction did not read are sent as plain inserts (``PgTxn.flush``) where t
   ``status || time || id``), an ``expiring`` entry, a ``by_engine`` claim: every key of
   those keyspaces (``PRESUMED_NEW``) unless this transaction deleted it first;
 - an op (``prefixed(id) || run || seq``) past the highest this store has written for a
-  workflow it created itself (``OpLedger``): an op is written again when it resolves (a
-  timer, a signal, a child, an activity's retries), never is a later one there before it.
+  workflow it created itself and has held since (``OpLedger``): an op is written again when
+  it resolves (a timer, a signal, a child, an activity's retries), never is a later one there
+  before it.
 
 On ``bench/engine_throughput.py`` that is about 10 of a workflow's 12 rows, some 1.5 µs of
 the database's CPU each. It stays a presumption, not a trust: the primary key still refuses
@@ -57,10 +58,12 @@ class Pending(Protocol):
 
 class OpLedger:
     """For each workflow this store created (its id read absent under the write lock: no op of
-    it was stored, ``_retention`` and purges take its ops with it), the highest op key
-    written for it since. An op key above it has never been written: ``note`` marks it known
-    absent in the transaction. A workflow leaves the ledger when its claim goes (its end, a
-    release); one this store did not create is never in it, and its ops are upserted."""
+    it was stored, ``_retention`` and purges take its ops with it) and still holds at the epoch
+    it created it with, the highest op key written for it since. An op key above it has never
+    been written: ``note`` marks it known absent in the transaction. A workflow leaves the
+    ledger when its claim goes (its end, a release) or is seen at another epoch (it was taken
+    over, perhaps to come back: another engine may have written its ops meanwhile); one this
+    store did not create is never in it, and its ops are upserted."""
 
     __slots__ = ("_ops", "_workflows", "_holders", "highest")
 
@@ -68,32 +71,39 @@ class OpLedger:
         self._ops = ops
         self._workflows = workflows
         self._holders = holders
-        self.highest: dict[bytes, bytes] = {}
-        """``prefixed(id)`` -> the highest op key written for it (the prefix itself: none)."""
+        self.highest: dict[bytes, tuple[bytes, bytes]] = {}
+        """``prefixed(id)`` -> (its holder's fence, the highest op key written for it; the
+        prefix itself: none)."""
 
     def note(self, txn: Pending, presume: bool) -> None:
         """Follow what ``txn`` writes and, if ``presume``, mark its new ops known absent."""
         highest = self.highest
+        held, holders_read, _ = txn.pending(self._holders)
         values, cache, _ = txn.pending(self._workflows)
         for key, value in values.items():
             if value is not DELETED and key in cache and cache[key] is None:  # created here
-                prefix = len(key).to_bytes(2, "big") + key
-                highest.setdefault(prefix, prefix)
+                holder = held.get(key)
+                if holder is not None and holder is not DELETED:  # claimed at its start
+                    prefix = len(key).to_bytes(2, "big") + key
+                    highest.setdefault(prefix, (holder[:24], prefix))
         values, cache, deleted = txn.pending(self._ops)
         new: list[bytes] = []
         known = highest.get
         for key, value in values.items():  # a few per workflow, on the writer thread: kept lean
             prefix = key[: 2 + (key[0] << 8 | key[1])]
-            top = known(prefix)
-            if top is None or key <= top:
+            entry = known(prefix)
+            if entry is None or key <= entry[1]:
                 continue
-            highest[prefix] = key
+            holder = holders_read.get(prefix[2:]) or held.get(prefix[2:])  # the fence checked, else the claim made here
+            if holder is None or holder is DELETED or holder[:24] != entry[0]:
+                del highest[prefix]  # held at another epoch than it was created with, or not known
+                continue
+            highest[prefix] = (entry[0], key)
             if presume and value is not DELETED and key not in cache and key not in deleted:
                 new.append(key)
         if new:
             txn.cached(self._ops, new, [])
-        values, _, _ = txn.pending(self._holders)
-        for key, value in values.items():
+        for key, value in held.items():
             if value is DELETED:
                 highest.pop(len(key).to_bytes(2, "big") + key, None)
         if len(highest) > LEDGER_LIMIT:
