@@ -200,3 +200,29 @@ def test_a_key_deleted_and_put_again_in_one_batch_is_upserted(schema_url: str) -
             assert txn.get(key, db=table) == b"after"
     finally:
         store.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_workflow_taken_over_and_back_presumes_none_of_its_ops(schema_url: str) -> None:
+    from weft_actors.store._keys import engine_key, holder_value
+
+    store = _store(schema_url)
+    try:
+        engine = uuid.uuid4().hex
+        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
+        _, intents, created = _created(store, engine)
+        first = intents[0]
+        # Meanwhile another engine held it (epoch 2) and wrote its op 0; then it came back here
+        # at epoch 3. Written behind the batch path, as those claims are.
+        with store.env.begin(write=True) as txn:
+            txn.put(op_key(first.wid, first.run_id, 0), encode({"kind": "timer", "fire_at": 9.0}), db=store.dbs.ops)
+            txn.put(first.wid.encode(), holder_value(engine_key(engine), 3, 0.0), db=store.dbs.claim_holder)
+        epochs = [3] + [result.epoch for result in created[1:]]
+        op = encode({"kind": "timer", "fire_at": 9.0, "outcome": {"ok": 0}})
+        steps = [StepCommit(intent.wid, epoch, intent.run_id, ops=((0, op),)) for intent, epoch in zip(intents, epochs)]
+        results = store.apply(engine, steps)
+        assert results == [None] * len(steps), results
+        assert store._presumption.refutations == 0, "an op another engine wrote was presumed new"
+        assert store.load_ops(first.wid, first.run_id)[0]["outcome"] == {"ok": 0}
+    finally:
+        store.close()
