@@ -26,6 +26,7 @@ from ._batch_sql import BATCH_PLANS, OWN_PLANS, WRITES_DONE, write_settings
 from ._lockwait import LockWait
 from ._outcome import Outcomes, resolve_commit
 from ._connect import CONNECT_LIMIT, READ_LIMIT, SILENT_AFTER, STALLED, UNREACHABLE, NoAnswer, Reachability, classify, open_connection
+from ._presume import Presumption
 from ._txn import PgTxn, ranges_params, tails_query
 
 __all__ = ["PgEnvironment", "redact"]
@@ -226,7 +227,7 @@ class PgEnvironment:
         self._local.conn = None
 
     @contextlib.contextmanager
-    def begin(self, write: bool = False, prefetch: Prefetch | None = None, waiting: str | None = None) -> Iterator[PgTxn]:
+    def begin(self, write: bool = False, prefetch: Prefetch | None = None, waiting: str | None = None, presumption: Presumption | None = None) -> Iterator[PgTxn]:
         """One transaction: committed when the block ends, rolled back if it raises.
         ``psycopg`` failures become ``StorageError`` (the connection is dropped and made
         again by the next transaction).
@@ -235,7 +236,8 @@ class PgEnvironment:
         reads what ``prefetch`` names (``_reads.Prefetch``) all at once (``_take_lock``): the
         transaction code's reads of those rows then cost nothing. ``waiting`` becomes the
         transaction's ``application_name`` before it asks for the lock: what other sessions
-        see of its wait (``_store.wait_label``)."""
+        see of its wait (``_store.wait_label``). ``presumption`` is what its writes presume new
+        (``_presume``: a group commit's)."""
         if write and self.readonly:
             raise StorageError(f"the store at {self.where} was opened read-only: nothing can be written", path=self.where)
         conn = self.connect()
@@ -254,6 +256,7 @@ class PgEnvironment:
                 txn, xid = self._start(conn, write, prefetch, waiting)
             except psycopg.Error as again:
                 raise self.failed(again, "could not begin a transaction") from again
+        txn.presumption = presumption
         try:
             yield txn
         except psycopg.Error as exc:

@@ -30,11 +30,14 @@ def checked_key(key: bytes) -> bytes:
 class Overlay:
     """The buffered writes of one keyspace: key -> value or ``DELETED``, and the keys sorted."""
 
-    __slots__ = ("values", "_sorted")
+    __slots__ = ("values", "_sorted", "deleted")
 
     def __init__(self) -> None:
         self.values: dict[bytes, Any] = {}
         self._sorted: list[bytes] | None = None
+        self.deleted: set[bytes] = set()
+        """Every key deleted in this transaction, even if put again since: such a key may be
+        stored, so it is never presumed new (``_presume``)."""
 
     def set(self, key: bytes, value: Any) -> None:
         if key not in self.values and self._sorted is not None:

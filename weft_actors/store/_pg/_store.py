@@ -37,7 +37,7 @@ from ._batch_reads import batch_reads
 from ._hints import CHANNEL, Listener, notify_payloads
 from ._liveness import relock_engine
 from ._waits import waiting_since
-from ._txn import MAX_KEY
+from ._txn import MAX_KEY, OpLedger, Presumption
 from ._schema import PgDatabases, check_version, migrate, require_store
 
 __all__ = ["PgStore", "is_postgres_url"]
@@ -234,7 +234,7 @@ class PgStore(KeyspaceStore):
         self.clock = clock
         self.path = _local_dir(url)
         """Where this host keeps what is its own (stall notes): the database holds the rest."""
-        self._refusals = Refusals(self.clock)
+        self._refusals, self._presumption = Refusals(self.clock), Presumption(OpLedger(self.dbs.ops, self.dbs.workflows, self.dbs.claim_holder))
         on_server_start: Callable[[float], None] | None = None
         if isinstance(clock, ServerClock):  # leases on the server's clock: none renewed before it started
             on_server_start = self._refusals.floor
@@ -358,13 +358,13 @@ class PgStore(KeyspaceStore):
             self._write_recovered()
         return result
 
-    def _apply_once(self, engine_id: str, intents: list[Any]) -> list[Any]:
+    def _apply_once(self, engine_id: str, intents: list[Any], presume: bool = True) -> list[Any]:
         results: list[Any] = []
-        clock = self.clock
+        clock, presumed = self.clock, self._presumption if presume else None
         started = clock.lease_now()
         env = self._writer.env if self._writer is not None and self._writer.is_current() and self._writer.env is not None else self.env
         try:
-            with env.begin(write=True, prefetch=batch_reads(self.dbs, engine_id, intents), waiting=self._waiting(engine_id, started)) as pg_txn:
+            with env.begin(write=True, prefetch=batch_reads(self.dbs, engine_id, intents), waiting=self._waiting(engine_id, started), presumption=presumed) as pg_txn:
                 txn: Any = pg_txn  # LMDB-shaped (``_txn``)
                 record = _engines.check_live(txn, self.dbs, engine_id, started, self._incarnations.get(engine_id), self._refusals.failed_at)
                 now = clock.now()
@@ -390,11 +390,11 @@ class PgStore(KeyspaceStore):
                 if self.before_commit is not None:
                     self.before_commit()
         except StorageError as exc:
-            error = self._write_failed(exc)
-            return [error] * len(intents)
+            if presumed is not None and presumed.refuted(exc):  # nothing committed: once more, upserting (``_presume``)
+                return self._apply_once(engine_id, intents, False)
+            return [self._write_failed(exc)] * len(intents)
         except psycopg.Error as exc:
-            error = self._write_failed(StorageError(f"PostgreSQL at {env.where}: {exc}", path=env.where))
-            return [error] * len(intents)
+            return [self._write_failed(StorageError(f"PostgreSQL at {env.where}: {exc}", path=env.where))] * len(intents)
         except WeftError as exc:  # ``OutcomeUnknown`` too: its commit may yet land (``_outcome``)
             return [exc] * len(intents)
         self._batch_committed(state.promoted, written, len(intents))

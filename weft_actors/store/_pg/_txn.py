@@ -22,17 +22,19 @@ from ._arrays import encode
 from ._batch_sql import write_query
 from ._cursor import PgCursor
 from ._overlay import DELETED, MAX_KEY, Overlay, Spans, between, between_keys, checked_key, ranges_params, ranges_query, tails_query
+from ._presume import NOTHING_PRESUMED, OpLedger, Presumption
 
 # The cursor and the overlay pieces live in ``_cursor`` and ``_overlay``; ``DELETED``, ``MAX_KEY``
-# and the range queries are named here too, for the modules that import them from this one.
-__all__ = ["PgTxn", "PgCursor", "DELETED", "MAX_KEY", "ranges_params", "tails_query"]
+# and the range queries are named here too, for the modules that import them from this one
+# (and ``_presume``'s pieces, for the store).
+__all__ = ["PgTxn", "PgCursor", "DELETED", "MAX_KEY", "ranges_params", "tails_query", "OpLedger", "Presumption"]
 
 
 class PgTxn:
     """One transaction on ``conn`` (already begun by the caller). ``db`` arguments are table
     names. Not thread-safe, like the connection under it."""
 
-    __slots__ = ("conn", "write", "_overlays", "_cache", "_complete", "_spans", "notify")
+    __slots__ = ("conn", "write", "_overlays", "_cache", "_complete", "_spans", "notify", "presumption")
 
     def __init__(self, conn: psycopg.Connection[Any], write: bool) -> None:
         self.conn = conn
@@ -49,6 +51,8 @@ class PgTxn:
         that the cache lacks is absent, with no statement to ask."""
         self._spans: dict[str, Spans] = {}
         """Stored rows of key ranges, read whole or by their tail, for the range reads."""
+        self.presumption: Presumption | None = None
+        """What this transaction's new rows are known by, past its reads (``_presume``)."""
 
     # -- point operations ----------------------------------------------------------------
 
@@ -152,7 +156,16 @@ class PgTxn:
         if overlay._sorted is not None and key not in values:
             insort(overlay._sorted, key)
         values[key] = DELETED
+        overlay.deleted.add(key)
         return True
+
+    def pending(self, db: str) -> tuple[dict[bytes, Any], dict[bytes, bytes | None], set[bytes]]:
+        """The buffered writes of ``db`` (key -> value or ``DELETED``), the rows read of it
+        (``None``: absent) and every key deleted in it: a view, not to be changed."""
+        overlay = self._overlays.get(db)
+        if overlay is None:
+            return {}, self._cache.get(db, _NOTHING_READ), set()
+        return overlay.values, self._cache.get(db, _NOTHING_READ), overlay.deleted
 
     def overlay_values(self, db: str) -> list[Any]:
         """This transaction's buffered values of ``db`` (``DELETED`` for a delete)."""
@@ -269,12 +282,16 @@ class PgTxn:
         and the transaction's ``notify`` payloads if it has any (one statement). Returns the rows.
 
         A key this transaction read and found absent is inserted without ``ON CONFLICT``: the
-        write lock keeps anyone else from adding it since, and a duplicate would still fail."""
+        write lock keeps anyone else from adding it since, and a duplicate would still fail.
+        So is a key it did not read that its ``presumption`` holds new (``_presume``)."""
         written = 0
+        presumed = NOTHING_PRESUMED if self.presumption is None else self.presumption.prepare(self)
         if self.notify is not None:
             self.conn.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p", self.notify)
         for db, overlay in self._overlays.items():
             cache = self._cache.get(db, _NOTHING_READ)
+            presume = db in presumed
+            deleted = overlay.deleted
             deletes: list[bytes] = []
             new_k: list[bytes] = []
             new_v: list[bytes] = []
@@ -283,7 +300,9 @@ class PgTxn:
             for key, value in overlay.values.items():
                 if value is DELETED:
                     deletes.append(key)
-                elif key in cache and cache[key] is None:
+                    continue
+                found = cache.get(key, DELETED)  # DELETED: not read
+                if found is None or (presume and found is DELETED and key not in deleted):
                     new_k.append(key)
                     new_v.append(value)
                 else:
