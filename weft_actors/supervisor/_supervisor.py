@@ -40,7 +40,7 @@ from ._live import LiveEngines, live_ids
 from ._liveness import DeathRecorder, judge_sparing_refusals, lock_holders
 from ._metrics import MetricsServer, render
 from ._roll import Roll, hangup_handler
-from ._shard_process import EXIT_UNWRITABLE, shard_main
+from ._shard_entry import EXIT_UNWRITABLE, shard_main
 from ._quiet import quiet_before_stop
 from ._slot import ShardSlot
 
