@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import zmq
 import zmq.backend
@@ -40,8 +40,9 @@ from . import _calls
 from ._calls import Call
 from ._dispatch import resendable
 from ._direct_answers import moved_to, reachable, stopping, turned_away
+from ._direct_shard import Transport, _Shard
 from ._protocol import encode_envelope
-from ._request_core import ConnectionWatch, Target, answer_pending, expire
+from ._request_core import Target, answer_pending, expire
 from ._spread import least_held
 from ._wire import grouped
 
@@ -60,37 +61,6 @@ CONNECT_WAIT: Final = 0.5
 """Seconds a client's first workflow op waits for the shards' connections to come up."""
 _NOBLOCK = int(zmq.NOBLOCK)
 _send = getattr(zmq.backend.Socket, "send", zmq.Socket.send)
-
-
-class Transport(Protocol):
-    """What of ``LoopTransport`` (the front door's socket) the direct path uses: ``_queue``
-    sends a request with the others of this loop turn."""
-
-    pending: dict[str, asyncio.Future[dict[str, Any]]]
-    closed: bool
-    async def request(self, call: Call) -> Any: ...
-
-    def _queue(self, request_id: str, frame: bytes) -> None: ...
-
-    def next_id(self) -> str: ...
-
-    def batch_socket(self) -> zmq.Socket: ...
-
-
-class _Shard:
-    """One shard's socket here: its requests not sent yet (``outbox``) and sent, not answered
-    (``sent``: request id -> (frame, op))."""
-
-    __slots__ = ("engine_id", "endpoint", "socket", "watch", "outbox", "sent", "drain_scheduled")
-
-    def __init__(self, engine_id: str, endpoint: str, socket: zmq.Socket) -> None:
-        self.engine_id = engine_id
-        self.endpoint = endpoint
-        self.socket = socket
-        self.watch = ConnectionWatch(socket)
-        self.outbox: list[tuple[str, bytes, str]] = []
-        self.sent: dict[str, tuple[bytes, str]] = {}
-        self.drain_scheduled = False
 
 
 class DirectRoutes:

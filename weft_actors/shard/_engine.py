@@ -10,8 +10,9 @@ workflows of a dead or stalled engine move to live ones (``_reclaim``).
 the actor table and what actors call) and the parts around it, wires each to the narrow
 ``typing.Protocol`` it declares, and delegates its public calls to them (``_starting``,
 ``_messages``, ``_reads``, ``_hints``, ``_stats``; its server submits through ``starts`` and
-``messages`` too). None of them imports it; the only news that comes back up, a lost lease,
-arrives through the ``on_deposed`` callback.
+``messages`` too; ``open`` adds the parts that need the store and the loop: ``_opening``).
+None of them imports it; the only news that comes back up, a lost lease, arrives through the
+``on_deposed`` callback.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, cast
 from .. import _tracing
 from .._clock import Clock, SystemClock
 from ..errors import WeftError
-from ..store import LmdbStore, open_store, stall_notes
+from ..store import LmdbStore, open_store
 from .._schedule_handle import SCHEDULE_TYPE, ScheduleHandle, new_schedule
 from ..workflow import SYSTEM_TYPES, WorkflowDefinition, collect_workflows, with_system_workflows
 from ._activities import ActivityRunner
@@ -37,10 +38,11 @@ from ._handle import WorkflowHandle
 from ._handoff import Wake, hand_off_runtime
 from ._hints import HANDED_OFF, Hints
 from ._hosting import ActorHost
-from ._lifecycle import close_runtime, depose_runtime, register, tune_gc, warn_on_type_mismatch
+from ._lifecycle import close_runtime, depose_runtime
 from ._maintenance import Maintenance
 from ._messages import WorkflowMessages
 from ._metrics import EngineMetrics
+from ._opening import open_runtime
 from ._options import EngineOptions, EngineSettings
 from ._reads import WorkflowReads
 from ._reuse import RefusedOutcomes
@@ -49,7 +51,7 @@ from ._starting import Starts
 from ._stats import engine_stats
 from ._timers import TimerService
 from ._waiters import Waiters
-from ._watchdog import LoopWatchdog, open_slot
+from ._watchdog import LoopWatchdog
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -171,37 +173,12 @@ class Engine:
         second live engine in ``single`` mode), then reclaim what nobody live drives: with
         background tasks the replay of what it takes goes on after ``open`` returns, in
         bounded slices of loop time (``_driving``); without, it is done before."""
-        loop = asyncio.get_running_loop()
         options = self.options
         host = self._host
         kwargs: dict[str, Any] = {} if options.map_size is None else {"map_size": options.map_size}
         # A PgStore has LmdbStore's methods (the conformance suite holds both to them).
         store = host.store = cast(LmdbStore, open_store(self.data_dir, clock=host.clock, sync=options.sync, max_inbox=host.max_inbox, **kwargs))
-        register(store, options, self.engine_id, self.slot, self.app_types)
-        host.clock = store.clock  # on PostgreSQL, leases go by the server's clock
-        listen = getattr(store, "listen", None)  # PostgreSQL: hints from other hosts' engines
-        if listen is not None:
-            listen(self.hint_many)
-        if self.warn_type_mismatch:
-            warn_on_type_mismatch(store, self.engine_id, self.app_types)
-        committer = host.committer = GroupCommitter(store, self.engine_id, loop, on_unknown=host.commit_retry.may_have_landed)
-        committer.on_deposed = lambda error: self.depose(str(error))
-        host.timers = TimerService(loop, host.clock)
-        host.activities = ActivityRunner(loop, options.max_activity_threads, host.max_inflight_activities)
-        host.activities.use_permits(committer, host.timers, host.clock)  # activity rate and concurrency limits
-        host.driver = Driver(host, options.background)
-        host.maintenance = Maintenance(host)
-        committer.on_promoted = host.maintenance.reclaimer.fire_promoted
-        host.state = "running"
-        _tracing.tracer(configure=True)  # spans on if the application set a tracer provider
-        if options.tune_gc:
-            tune_gc()
-        host.maintenance.run_pass(heartbeat=False)
-        if options.background:
-            host.maintenance.start(loop)
-            host.activities.on_loop = slot = open_slot(store.path, self.engine_id, host.stall_threshold)
-            host.watchdog = LoopWatchdog(loop, host.stall_threshold, name=self.engine_id[:8], slot=slot, notes=stall_notes(store, self.engine_id), waiting=store.waiting_on_store)
-            host.watchdog.start()
+        open_runtime(host, store, options, self.engine_id, self.slot, self.app_types, self.warn_type_mismatch, self.depose, self.hint_many)
 
     @property
     def app_types(self) -> list[str]:

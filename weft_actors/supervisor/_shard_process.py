@@ -11,7 +11,6 @@ import asyncio
 import importlib
 import logging
 import os
-import sys
 from multiprocessing.connection import Connection
 from typing import Any, Coroutine
 
@@ -19,28 +18,22 @@ import zmq
 
 from ..bus import START_OPS, decode_hint, decode_request, encode_error, encode_hint, encode_reply, hint_topic, publisher, shard_identity, subscriber
 from ..bus._frames import decode_batch, encode_batch, readable, recv_frames, send_frames
-from ..errors import Overloaded, StorageError, StorageFull, WeftError
-from ..store import is_read_only, is_unreachable
+from ..errors import Overloaded, WeftError
 from ..shard import Engine
 from ..shard._rebalance import rebalance
 from ._commit_replies import commit_reply
-from ._config import ShardConfig, configure_logging
+from ._config import ShardConfig
 from ._direct_socket import DirectPeer, DirectSocket, turn_away_new
 from ._inline_requests import InlineRequests
 from ._leaving import successor_of
 from ._shard_ops import ShardOps
 from ._store_wait import open_when_reachable
 
-__all__ = ["shard_main"]
+__all__ = ["EXIT_DEPOSED", "ShardServer"]
 
 log = logging.getLogger("weft_actors.supervisor")
 
 EXIT_DEPOSED = 4
-EXIT_UNWRITABLE = 5
-"""The store could not be written or reached at start (read-only filesystem or server,
-permissions, a full disk, a lost database): the supervisor starts the shard again a little
-later, without counting a crash."""
-
 DRAIN_REQUESTS = 2000
 """Requests taken from the front door per loop turn; the rest wait for the next turn, so a
 backlog never makes one turn long enough to miss a heartbeat."""
@@ -49,33 +42,6 @@ REPLY_LINGER_MS = 1000
 REPLY_BATCH_BYTES = 4 << 20
 """A batch of replies leaves once it holds this much, not only at the end of the turn: the
 front door then never holds one huge message of large results at once."""
-
-
-def shard_main(config: ShardConfig, control: Connection) -> None:
-    """Entry point of a spawned shard process."""
-    configure_logging(config.log_level, config.log_json, f"shard-{config.slot}")
-    try:
-        import uvloop
-
-        code = uvloop.run(ShardServer(config, control).serve())
-    except (StorageError, StorageFull) as exc:
-        if not cannot_write(exc):
-            log.exception("shard %d crashed", config.slot)
-            code = 1
-        else:  # not a crash: one line, no traceback
-            log.error("shard %d cannot start: %s", config.slot, exc)
-            code = EXIT_UNWRITABLE
-    except Exception:
-        log.exception("shard %d crashed", config.slot)
-        code = 1
-    sys.exit(code)
-
-
-def cannot_write(error: WeftError) -> bool:
-    """The store refuses writes for now (a read-only filesystem or server, no permission, a
-    full disk) or cannot be reached: a restart will fail the same way until an operator or
-    time frees it, so it is waited for (``EXIT_UNWRITABLE``), not counted as a crash."""
-    return isinstance(error, StorageFull) or is_read_only(error) or is_unreachable(error)
 
 
 def load_app(name: str) -> Any:

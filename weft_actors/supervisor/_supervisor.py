@@ -5,7 +5,8 @@ shard's engine dead at once (its process has exited, so it can never write again
 which shards stopped heartbeating: a hung shard is killed and restarted (``_liveness``).
 This module is the process lifecycle; its other concerns are parts it holds or calls: each
 shard slot's record (``_slot``), the live engines the routing asks (``_live``), the private
-socket directory (``_ipc``) and the store's counts that ``stats()`` reports (``_counts``).
+socket directory (``_ipc``), the store's counts that ``stats()`` reports (``_counts``) and
+what each shard it spawns is told (``_shard_settings``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import zmq
 from .._ratelimit import RateLimitedLog
 from ..bus import FrontDoor, HintProxy, RoutingTable
 from ..store import LmdbStore, open_store
-from ._config import ShardConfig, SupervisorConfig
+from ._config import SupervisorConfig
 from ._console import check_http_bind, start_console
 from ._curve import check_bind, server_keys, start_authenticator
 from ._admin import ShardsAdmin
@@ -40,7 +41,8 @@ from ._live import LiveEngines, live_ids
 from ._liveness import DeathRecorder, judge_sparing_refusals, lock_holders
 from ._metrics import MetricsServer, render
 from ._roll import Roll, hangup_handler
-from ._shard_process import EXIT_UNWRITABLE, shard_main
+from ._shard_entry import EXIT_UNWRITABLE, shard_main
+from ._shard_settings import shard_config
 from ._quiet import quiet_before_stop
 from ._slot import ShardSlot
 
@@ -165,30 +167,8 @@ class Supervisor:
     def _spawn(self, slot: ShardSlot) -> None:
         config = self.config
         parent, child = self._mp.Pipe()
-        shard = ShardConfig(
-            slot=slot.index,
-            app=config.app,
-            data_dir=config.data_dir,
-            backend=self.frontdoor.backend_endpoint,
-            hints_publish=self.hints.publish_endpoint,
-            hints_subscribe=self.hints.subscribe_endpoint,
-            heartbeat=config.heartbeat,
-            ttl=config.ttl,
-            log_level=config.log_level,
-            log_json=config.log_json,
-            hints=config.hints,
-            payload_limit=config.payload_limit,
-            retention=config.retention,
-            max_live_actors=config.max_live_actors,
-            max_active_workflows=config.max_active_workflows,
-            max_inbox=config.max_inbox,
-            max_inflight_activities=config.max_inflight_activities,
-            quarantine_after=config.quarantine_after,
-            stall_threshold=config.stall_threshold,
-            max_running=config.max_running,
-            max_queued_requests=config.max_queued_requests,
-            direct_bind=direct_bind(config.bind, self.frontdoor.curve),
-        )
+        endpoints = (self.frontdoor.backend_endpoint, self.hints.publish_endpoint, self.hints.subscribe_endpoint)
+        shard = shard_config(config, slot.index, *endpoints, direct_bind(config.bind, self.frontdoor.curve))
         process = self._mp.Process(target=shard_main, args=(shard, child), name=f"shard-{slot.index}")
         process.start()
         child.close()

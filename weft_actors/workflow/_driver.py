@@ -8,7 +8,8 @@ recorded outcome is handed to the engine to execute for real.
 
 The common case (one op awaited at a time) keeps its own fast path: ``waiting``/``waiting_seq``
 name the op and no container is touched. ``all``/``race`` and ``wait_condition`` go through
-``CombinatorMixin``; signal and update handlers through ``HandlersMixin``. A workflow ends with
+``CombinatorMixin``; signal and update handlers through ``HandlersMixin``; the records the engine
+commits are built by ``RecordingMixin``. A workflow ends with
 ``complete``, ``fail`` (a re-raised ``CancelledError`` is a cancellation) or ``continue``
 (``ctx.continue_as_new``). ``patched`` consumes a seq only where the run reaches it live.
 """
@@ -19,11 +20,12 @@ import asyncio
 from types import MappingProxyType
 from typing import Any, Final, Mapping
 
-from ..codec import decode, encode, pack_record
+from ..codec import decode, encode
 from ..errors import InvalidAwait, NonDeterminismError, SerializationError
 from ._api import WorkflowDefinition
 from ._combinators import CombinatorMixin
 from ._handlers import HandlersMixin
+from ._recording import RecordingMixin
 from ._context import Context
 from ._ops import HANDLER, UPDATE, ContinueAsNew, Op
 from ._records import Command, contained, error_from_record, error_record, op_label
@@ -44,7 +46,7 @@ def _under(path: str | None) -> str:
     return "" if path is None else f" under {path}"
 
 
-class WorkflowRun(CombinatorMixin, HandlersMixin):
+class WorkflowRun(CombinatorMixin, HandlersMixin, RecordingMixin):
     """One run of a workflow, replayed from ``history`` (seq -> op record) and then live."""
 
     __slots__ = (
@@ -135,54 +137,6 @@ class WorkflowRun(CombinatorMixin, HandlersMixin):
             return [self.outcome]  # type: ignore[list-item]
         self._advance(None, None)
         return self.deliver()
-
-    def record_outcome(self, seq: int, ok: bytes | None = None, err: dict[str, Any] | None = None, **extra: Any) -> bytes:
-        """The packed op record for ``seq``'s outcome; delivered by the next ``deliver()``."""
-        record = self.outcome_record(seq, ok, err, **extra)
-        self._next_t += 1  # made at the current t just now: keep_outcome without its check
-        self._keep_outcome(seq, record)
-        return pack_record(record)
-
-    def outcome_record(self, seq: int, ok: bytes | None = None, err: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-        """What ``record_outcome`` would record for ``seq`` now, without recording it: for an
-        outcome committed before the run learns it (a signal its owner takes at once, in the
-        transaction that appends it). ``keep_outcome`` then records it, unless the run
-        recorded something else first."""
-        op = self.waiting if seq == self.waiting_seq else self._op_at(seq)
-        record = self.history.get(seq)
-        record = dict(record) if record else {}
-        if op is not None:
-            record["kind"] = op.kind
-            record["name"] = op.name
-        record["t"] = self._next_t
-        if err is None:
-            record["ok"] = ok
-        else:
-            record["err"] = err
-        record.update(extra)
-        paths = self._paths
-        if paths and seq in paths:
-            record["in"] = paths[seq]
-        return record
-
-    def keep_outcome(self, seq: int, record: dict[str, Any]) -> None:
-        """Record ``record`` (from ``outcome_record``) as ``seq``'s outcome, at its ``t``."""
-        if record["t"] != self._next_t:
-            raise RuntimeError(f"outcome of op {seq} was prepared at t={record['t']}, the run is at t={self._next_t}")
-        self._next_t += 1
-        self._keep_outcome(seq, record)
-
-    def record_started(self, seq: int, **fields: Any) -> bytes:
-        """The packed record of an op that has started but not finished (timer, retry, child)."""
-        op = self.waiting if seq == self.waiting_seq else self._op_at(seq)
-        record = {"kind": op.kind, "name": op.name} if op is not None else {}
-        record.update(self.history.get(seq) or {})
-        record.update(fields)
-        paths = self._paths
-        if paths and seq in paths:
-            record["in"] = paths[seq]
-        self._keep(seq, record)
-        return pack_record(record)
 
     def waiting_signal(self) -> str | None:
         """The name of a signal the run is blocked on (the lowest seq), if any."""

@@ -35,7 +35,7 @@ log = logging.getLogger("weft_actors.store")
 
 
 APPLICATION: Final = "weft_actors"
-"""Every connection's ``application_name`` outside a write (``_store.wait_label`` within one)."""
+"""Every connection's ``application_name`` outside a write (``_engine_locks.wait_label`` within one)."""
 
 LOCK_HOLD_LIMIT: Final = 2.0
 """Seconds a transaction of this store may keep the server waiting on it. The write lock is the
@@ -236,7 +236,7 @@ class PgEnvironment:
         reads what ``prefetch`` names (``_reads.Prefetch``) all at once (``_take_lock``): the
         transaction code's reads of those rows then cost nothing. ``waiting`` becomes the
         transaction's ``application_name`` before it asks for the lock: what other sessions
-        see of its wait (``_store.wait_label``). ``presumption`` is what its writes presume new
+        see of its wait (``_engine_locks.wait_label``). ``presumption`` is what its writes presume new
         (``_presume``: a group commit's)."""
         if write and self.readonly:
             raise StorageError(f"the store at {self.where} was opened read-only: nothing can be written", path=self.where)

@@ -1,7 +1,7 @@
 """Reading other engines' waits for the write lock from the server, and trusting them.
 
 A write transaction names its engine and the lease time it read before its wait in its
-``application_name`` (``_store.wait_label``). The server shows that name beside the session's
+``application_name`` (``_engine_locks.wait_label``). The server shows that name beside the session's
 queued lock in ``pg_locks``, which is better evidence than LMDB's wait slot: the wait is the
 server's own, and it cannot outlive its process by long, since each request for the lock gives
 up after ``LOCK_HOLD_LIMIT`` (``lock_timeout``) unless the process asks again. So such a wait
