@@ -142,14 +142,6 @@ def wait_label(engine_id: str, started: float) -> str:
     return f"{_WAIT_LABEL}{engine_id}:{started:.3f}"
 
 
-def _label_time(name: str) -> float:
-    """The time a label of ``wait_label``'s form ends with (negative once the lock is held)."""
-    try:
-        return float(name.rpartition(":")[2])
-    except ValueError:
-        return 0.0
-
-
 def _int4(engine_id: str) -> int:
     """A signed 32-bit number for ``engine_id`` (a collision only keeps a dead engine looking
     alive until its lease expires: the safe way to be wrong)."""
