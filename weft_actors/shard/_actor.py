@@ -391,6 +391,7 @@ class Actor:
         self.closed = True
         self.held = None
         ahead, self.ahead = self.ahead, None
+        self.attempter = None  # it points back here (a cycle); an attempt still running reports through its own reference
         if ahead:
             _answer_all(ahead, False)
         self._ending().stop_work(None)

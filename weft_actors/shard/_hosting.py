@@ -282,6 +282,7 @@ class ActorHost:
 
     def actor_finished(self, actor: Actor) -> None:
         actor.closed = True
+        actor.attempter = None  # it points back at the actor: a cycle left for the collector's rare full pass
         finish = actor.finish
         if finish is not None and finish.status == "failed":  # committed: it did fail
             events.workflow_failed(self.engine_id, actor.wid, actor.run.workflow_type, actor.run_id, finish.error)

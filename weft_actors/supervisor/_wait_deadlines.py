@@ -47,10 +47,14 @@ class _Queue:
 
 
 class _Entry:
+    """One call's place in its queue. Its ``call`` is let go once it has ended or expired: the
+    call holds its token (this entry), and that cycle would otherwise outlive every workflow
+    until the collector's rare full pass, which then stalls the shard for the lot."""
+
     __slots__ = ("call", "queue", "done")
 
     def __init__(self, call: Expiring, queue: _Queue) -> None:
-        self.call = call
+        self.call: Expiring | None = call
         self.queue = queue
         self.done = False
 
@@ -86,6 +90,7 @@ class WaitDeadlines:
         if entry.done:
             return
         entry.done = True
+        entry.call = None
         queue = entry.queue
         queue.live -= 1
         calls = queue.calls
@@ -99,20 +104,21 @@ class WaitDeadlines:
     def _fire(self, queue: _Queue) -> None:
         queue.timer = None
         now = self._loop.time()
-        while queue.calls and (queue.calls[0].done or queue.calls[0].call.deadline <= now):
+        while queue.calls and (queue.calls[0].done or queue.calls[0].call.deadline <= now):  # type: ignore[union-attr]
             entry = queue.calls.popleft()
             if entry.done:
                 continue
+            call, entry.call = entry.call, None
             entry.done = True
             queue.live -= 1
             try:
-                entry.call.expired()
+                call.expired()  # type: ignore[union-attr]
             except Exception:
                 log.exception("a call's wait could not run out")
         if not queue.calls:
             self._idle(queue)
         elif queue.timer is None:
-            queue.timer = self._loop.call_at(queue.calls[0].call.deadline, self._fire, queue)
+            queue.timer = self._loop.call_at(queue.calls[0].call.deadline, self._fire, queue)  # type: ignore[union-attr]
 
     def _idle(self, queue: _Queue) -> None:
         """An empty queue goes, its timer cancelled: waits come in any number of values."""
