@@ -20,43 +20,9 @@ import pytest
 from weft_actors.codec import encode, encode_args
 from weft_actors.errors import FencedOut, StorageError
 from weft_actors.store import Created, CreateWorkflow, Finish, StepCommit
-from weft_actors.testing import FakeClock
+from _pg_statements import pg_store, recorded, writes_by_table
 
 BATCH = 40
-
-
-class RecordingCursor(psycopg.Cursor):  # type: ignore[type-arg]
-    texts: list[str] = []
-
-    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-        RecordingCursor.texts.append(str(query))
-        return super().execute(query, *args, **kwargs)
-
-
-def recorded(store: Any, call: Any) -> tuple[list[str], Any]:
-    conn = store.env.conn
-    conn.cursor_factory = RecordingCursor
-    RecordingCursor.texts = []
-    try:
-        result = call()
-    finally:
-        conn.cursor_factory = psycopg.Cursor
-    return RecordingCursor.texts, result
-
-
-def writes_by_table(texts: list[str]) -> dict[str, list[str]]:
-    """Each ``weft_`` table written (inserted into, deleted from) -> the statements writing it."""
-    found: dict[str, list[str]] = {}
-    for text in texts:
-        for table in set(re.findall(r"(?:INSERT INTO|DELETE FROM) (weft_\w+)", text)):
-            found.setdefault(table, []).append(text)
-    return found
-
-
-def _store(schema_url: str) -> Any:
-    from weft_actors.store._pg import PgStore
-
-    return PgStore(schema_url, clock=FakeClock())
 
 
 def _created(store: Any, engine: str) -> tuple[list[str], list[CreateWorkflow], list[Any]]:
@@ -68,7 +34,7 @@ def _created(store: Any, engine: str) -> tuple[list[str], list[CreateWorkflow], 
 
 @pytest.mark.timeout(60)
 def test_rows_read_absent_under_the_lock_are_inserted_without_on_conflict(schema_url: str) -> None:
-    store = _store(schema_url)
+    store = pg_store(schema_url)
     try:
         engine = uuid.uuid4().hex
         store.register_engine(engine, heartbeat=0.5, ttl=3.0)
@@ -86,7 +52,7 @@ def test_rows_read_absent_under_the_lock_are_inserted_without_on_conflict(schema
 
 @pytest.mark.timeout(60)
 def test_a_commit_writes_each_keyspace_with_one_statement(schema_url: str) -> None:
-    store = _store(schema_url)
+    store = pg_store(schema_url)
     try:
         engine = uuid.uuid4().hex
         store.register_engine(engine, heartbeat=0.5, ttl=3.0)
@@ -117,7 +83,7 @@ def test_a_commit_writes_each_keyspace_with_one_statement(schema_url: str) -> No
 
 @pytest.mark.timeout(60)
 def test_a_row_taken_for_new_is_never_overwritten_the_transaction_fails_instead(schema_url: str) -> None:
-    store = _store(schema_url)
+    store = pg_store(schema_url)
     try:
         table = store.dbs.meta
         key = b"test/" + uuid.uuid4().hex.encode()
@@ -138,7 +104,7 @@ def _reads_of(texts: list[str], table: str) -> list[str]:
 
 @pytest.mark.timeout(60)
 def test_a_plain_step_reads_only_its_holder_and_the_fence_stays_exact(schema_url: str) -> None:
-    store = _store(schema_url)
+    store = pg_store(schema_url)
     try:
         engine = uuid.uuid4().hex
         store.register_engine(engine, heartbeat=0.5, ttl=3.0)
@@ -169,7 +135,7 @@ def _scans(conn: psycopg.Connection[Any], table: str) -> tuple[int, int]:
 
 @pytest.mark.timeout(60)
 def test_a_batch_reads_its_rows_by_key_however_small_the_table_against_the_batch(schema_url: str) -> None:
-    store = _store(schema_url)
+    store = pg_store(schema_url)
     try:
         engine = uuid.uuid4().hex
         store.register_engine(engine, heartbeat=0.5, ttl=3.0)

@@ -5,24 +5,22 @@ speculative insertion and a confirmation per row. A key presumed new that was in
 stored is never overwritten by the plain insert: that batch commits nothing, is applied
 again with upserts, and its intents all succeed.
 
-Statements are recorded on the store's own connection (as ``test_pg_batch_writes`` does);
+Statements are recorded on the store's own connection (``_pg_statements``);
 the server and its unique indexes are real.
 """
 
 from __future__ import annotations
 
 import gc
-import re
 import uuid
 from typing import Any
 
-import psycopg
 import pytest
 
 from weft_actors.codec import encode, encode_args
 from weft_actors.store import Created, CreateWorkflow, Finish, StepCommit
 from weft_actors.store._keys import op_key
-from weft_actors.testing import FakeClock
+from _pg_statements import pg_store, recorded, writes_by_table
 
 BATCH = 40
 PRESUMED = ("weft_ops", "weft_visibility", "weft_recent", "weft_expiring", "weft_by_engine")
@@ -33,41 +31,6 @@ def _collected() -> Any:
     """The stores' connections are collected here, not in a later test that counts Python calls."""
     yield
     gc.collect()
-
-
-class RecordingCursor(psycopg.Cursor):  # type: ignore[type-arg]
-    texts: list[str] = []
-
-    def execute(self, query: Any, *args: Any, **kwargs: Any) -> Any:
-        RecordingCursor.texts.append(str(query))
-        return super().execute(query, *args, **kwargs)
-
-
-def recorded(store: Any, call: Any) -> tuple[list[str], Any]:
-    """The text of every statement ``call`` sent on the store's connection, and its result."""
-    conn = store.env.conn
-    conn.cursor_factory = RecordingCursor
-    RecordingCursor.texts = []
-    try:
-        result = call()
-    finally:
-        conn.cursor_factory = psycopg.Cursor
-    return RecordingCursor.texts, result
-
-
-def writes_by_table(texts: list[str]) -> dict[str, list[str]]:
-    """Each ``weft_`` table written (inserted into, deleted from) -> the statements writing it."""
-    found: dict[str, list[str]] = {}
-    for text in texts:
-        for table in set(re.findall(r"(?:INSERT INTO|DELETE FROM) (weft_\w+)", text)):
-            found.setdefault(table, []).append(text)
-    return found
-
-
-def _store(schema_url: str) -> Any:
-    from weft_actors.store._pg import PgStore
-
-    return PgStore(schema_url, clock=FakeClock())
 
 
 def _created(store: Any, engine: str, name: str = "w") -> tuple[list[str], list[CreateWorkflow], list[Any]]:
@@ -92,7 +55,7 @@ def _upserts(texts: list[str]) -> dict[str, int]:
 
 @pytest.mark.timeout(60)
 def test_a_workflows_new_rows_are_inserted_without_on_conflict(schema_url: str) -> None:
-    store = _store(schema_url)
+    store = pg_store(schema_url)
     try:
         engine = uuid.uuid4().hex
         store.register_engine(engine, heartbeat=0.5, ttl=3.0)
@@ -119,7 +82,7 @@ def test_a_workflows_new_rows_are_inserted_without_on_conflict(schema_url: str) 
 
 @pytest.mark.timeout(60)
 def test_a_key_presumed_new_but_stored_is_applied_again_with_upserts(schema_url: str) -> None:
-    store = _store(schema_url)
+    store = pg_store(schema_url)
     try:
         engine = uuid.uuid4().hex
         store.register_engine(engine, heartbeat=0.5, ttl=3.0)
@@ -154,7 +117,7 @@ def test_a_key_presumed_new_but_stored_is_applied_again_with_upserts(schema_url:
 
 @pytest.mark.timeout(60)
 def test_an_op_written_again_and_the_ops_of_a_workflow_created_elsewhere_are_upserted(schema_url: str) -> None:
-    store, other = _store(schema_url), _store(schema_url)
+    store, other = pg_store(schema_url), pg_store(schema_url)
     try:
         engine, elsewhere = uuid.uuid4().hex, uuid.uuid4().hex
         store.register_engine(engine, heartbeat=0.5, ttl=3.0)
@@ -188,7 +151,7 @@ def test_an_op_written_again_and_the_ops_of_a_workflow_created_elsewhere_are_ups
 
 @pytest.mark.timeout(60)
 def test_a_key_deleted_and_put_again_in_one_batch_is_upserted(schema_url: str) -> None:
-    store = _store(schema_url)
+    store = pg_store(schema_url)
     try:
         table, key = store.dbs.visibility, b"\x01\x00\x05Order" + uuid.uuid4().hex.encode()
         with store.env.begin(write=True) as txn:
@@ -206,7 +169,7 @@ def test_a_key_deleted_and_put_again_in_one_batch_is_upserted(schema_url: str) -
 def test_a_workflow_taken_over_and_back_presumes_none_of_its_ops(schema_url: str) -> None:
     from weft_actors.store._keys import engine_key, holder_value
 
-    store = _store(schema_url)
+    store = pg_store(schema_url)
     try:
         engine = uuid.uuid4().hex
         store.register_engine(engine, heartbeat=0.5, ttl=3.0)
