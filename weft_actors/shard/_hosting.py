@@ -281,8 +281,7 @@ class ActorHost:
             self.commit_retry.refused(actor.wid, error)
 
     def actor_finished(self, actor: Actor) -> None:
-        actor.closed = True
-        actor.attempter = None  # it points back at the actor: a cycle left for the collector's rare full pass
+        actor.closed, actor.attempter = True, None  # the attempts part points back: a cycle for the collector's rare full pass
         finish = actor.finish
         if finish is not None and finish.status == "failed":  # committed: it did fail
             events.workflow_failed(self.engine_id, actor.wid, actor.run.workflow_type, actor.run_id, finish.error)
