@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from _processes import RunningSupervisor, wait_until
+from _processes import RunningSupervisor, pid_alive, wait_until
 from weft_actors import AsyncClient, Client
 from weft_actors.errors import ServerUnavailable
 
@@ -22,14 +22,6 @@ TIMING = ("--heartbeat", str(HEARTBEAT), "--ttl", str(TTL))
 STALL_BOUND = TTL + 2 * HEARTBEAT + 0.5
 """The issue's bound on answering what a stalled shard held, before normal latency."""
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] != "Z"
 
 
 def _owner_pid(client: Client, wid: str) -> int | None:
@@ -60,7 +52,7 @@ def test_a_shard_stalled_holding_the_write_lock_is_killed_and_replaced_and_depos
         assert stalled in pids
         try:
             stopped_at = time.monotonic()
-            wait_until(lambda: not _alive(stalled), timeout=15, what="the hung shard killed")
+            wait_until(lambda: not pid_alive(stalled), timeout=15, what="the hung shard killed")
             assert time.monotonic() - stopped_at < TTL + 3.0
             for h in handles:
                 assert h.result(timeout=30) == [0, 1, 2, 3]

@@ -12,7 +12,7 @@ import msgpack
 import pytest
 import zmq
 
-from _processes import RunningSupervisor, wait_until
+from _processes import RunningSupervisor, pid_alive, wait_until
 from weft_actors import Client
 from weft_actors.errors import (
     InvalidRequest,
@@ -137,18 +137,10 @@ def test_sigstop_past_ttl_is_taken_over_and_the_stalled_shard_is_gone(tmp_path):
             except ProcessLookupError:
                 pass  # killed as hung already
         # Killed as hung by the supervisor (or, woken, it finds itself deposed and exits).
-        wait_until(lambda: not _alive(stalled), timeout=10)
+        wait_until(lambda: not pid_alive(stalled), timeout=10)
         for h in handles:
             assert h.describe()["status"] == "completed"
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] != "Z"
 
 
 def test_restart_intensity_exceeded_exits_non_zero(tmp_path):
