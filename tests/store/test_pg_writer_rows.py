@@ -9,6 +9,7 @@ are real.
 
 from __future__ import annotations
 
+import gc
 import sys
 from typing import Any, Callable
 
@@ -28,18 +29,24 @@ def _store(schema_url: str) -> Any:
 
 
 def python_calls(call: Callable[[], Any]) -> tuple[list[tuple[str, str]], Any]:
-    """``(file, function)`` of every Python function ``call`` entered, and its result."""
+    """``(file, function)`` of every Python function ``call`` entered, and its result. The
+    collector is off meanwhile: a collection runs other code's ``gc.callbacks`` (hypothesis
+    registers one) inside whatever allocated, which is not a call the code under test made."""
     seen: list[tuple[str, str]] = []
 
     def profile(frame: Any, event: str, arg: Any) -> None:
         if event == "call":
             seen.append((frame.f_code.co_filename, frame.f_code.co_name))
 
+    collecting = gc.isenabled()
+    gc.disable()
     sys.setprofile(profile)
     try:
         result = call()
     finally:
         sys.setprofile(None)
+        if collecting:
+            gc.enable()
     return seen[1:], result  # the first is ``call`` itself
 
 
