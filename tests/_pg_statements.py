@@ -1,16 +1,24 @@
 """The statements a PostgreSQL store sends, recorded on its own connection: what the tests of
-its group commit count and read (one statement per table, plain inserts or upserts)."""
+its group commit count and read (one statement per table, plain inserts or upserts), and the
+batch of workflows those tests create and finish."""
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Any
+import uuid
+from typing import Any, Iterator
 
 import psycopg
 
+from weft_actors.codec import encode, encode_args
+from weft_actors.store import Created, CreateWorkflow, Finish, StepCommit
 from weft_actors.testing import FakeClock
 
-__all__ = ["RecordingCursor", "recorded", "writes_by_table", "pg_store"]
+__all__ = ["BATCH", "RecordingCursor", "recorded", "writes_by_table", "pg_store", "registered_store", "created_batch", "finishing"]
+
+BATCH = 40
+"""Workflows in the batch ``created_batch`` makes."""
 
 
 class RecordingCursor(psycopg.Cursor):  # type: ignore[type-arg]
@@ -47,3 +55,35 @@ def pg_store(schema_url: str) -> Any:
     from weft_actors.store._pg import PgStore
 
     return PgStore(schema_url, clock=FakeClock())
+
+
+@contextlib.contextmanager
+def registered_store(schema_url: str) -> Iterator[tuple[Any, str]]:
+    """``(store, engine id)``: a ``pg_store`` with a live engine registered, closed at the end."""
+    store = pg_store(schema_url)
+    try:
+        engine = uuid.uuid4().hex
+        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
+        yield store, engine
+    finally:
+        store.close()
+
+
+def created_batch(store: Any, engine: str, name: str = "w") -> tuple[list[str], list[CreateWorkflow], list[Any]]:
+    """``BATCH`` workflows created by ``engine`` in one commit: its statements, the intents and
+    their results (each a new workflow)."""
+    intents = [CreateWorkflow(f"{name}-{i}", "Order", encode_args((i,)), uuid.uuid4().hex) for i in range(BATCH)]
+    texts, created = recorded(store, lambda: store.apply(engine, intents))
+    assert all(isinstance(result, Created) and result.created for result in created), created
+    return texts, intents, created
+
+
+def finishing(intents: list[Any], created: list[Any], seq: int, value: int | None = None) -> list[StepCommit]:
+    """A step of each created workflow that records activity op ``seq`` (outcome ``value``,
+    ``seq`` by default) and completes the workflow with it."""
+    value = seq if value is None else value
+    op = encode({"kind": "activity", "name": "charge", "outcome": {"ok": value}})
+    return [
+        StepCommit(intent.wid, result.epoch, intent.run_id, ops=((seq, op),), finish=Finish("completed", result=encode(value)))
+        for intent, result in zip(intents, created)
+    ]

@@ -20,25 +20,13 @@ import pytest
 from weft_actors.codec import encode, encode_args
 from weft_actors.errors import FencedOut, StorageError
 from weft_actors.store import Created, CreateWorkflow, Finish, StepCommit
-from _pg_statements import pg_store, recorded, writes_by_table
-
-BATCH = 40
-
-
-def _created(store: Any, engine: str) -> tuple[list[str], list[CreateWorkflow], list[Any]]:
-    intents = [CreateWorkflow(f"w-{i}", "Order", encode_args((i,)), uuid.uuid4().hex) for i in range(BATCH)]
-    texts, created = recorded(store, lambda: store.apply(engine, intents))
-    assert all(isinstance(result, Created) and result.created for result in created)
-    return texts, intents, created
+from _pg_statements import BATCH, created_batch, finishing, pg_store, recorded, registered_store, writes_by_table
 
 
 @pytest.mark.timeout(60)
 def test_rows_read_absent_under_the_lock_are_inserted_without_on_conflict(schema_url: str) -> None:
-    store = pg_store(schema_url)
-    try:
-        engine = uuid.uuid4().hex
-        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
-        texts, intents, _ = _created(store, engine)
+    with registered_store(schema_url) as (store, engine):
+        texts, intents, _ = created_batch(store, engine)
         writes = writes_by_table(texts)
         for table in ("weft_workflows", "weft_claim_epoch", "weft_claim_holder"):
             (statement,) = writes[table]  # read under the lock and found absent: plain inserts
@@ -46,24 +34,16 @@ def test_rows_read_absent_under_the_lock_are_inserted_without_on_conflict(schema
         for intent in intents:
             record = store.get_workflow(intent.wid)
             assert record is not None and record["status"] == "running" and store.get_epoch(intent.wid) == 1
-    finally:
-        store.close()
 
 
 @pytest.mark.timeout(60)
 def test_a_commit_writes_each_keyspace_with_one_statement(schema_url: str) -> None:
-    store = pg_store(schema_url)
-    try:
-        engine = uuid.uuid4().hex
-        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
-        _, intents, created = _created(store, engine)
+    with registered_store(schema_url) as (store, engine):
+        _, intents, created = created_batch(store, engine)
 
         # Finishing moves each workflow's index rows (a delete and an insert in the same
         # keyspaces) and drops its claim: still one statement per keyspace.
-        steps = [
-            StepCommit(intent.wid, result.epoch, intent.run_id, ops=((0, encode({"kind": "activity", "name": "charge", "outcome": {"ok": 1}})),), finish=Finish("completed", result=encode(1)))
-            for intent, result in zip(intents, created)
-        ]
+        steps = finishing(intents, created, 0, value=1)
         texts, finished = recorded(store, lambda: store.apply(engine, steps))
         assert not [result for result in finished if isinstance(result, Exception)], finished
         writes = writes_by_table(texts)
@@ -77,8 +57,6 @@ def test_a_commit_writes_each_keyspace_with_one_statement(schema_url: str) -> No
             assert store.get_holder(intent.wid) is None
             assert store.load_ops(intent.wid, intent.run_id)[0]["outcome"] == {"ok": 1}
         assert store.workflow_counts()[("completed", "Order")] == BATCH
-    finally:
-        store.close()
 
 
 @pytest.mark.timeout(60)
@@ -104,11 +82,8 @@ def _reads_of(texts: list[str], table: str) -> list[str]:
 
 @pytest.mark.timeout(60)
 def test_a_plain_step_reads_only_its_holder_and_the_fence_stays_exact(schema_url: str) -> None:
-    store = pg_store(schema_url)
-    try:
-        engine = uuid.uuid4().hex
-        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
-        _, intents, created = _created(store, engine)
+    with registered_store(schema_url) as (store, engine):
+        _, intents, created = created_batch(store, engine)
         op = encode({"kind": "activity", "name": "charge"})
         steps = [StepCommit(intent.wid, result.epoch, intent.run_id, ops=((0, op),)) for intent, result in zip(intents, created)]
         stale = StepCommit(intents[0].wid, created[0].epoch + 1, intents[0].run_id, ops=((1, op),))  # an epoch it never held
@@ -123,8 +98,6 @@ def test_a_plain_step_reads_only_its_holder_and_the_fence_stays_exact(schema_url
         assert results == [None] * len(ends)
         assert _reads_of(texts, "weft_claim_epoch") == [] and len(_reads_of(texts, "weft_workflows")) == 1
         assert all(store.get_workflow(intent.wid)["status"] == "completed" for intent in intents)  # type: ignore[index]
-    finally:
-        store.close()
 
 
 def _scans(conn: psycopg.Connection[Any], table: str) -> tuple[int, int]:
@@ -135,10 +108,7 @@ def _scans(conn: psycopg.Connection[Any], table: str) -> tuple[int, int]:
 
 @pytest.mark.timeout(60)
 def test_a_batch_reads_its_rows_by_key_however_small_the_table_against_the_batch(schema_url: str) -> None:
-    store = pg_store(schema_url)
-    try:
-        engine = uuid.uuid4().hex
-        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
+    with registered_store(schema_url) as (store, engine):
         epochs = store.dbs.claim_epoch
         with psycopg.connect(schema_url, autocommit=True) as observer:
             # Epochs of 20000 other workflows: a table of small rows, a few times the batch's pages.
@@ -157,5 +127,3 @@ def test_a_batch_reads_its_rows_by_key_however_small_the_table_against_the_batch
                 after = _scans(observer, epochs)
         assert after[1] > before[1], "the batch's read of the epochs was never counted"
         assert after[0] == before[0], f"the batch read the whole epoch table: {before} -> {after}"
-    finally:
-        store.close()

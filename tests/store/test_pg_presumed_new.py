@@ -17,12 +17,11 @@ from typing import Any
 
 import pytest
 
-from weft_actors.codec import encode, encode_args
-from weft_actors.store import Created, CreateWorkflow, Finish, StepCommit
+from weft_actors.codec import encode
+from weft_actors.store import StepCommit
 from weft_actors.store._keys import op_key
-from _pg_statements import pg_store, recorded, writes_by_table
+from _pg_statements import created_batch, finishing, pg_store, recorded, registered_store, writes_by_table
 
-BATCH = 40
 PRESUMED = ("weft_ops", "weft_visibility", "weft_recent", "weft_expiring", "weft_by_engine")
 
 
@@ -33,21 +32,6 @@ def _collected() -> Any:
     gc.collect()
 
 
-def _created(store: Any, engine: str, name: str = "w") -> tuple[list[str], list[CreateWorkflow], list[Any]]:
-    intents = [CreateWorkflow(f"{name}-{i}", "Order", encode_args((i,)), uuid.uuid4().hex) for i in range(BATCH)]
-    texts, created = recorded(store, lambda: store.apply(engine, intents))
-    assert all(isinstance(result, Created) and result.created for result in created), created
-    return texts, intents, created
-
-
-def _finishing(intents: list[Any], created: list[Any], seq: int) -> list[StepCommit]:
-    op = encode({"kind": "activity", "name": "charge", "outcome": {"ok": seq}})
-    return [
-        StepCommit(intent.wid, result.epoch, intent.run_id, ops=((seq, op),), finish=Finish("completed", result=encode(seq)))
-        for intent, result in zip(intents, created)
-    ]
-
-
 def _upserts(texts: list[str]) -> dict[str, int]:
     """Table -> statements that upsert into it (``ON CONFLICT`` on the table's own insert)."""
     return {table: sum("ON CONFLICT" in text for text in statements) for table, statements in writes_by_table(texts).items()}
@@ -55,15 +39,12 @@ def _upserts(texts: list[str]) -> dict[str, int]:
 
 @pytest.mark.timeout(60)
 def test_a_workflows_new_rows_are_inserted_without_on_conflict(schema_url: str) -> None:
-    store = pg_store(schema_url)
-    try:
-        engine = uuid.uuid4().hex
-        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
-        texts, intents, created = _created(store, engine)
+    with registered_store(schema_url) as (store, engine):
+        texts, intents, created = created_batch(store, engine)
         upserts = _upserts(texts)
         assert {table: upserts[table] for table in ("weft_visibility", "weft_recent", "weft_by_engine")} == dict.fromkeys(("weft_visibility", "weft_recent", "weft_by_engine"), 0)
 
-        texts, finished = recorded(store, lambda: store.apply(engine, _finishing(intents, created, 0)))
+        texts, finished = recorded(store, lambda: store.apply(engine, finishing(intents, created, 0)))
         assert finished == [None] * len(intents)
         upserts = _upserts(texts)
         assert {table: upserts.get(table, 0) for table in PRESUMED} == dict.fromkeys(PRESUMED, 0), texts
@@ -76,17 +57,12 @@ def test_a_workflows_new_rows_are_inserted_without_on_conflict(schema_url: str) 
         assert store.held_by(engine) == []
         assert store.workflow_counts()[("completed", "Order")] == len(intents)
         assert store._presumption.refutations == 0
-    finally:
-        store.close()
 
 
 @pytest.mark.timeout(60)
 def test_a_key_presumed_new_but_stored_is_applied_again_with_upserts(schema_url: str) -> None:
-    store = pg_store(schema_url)
-    try:
-        engine = uuid.uuid4().hex
-        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
-        _, intents, created = _created(store, engine)
+    with registered_store(schema_url) as (store, engine):
+        _, intents, created = created_batch(store, engine)
         first = intents[0]
         # An op already stored under the key the step writes (behind the store's back).
         key = op_key(first.wid, first.run_id, 0)
@@ -95,7 +71,7 @@ def test_a_key_presumed_new_but_stored_is_applied_again_with_upserts(schema_url:
             txn.put(key, encode({"kind": "stale"}), db=store.dbs.ops)
         assert store.load_ops(first.wid, first.run_id)[0] == {"kind": "stale"}
 
-        texts, finished = recorded(store, lambda: store.apply(engine, _finishing(intents, created, 0)))
+        texts, finished = recorded(store, lambda: store.apply(engine, finishing(intents, created, 0)))
         assert finished == [None] * len(intents), finished  # every intent succeeded, none failed for the others
         assert store._presumption.refutations == 1
         ops_writes = writes_by_table(texts)["weft_ops"]
@@ -108,21 +84,15 @@ def test_a_key_presumed_new_but_stored_is_applied_again_with_upserts(schema_url:
 
         # The next batches presume nothing for a while: a workload that rewrites such keys
         # pays one failed attempt per pause, not one per batch.
-        texts, _, _ = _created(store, engine, "later")
+        texts, _, _ = created_batch(store, engine, "later")
         assert _upserts(texts)["weft_visibility"] == 1
         assert store._presumption.refutations == 1
-    finally:
-        store.close()
 
 
 @pytest.mark.timeout(60)
 def test_an_op_written_again_and_the_ops_of_a_workflow_created_elsewhere_are_upserted(schema_url: str) -> None:
-    store, other = pg_store(schema_url), pg_store(schema_url)
-    try:
-        engine, elsewhere = uuid.uuid4().hex, uuid.uuid4().hex
-        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
-        other.register_engine(elsewhere, heartbeat=0.5, ttl=3.0)
-        _, intents, created = _created(store, engine)
+    with registered_store(schema_url) as (store, engine), registered_store(schema_url) as (other, elsewhere):
+        _, intents, created = created_batch(store, engine)
         started = encode({"kind": "timer", "fire_at": 5.0})
         steps = [StepCommit(intent.wid, result.epoch, intent.run_id, ops=((0, started),)) for intent, result in zip(intents, created)]
         texts, results = recorded(store, lambda: store.apply(engine, steps))
@@ -131,22 +101,19 @@ def test_an_op_written_again_and_the_ops_of_a_workflow_created_elsewhere_are_ups
 
         # The timer fires: op 0 is written again with its outcome. A plain insert would be
         # refused (and the batch applied again): the ledger knows op 0 was written.
-        texts, results = recorded(store, lambda: store.apply(engine, _finishing(intents, created, 0)))
+        texts, results = recorded(store, lambda: store.apply(engine, finishing(intents, created, 0)))
         assert results == [None] * len(intents)
         assert ["ON CONFLICT" in text for text in writes_by_table(texts)["weft_ops"]] == [True]
         assert all(store.load_ops(intent.wid, intent.run_id)[0]["outcome"] == {"ok": 0} for intent in intents)
 
         # A workflow another store created: this one never saw its ops, so it presumes none.
-        _, theirs, theirs_created = _created(other, elsewhere, "theirs")
+        _, theirs, theirs_created = created_batch(other, elsewhere, "theirs")
         texts, results = recorded(other, lambda: other.apply(elsewhere, [StepCommit(i.wid, r.epoch, i.run_id, ops=((0, started),)) for i, r in zip(theirs, theirs_created)]))
         assert results == [None] * len(theirs)
         ledger = store._presumption.ledger
         assert not any(key.endswith(intent.wid.encode()) for intent in theirs for key in ledger.highest)
         assert store._presumption.refutations == 0 and other._presumption.refutations == 0
         assert ledger.highest == {}, "finished workflows stay in the ledger"
-    finally:
-        store.close()
-        other.close()
 
 
 @pytest.mark.timeout(60)
@@ -169,11 +136,8 @@ def test_a_key_deleted_and_put_again_in_one_batch_is_upserted(schema_url: str) -
 def test_a_workflow_taken_over_and_back_presumes_none_of_its_ops(schema_url: str) -> None:
     from weft_actors.store._keys import engine_key, holder_value
 
-    store = pg_store(schema_url)
-    try:
-        engine = uuid.uuid4().hex
-        store.register_engine(engine, heartbeat=0.5, ttl=3.0)
-        _, intents, created = _created(store, engine)
+    with registered_store(schema_url) as (store, engine):
+        _, intents, created = created_batch(store, engine)
         first = intents[0]
         # Meanwhile another engine held it (epoch 2) and wrote its op 0; then it came back here
         # at epoch 3. Written behind the batch path, as those claims are.
@@ -187,5 +151,3 @@ def test_a_workflow_taken_over_and_back_presumes_none_of_its_ops(schema_url: str
         assert results == [None] * len(steps), results
         assert store._presumption.refutations == 0, "an op another engine wrote was presumed new"
         assert store.load_ops(first.wid, first.run_id)[0]["outcome"] == {"ok": 0}
-    finally:
-        store.close()
