@@ -19,6 +19,7 @@ import asyncio
 import os
 import sys
 import time
+from typing import Awaitable, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,11 +32,18 @@ from bench_app import n_steps, three_steps  # noqa: E402
 from weft_actors import Engine  # noqa: E402
 
 
-async def run(workflows: int, data_dir: str, steps: int, in_flight: int | None, call: str = "execute", store: str | None = None) -> dict:
+async def run(
+    workflows: int, data_dir: str, steps: int, in_flight: int | None, call: str = "execute", store: str | None = None,
+    ready: Callable[[], Awaitable[None]] | None = None,
+) -> dict:
+    """``ready`` (if given) is awaited once the engine is open, before the clock starts:
+    ``shared_store.py`` starts several engines' timed parts together with it."""
     progress = Progress(workflows, "workflows")
     # The issue's workflow is three_steps itself; other step counts use the loop.
     target, extra = (three_steps, ()) if steps == 3 else (n_steps, (steps,))
     async with Engine(store=data_dir, app=[three_steps, n_steps], tune_gc=True) as engine:
+        if ready is not None:
+            await ready()
         started = time.perf_counter()
         cpu0 = time.process_time()
         database0 = postgres_cpu_seconds(store)

@@ -41,6 +41,24 @@ def test_engine_ceiling_prints_its_json_line():
 
 
 @pytest.mark.timeout(120)
+def test_shared_store_prints_a_json_line_per_way():
+    """One engine alone, then two on stores of their own, then two on one store, timed together."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "shared_store.py"), "--workflows", "300", "--in-flight", "50"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    results = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    assert [result["way"] for result in results] == ["alone", "separate", "shared"]
+    assert [result["engines"] for result in results] == [1, 2, 2]
+    for result in results:
+        assert result["workflows"] == 300 * result["engines"] and result["workflows_per_s"] > 0
+        assert len(result["per_engine"]) == result["engines"]
+        # Group commit in each engine: the start and three steps of 300 workflows, 50 at a time.
+        assert all(engine["writes_per_commit"] >= 25 for engine in result["per_engine"])
+    assert results[0]["vs_alone"] == 1.0
+
+
+@pytest.mark.timeout(120)
 def test_activity_rate_prints_its_json_line():
     """A supervisor with two shards and a 50/s activity: 60 attempts, shared by both."""
     result = _json_line(os.path.join(BENCH, "activity_rate.py"), "--workflows", "60")
