@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import inspect
 from asyncio import events
 from typing import Any, Callable
 
@@ -124,13 +125,25 @@ class SimLoop(asyncio.BaseEventLoop):
         A future whose exception a pending wakeup was about to deliver (a task awaiting it) is
         marked retrieved: that task would have taken it had the process lived, and a real
         process that dies says nothing of it. An exception nobody was woken for is still
-        reported ("never retrieved") when the future is collected."""
+        reported ("never retrieved") when the future is collected. A task whose first step was
+        pending has its coroutine closed: it never began, and a dead process does not warn that
+        it was "never awaited" either."""
         for handle in self._ready:
             for arg in handle._args or ():
                 if isinstance(arg, asyncio.Future) and arg.done() and not arg.cancelled():
                     arg.exception()
+            _close_unstarted(handle._callback)
             handle.cancel()
         self._ready.clear()
         for handle in self._scheduled:
             handle._scheduled = False
         self._scheduled.clear()
+
+
+def _close_unstarted(callback: Any) -> None:
+    """Close the coroutine of the task whose pending step ``callback`` is, if it never began."""
+    task = getattr(callback, "__self__", None)
+    if isinstance(task, asyncio.Task):
+        coro = task.get_coro()
+        if inspect.iscoroutine(coro) and inspect.getcoroutinestate(coro) == inspect.CORO_CREATED:
+            coro.close()

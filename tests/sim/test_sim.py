@@ -180,6 +180,37 @@ def test_a_killed_engine_is_not_blamed_for_the_exception_its_pending_wakeup_woul
     assert len(loop.late_errors) == 1 and "nobody waits for this" in loop.late_errors[0], loop.late_errors
 
 
+@pytest.mark.timeout(30)
+def test_a_killed_engine_leaves_no_never_awaited_warning_for_a_task_that_never_began() -> None:
+    """A task made just before the kill (an activity that suspended, say) had its first step
+    pending: dropped with the process, its coroutine was collected unstarted and Python warned
+    "coroutine ... was never awaited" in whatever test collected it. A dead process warns of
+    nothing; a task that did begin is left as it was."""
+    import asyncio
+    import gc
+    import warnings
+
+    from _loop import SimClock, SimLoop
+
+    loop = SimLoop(SimClock(), "e0")
+    began = loop.create_future()
+
+    async def work(started: asyncio.Future[None] | None) -> None:
+        if started is not None:
+            await started
+
+    running = loop.create_task(work(began))
+    loop.run_one()  # ``running`` began and waits on ``began``
+    unstarted = loop.create_task(work(None))  # its first step is queued, not run
+    loop.discard()  # killed
+    assert running.get_coro().cr_frame is not None  # not touched: it began
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del unstarted
+        gc.collect()
+    assert not [warning for warning in caught if "never awaited" in str(warning.message)], [str(w.message) for w in caught]
+
+
 @pytest.mark.timeout(60)
 def test_an_update_answered_across_a_start_new_is_not_judged_against_the_new_run() -> None:
     """Seed 65023 (the 100,000-seed run): ``update u0`` to a closed workflow was answered
