@@ -23,7 +23,6 @@ STALL_BOUND = TTL + 2 * HEARTBEAT + 0.5
 """The issue's bound on answering what a stalled shard held, before normal latency."""
 
 
-
 def _owner_pid(client: Client, wid: str) -> int | None:
     owner = client.get_handle(wid).describe()["owner"]
     for shard in client.stats()["shards"]:

@@ -15,7 +15,6 @@ import zmq
 from _processes import RunningSupervisor, pid_alive, wait_until
 from weft_actors import Client
 from weft_actors.errors import (
-    InvalidRequest,
     PayloadTooLarge,
     ServerUnavailable,
     UnknownQuery,
@@ -140,7 +139,6 @@ def test_sigstop_past_ttl_is_taken_over_and_the_stalled_shard_is_gone(tmp_path):
         wait_until(lambda: not pid_alive(stalled), timeout=10)
         for h in handles:
             assert h.describe()["status"] == "completed"
-
 
 
 def test_restart_intensity_exceeded_exits_non_zero(tmp_path):
